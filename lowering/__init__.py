@@ -1,0 +1,1 @@
+"""draftsmith package."""
