@@ -1,0 +1,148 @@
+"""The contract every attention lowering satisfies, and the closed registry of lowerings.
+
+A lowering computes block attention for one drafter layer:
+
+    out[, lse] = lowering(q, cache, k_blk, v_blk, mask, scale, return_lse=False)
+
+Shapes and units (N sequences, B block queries, Hq query heads, Hkv KV heads, D head dim):
+- ``q``: ``[N, B, Hq, D]``; block query ``j`` of sequence ``n`` sits at position
+  ``C_n + j`` where ``C_n = cache.ctx_lens[n]`` (the context length).
+- ``cache``: a :class:`PagedKV` holding the context keys/values (already k-normed and
+  roped) at positions ``0..C_n-1``.
+- ``k_blk``, ``v_blk``: ``[N, B, Hkv, D]``, the block's own keys/values at ``C_n + j``.
+- ``mask``: a :class:`MaskSpec` (section 2 of the drafter reference).
+- ``scale``: softmax scale, usually ``1/sqrt(D)``.
+- returns ``out`` ``[N, B, Hq, D]`` in ``q.dtype`` and, with ``return_lse``, ``lse``
+  ``[N, B, Hq]`` float32, natural log of the softmax denominator (of scaled scores).
+Softmax is computed in float32. GQA: query head ``i`` uses KV head ``i // (Hq // Hkv)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """Which keys a query may see. Query position ``p``, key position ``k``.
+
+    - ``window=None``: full attention; ``causal`` then means ``k <= p``.
+    - ``window=W``: causal means ``p-(W-1) <= k <= p``; non-causal means ``|p-k| <= W-1``.
+    """
+
+    causal: bool
+    window: Optional[int] = None
+
+    def __post_init__(self):
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """(left, right) in flash-attn ``window_size`` terms; -1 means unbounded."""
+        if self.window is None:
+            return (-1, 0) if self.causal else (-1, -1)
+        w = self.window - 1
+        return (w, 0) if self.causal else (w, w)
+
+    def allowed(self, p: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Boolean mask, broadcasting query positions ``p`` against key positions ``k``."""
+        ok = torch.ones(torch.broadcast_shapes(p.shape, k.shape), dtype=torch.bool, device=p.device)
+        if self.causal:
+            ok &= k <= p
+        if self.window is not None:
+            ok &= (p - k).abs() <= self.window - 1
+        return ok
+
+
+@dataclass
+class PagedKV:
+    """Context K/V of one layer in a paged cache with per-sequence ring block tables.
+
+    - ``k_pages``, ``v_pages``: ``[num_pages, page_size, Hkv, D]``.
+    - ``block_table``: ``[N, R]`` int32, the physical pages of each sequence.
+    - ``ctx_lens``: ``[N]`` int32, ``C_n``, context tokens written so far.
+
+    Token ``t`` of sequence ``n`` lives at ``k_pages[block_table[n, (t // P) % R], t % P]``
+    (``P = page_size``). A sequence's pages form a ring: a windowed layer gets only
+    ``R = ceil((W - 1) / P) + 1`` pages, so tokens older than ``(R - 1) * P`` before the
+    current page are overwritten (memory O(W)), and the tokens a window-``W`` query at
+    ``p >= C_n`` can see are always present. A full-attention layer gets
+    ``R >= ceil(C_n / P)`` pages, so nothing wraps. ``oldest(n)`` is the first position
+    still stored.
+    """
+
+    k_pages: torch.Tensor
+    v_pages: torch.Tensor
+    block_table: torch.Tensor
+    ctx_lens: torch.Tensor
+
+    @property
+    def page_size(self) -> int:
+        return self.k_pages.shape[1]
+
+    @property
+    def ring_pages(self) -> int:
+        return self.block_table.shape[1]
+
+    def oldest(self, n: int) -> int:
+        """First context position of sequence ``n`` that is still stored."""
+        c = int(self.ctx_lens[n])
+        if c == 0:
+            return 0
+        p = self.page_size
+        last_page_start = ((c - 1) // p) * p
+        return max(0, last_page_start - (self.ring_pages - 1) * p)
+
+    def gather(self, n: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V ``[end-start, Hkv, D]`` of sequence ``n`` for positions ``start..end-1``.
+
+        Raises ``ValueError`` if a position was already recycled or was never written.
+        """
+        if start < self.oldest(n) or end > int(self.ctx_lens[n]):
+            raise ValueError(
+                f"positions {start}..{end - 1} of sequence {n} are not in the cache "
+                f"(holds {self.oldest(n)}..{int(self.ctx_lens[n]) - 1})"
+            )
+        t = torch.arange(start, end, device=self.k_pages.device)
+        pages = self.block_table[n].long()[(t // self.page_size) % self.ring_pages]
+        slots = t % self.page_size
+        return self.k_pages[pages, slots], self.v_pages[pages, slots]
+
+
+LoweringFn = Callable[..., object]
+
+
+@dataclass(frozen=True)
+class LoweringInfo:
+    """A registered lowering: its function and what it needs to run."""
+
+    name: str
+    fn: LoweringFn
+    description: str
+    devices: tuple[str, ...]  # device classes it may be chosen for: "cpu", "sm90", "sm100"
+    available: Callable[[], bool]  # whether it can run in this process (libraries, GPU)
+    needs_context_kernel: bool = False  # whether it needs the engine's separate context kernel
+
+
+LOWERINGS: dict[str, LoweringInfo] = {}
+
+
+def register_lowering(info: LoweringInfo) -> LoweringInfo:
+    if info.name in LOWERINGS:
+        raise ValueError(f"lowering {info.name!r} registered twice")
+    LOWERINGS[info.name] = info
+    return info
+
+
+def get_lowering(name: str) -> LoweringInfo:
+    """Look a lowering up by name; an unknown name lists the known ones."""
+    import draftsmith.lowering  # noqa: F401  (registers the built-in lowerings)
+
+    try:
+        return LOWERINGS[name]
+    except KeyError:
+        raise KeyError(f"unknown lowering {name!r}; known: {', '.join(sorted(LOWERINGS))}") from None
