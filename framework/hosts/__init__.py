@@ -1,1 +1,40 @@
-"""draftsmith package."""
+"""Drafter hosts: the classes that run a converted drafter, in a closed registry.
+
+``HOSTS["torch"]`` is the PyTorch reference host (:class:`DFlashDraftModel`, paged KV,
+every lowering, CUDA graphs). Public names are stable: ``DFlashDraftModel``,
+``PagedKVCache``, ``BorrowedTarget``, ``DraftOutput``, ``DraftStepGraph``, ``get_host``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dflash import DFlashDraftModel, DraftOutput
+from .kv_cache import PagedKVCache
+from .target import BorrowedTarget
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """A registered host: ``model_cls(config: dict, device, dtype, lowering)`` exposing the
+    DFlash drafter interface (see :mod:`draftsmith.framework.hosts.dflash`)."""
+
+    name: str
+    model_cls: type
+    description: str
+
+
+HOSTS: dict[str, HostInfo] = {
+    "torch": HostInfo("torch", DFlashDraftModel, "PyTorch reference host: paged ring KV, any lowering, CUDA graphs"),
+}
+
+
+def get_host(name: str) -> HostInfo:
+    """Look a host up by name; an unknown name lists the known ones."""
+    try:
+        return HOSTS[name]
+    except KeyError:
+        raise KeyError(f"unknown host {name!r}; known: {', '.join(sorted(HOSTS))}") from None
+
+
+__all__ = ["BorrowedTarget", "DFlashDraftModel", "DraftOutput", "HOSTS", "HostInfo", "PagedKVCache", "get_host"]

@@ -1,0 +1,249 @@
+"""The GQA DFlash/DSpark drafter on the PyTorch reference host (drafter reference, section 1).
+
+Public names follow TensorRT-LLM's DFlash drafter interface and stay stable (the generated
+TensorRT-LLM path runs against them): ``DFlashDraftModel(config, device, dtype, lowering)``,
+``load_weights(weights, weight_mapper=None, **kwargs)``,
+``load_weights_from_target_model(target_model)``, ``project_target_hidden(hidden_states)``,
+``precompute_context_kv(projected_hidden, positions) -> (k, v)``,
+``_get_attention_mask_args(layer_idx)`` (see docs/trtllm-interface.md), plus the host's own
+``make_cache``, ``append_context(cache, target_hidden, seq)`` (paged, streamed),
+``forward(input_ids, position_ids, cache)`` and ``draft(anchor, cache)`` (one greedy step).
+
+Drafted slots: with ``sample_from_anchor`` every block slot ``j`` drafts the token at
+position ``C+j+1`` (``K = B`` tokens); without it slot 0 is only the anchor and slot
+``j >= 1`` drafts the token at ``C+j`` (``K = B-1``). Draft ``k`` comes from slot
+``k + first_slot``; its Markov/confidence ``prev`` is the anchor for ``k = 0`` and draft
+``k-1`` otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from .config import DraftConfig
+from .heads import ConfidenceHead, MarkovHead
+from .kv_cache import PagedKVCache
+from .layers import DFlashDecoderLayer
+from .modules import PartialNeoxRope, RMSNorm
+from .select import choose_lowerings, device_class
+
+
+@dataclass
+class DraftOutput:
+    """One greedy draft step for ``N`` sequences, ``K`` drafted tokens each.
+
+    ``tokens [N, K]`` int64; ``logits [N, K, V]`` float32 (lm_head plus Markov bias, the
+    values the argmax ran on); ``confidence [N, K]`` float32 or ``None`` without a head.
+    """
+
+    tokens: torch.Tensor
+    logits: torch.Tensor
+    confidence: Optional[torch.Tensor]
+
+
+class DFlashDraftModel(nn.Module):
+    """GQA DFlash/DSpark drafter built from the flattened draft config (``config.json`` dict).
+
+    ``device``: where weights and caches live; ``dtype``: weight dtype (default the config's
+    ``torch_dtype``); ``lowering``: one lowering name for every layer, overriding the
+    per-layer ``draftsmith.layers[i].lowering[device_class]`` table. Weights start
+    uninitialised: call :meth:`load_weights` and :meth:`load_weights_from_target_model`.
+    """
+
+    def __init__(self, config: dict, device: torch.device | str = "cpu", dtype: Optional[torch.dtype] = None,
+                 lowering: Optional[str] = None):
+        super().__init__()
+        self.config = config
+        self.cfg = cfg = DraftConfig.from_dict(config)
+        self.device = torch.device(device)
+        self.dtype = dtype or cfg.dtype
+        s = cfg.layer
+        rope = PartialNeoxRope(s.head_dim, s.rotary_dim, s.rope_theta, self.device)
+        with torch.device("meta"):
+            self.fc = nn.Linear(cfg.num_target_layers * cfg.target_hidden_size, s.hidden, bias=False)
+            self.hidden_norm = RMSNorm(s.hidden, s.eps, cfg.norms["hidden_norm"] == "gemma")
+            self.layers = nn.ModuleList(DFlashDecoderLayer(s, cfg.norms, rope) for _ in range(cfg.num_layers))
+            self.norm = RMSNorm(s.hidden, s.eps, cfg.norms["norm"] == "gemma")
+            self.markov_head = MarkovHead(cfg.vocab_size, cfg.markov_rank) if cfg.markov_rank else None
+            self.confidence_head = (
+                ConfidenceHead(s.hidden, cfg.markov_rank, cfg.confidence_with_markov) if cfg.confidence else None
+            )
+        self.to(self.dtype).to_empty(device=self.device)
+        self.rope = rope
+        self.__dict__["embed_tokens"] = None  # borrowed from the target, not drafter parameters
+        self.__dict__["lm_head"] = None
+        self.device_class = device_class(self.device)
+        self.lowerings = choose_lowerings(cfg.lowering_tables, self.device_class, lowering)
+
+    # ---- introspection -------------------------------------------------------------------
+
+    @property
+    def layer_lowerings(self) -> list[str]:
+        """Name of the lowering each layer runs (in layer order)."""
+        return [info.name for info in self.lowerings]
+
+    def _get_attention_mask_args(self, layer_idx: int) -> tuple[bool, tuple[int, int]]:
+        """``(causal, (left, right))`` of layer ``layer_idx`` in flash-attn ``window_size``
+        terms (``-1`` unbounded), from ``draftsmith.layers``."""
+        m = self.cfg.masks[layer_idx]
+        return m.causal, m.bounds
+
+    # ---- weights ---------------------------------------------------------------------------
+
+    def load_weights(self, weights: dict, weight_mapper: Optional[Callable[[str], Optional[str]]] = None,
+                     **kwargs) -> None:
+        """Copy ``weights`` (name -> tensor, DFlash target layout) into the drafter.
+
+        ``weight_mapper``: optional ``name -> name | None`` applied first (``None`` drops the
+        tensor). Every drafter parameter must be supplied exactly once with its shape; missing,
+        unexpected or misshapen names raise ``ValueError`` listing them. Values are cast to
+        the drafter's dtype and device. ``kwargs`` (e.g. ``allow_partial_loading``) are
+        accepted for TensorRT-LLM's loader and ignored: loading is always strict.
+        """
+        params = dict(self.named_parameters())
+        seen, unexpected, bad = set(), [], []
+        for name, t in weights.items():
+            name = weight_mapper(name) if weight_mapper else name
+            if name is None:
+                continue
+            p = params.get(name)
+            if p is None:
+                unexpected.append(name)
+            elif tuple(t.shape) != tuple(p.shape):
+                bad.append(f"{name}: {tuple(t.shape)} != {tuple(p.shape)}")
+            else:
+                with torch.no_grad():
+                    p.copy_(t.to(device=p.device, dtype=p.dtype))
+                seen.add(name)
+        missing = sorted(set(params) - seen)
+        if missing or unexpected or bad:
+            raise ValueError(
+                "drafter weights do not match: "
+                + "; ".join(f"{k} ({len(v)}): {', '.join(v[:8])}" for k, v in
+                            (("missing", missing), ("unexpected", sorted(unexpected)), ("shape", bad)) if v)
+            )
+
+    def load_weights_from_target_model(self, target_model) -> None:
+        """Borrow ``target.model.embed_tokens`` and ``target.lm_head`` (HF causal-LM shape).
+
+        Shared as is when already on the drafter's device and dtype, else copied there.
+        Their vocabulary must be the drafter's ``vocab_size``.
+        """
+        emb, head = target_model.model.embed_tokens, target_model.lm_head
+        for name, mod in (("embed_tokens", emb), ("lm_head", head)):
+            w = mod.weight
+            if w.shape != (self.cfg.vocab_size, self.cfg.layer.hidden):
+                raise ValueError(f"target {name} is {tuple(w.shape)}, drafter needs "
+                                 f"{(self.cfg.vocab_size, self.cfg.layer.hidden)}")
+            if w.device != self.device or w.dtype != self.dtype:
+                mod = _copy_module(mod, name, self.device, self.dtype)
+            self.__dict__[name] = mod
+
+    # ---- context ---------------------------------------------------------------------------
+
+    def project_target_hidden(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Context features ``hidden_norm(fc(h))``: ``[T, n*target_hidden]`` -> ``[T, hidden]``
+        (cast to the drafter's device and dtype first)."""
+        return self.hidden_norm(self.fc(hidden_states.to(device=self.device, dtype=self.dtype)))
+
+    def precompute_context_kv(self, projected_hidden: torch.Tensor, positions: torch.Tensor,
+                              layers: Optional[list[int]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Context keys/values of ``projected_hidden [T, hidden]`` at ``positions [T]``.
+
+        Returns ``(k, v)``, each ``[T, L, Hkv, D]`` over ``layers`` (default all, in order):
+        ``k = rope(k_norm(k_proj(c)))``, ``v = v_proj(c)`` (TensorRT-LLM's shape; the context
+        path has no input norm).
+        """
+        layers = range(len(self.layers)) if layers is None else layers
+        kv = [self.layers[l].self_attn.kv(projected_hidden, positions) for l in layers]
+        return torch.stack([k for k, _ in kv], 1), torch.stack([v for _, v in kv], 1)
+
+    def make_cache(self, num_seqs: int, page_size: int = 16, max_context: Optional[int] = None) -> PagedKVCache:
+        """An empty :class:`PagedKVCache` for this drafter's layers (``max_context``: needed for full layers)."""
+        s = self.cfg.layer
+        return PagedKVCache(self.cfg.masks, num_seqs, s.kv_heads, s.head_dim, page_size, max_context,
+                            self.device, self.dtype)
+
+    @torch.inference_mode()
+    def append_context(self, cache: PagedKVCache, target_hidden: torch.Tensor, seq: int = 0,
+                       chunk: int = 4096) -> None:
+        """Append ``T`` context tokens to sequence ``seq`` of ``cache``: ``target_hidden
+        [T, n*target_hidden]`` (any device; moved ``chunk`` rows at a time) at positions
+        ``C..C+T-1``, ``C`` the sequence's current length.
+
+        Only what a later query can see is computed: a windowed layer (``W``) gets the last
+        ``W-1`` positions of the new range; rows no layer needs are never projected. So a
+        prompt of any length streams through in O(chunk + W) memory for windowed layers.
+        """
+        start = cache.ctx_len(seq)
+        end = start + target_hidden.shape[0]
+        need = [max(start, cache.needed_from(l, end)) for l in range(len(self.layers))]
+        for a in range(min(need, default=end), end, chunk):
+            b = min(a + chunk, end)
+            c = self.project_target_hidden(target_hidden[a - start:b - start])
+            pos = torch.arange(a, b, device=self.device)
+            for s in sorted({max(a, n) for n in need if n < b}):
+                group = [l for l, n in enumerate(need) if max(a, n) == s]
+                k, v = self.precompute_context_kv(c[s - a:], pos[s - a:], group)
+                for i, l in enumerate(group):
+                    cache.write(l, seq, s, k[:, i], v[:, i])
+        cache.advance(seq, end - start)
+
+    # ---- the draft step --------------------------------------------------------------------
+
+    def block_inputs(self, anchor: torch.Tensor, cache: PagedKVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """``input_ids [N, B] = [a, m, ..., m]`` and ``position_ids [N, B] = C_n + j`` (on device)."""
+        b = self.cfg.block_size
+        ids = torch.full((anchor.shape[0], b), self.cfg.mask_token_id, dtype=torch.long, device=self.device)
+        ids[:, 0] = anchor
+        pos = cache.ctx_lens.long()[:, None] + torch.arange(b, device=self.device)
+        return ids, pos
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: PagedKVCache) -> torch.Tensor:
+        """Block hidden states ``z = norm(x) [N, B, hidden]`` for ``input_ids``/``position_ids [N, B]``."""
+        x = self.embed_tokens(input_ids)
+        for l, layer in enumerate(self.layers):
+            x = layer(x, position_ids, cache.view(l), self.cfg.masks[l], self.lowerings[l].fn)
+        return self.norm(x)
+
+    @torch.inference_mode()
+    def draft(self, anchor: torch.Tensor, cache: PagedKVCache) -> DraftOutput:
+        """One greedy draft step: ``anchor [N]`` int64 (position ``C_n``) -> :class:`DraftOutput`.
+
+        The transformer runs once for all ``B`` slots; drafts are then taken in order, draft
+        ``k = argmax(lm_head(z[first_slot + k]) + w2 @ w1[prev_k])``. Host-sync free (CUDA-graph safe
+        when the lowerings are).
+        """
+        if self.embed_tokens is None:
+            raise RuntimeError("call load_weights_from_target_model(target) before drafting")
+        anchor = anchor.to(self.device, torch.long)
+        z = self.forward(*self.block_inputs(anchor, cache), cache)[:, self.cfg.first_slot:]
+        logits = self.lm_head(z).float()
+        prev, toks, confs = anchor, [], []
+        for k in range(self.cfg.max_draft_len):
+            emb = self.markov_head.embed(prev) if self.markov_head is not None else None
+            if emb is not None:
+                logits[:, k] += self.markov_head.bias(emb)
+            if self.confidence_head is not None:
+                confs.append(self.confidence_head(z[:, k], emb))
+            prev = logits[:, k].argmax(-1)
+            toks.append(prev)
+        conf = torch.stack(confs, 1) if confs else None
+        return DraftOutput(torch.stack(toks, 1), logits, conf)
+
+
+def _copy_module(mod: nn.Module, name: str, device, dtype) -> nn.Module:
+    """A copy of an embedding / linear head on ``device`` in ``dtype`` (the target keeps its own)."""
+    w = mod.weight.detach().to(device=device, dtype=dtype)
+    if name == "embed_tokens":
+        return nn.Embedding.from_pretrained(w, freeze=True)
+    bias = getattr(mod, "bias", None)
+    new = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None, device="meta")
+    new.weight = nn.Parameter(w, requires_grad=False)
+    if bias is not None:
+        new.bias = nn.Parameter(bias.detach().to(device=device, dtype=dtype), requires_grad=False)
+    return new

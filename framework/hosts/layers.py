@@ -1,0 +1,88 @@
+"""One drafter decoder layer (drafter reference, section 1, step 3).
+
+Parameter names follow the DFlash target layout: ``input_layernorm``,
+``post_attention_layernorm``, ``self_attn.{q,k,v,o}_proj``, ``self_attn.{q,k}_norm``,
+``mlp.{gate,up,down}_proj``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from draftsmith.lowering.base import MaskSpec, PagedKV
+
+from .modules import GatedMLP, PartialNeoxRope, RMSNorm
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """The sizes one layer needs (read from the flattened config by ``DFlashDraftModel``)."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    rope_theta: float
+    eps: float
+    inter: int
+    mlp: str  # "swiglu" | "swiglu_oai"
+    alpha: float
+    limit: float
+
+
+class DFlashAttention(nn.Module):
+    """GQA attention of the block over [context ; block] keys through a lowering function.
+
+    ``q_norm``/``k_norm`` are per head (over ``head_dim``); RoPE is partial NeoX.
+    """
+
+    def __init__(self, s: LayerShape, q_gemma: bool, k_gemma: bool, rope: PartialNeoxRope):
+        super().__init__()
+        if s.heads % s.kv_heads:
+            raise ValueError(f"num_attention_heads {s.heads} not a multiple of num_key_value_heads {s.kv_heads}")
+        self.heads, self.kv_heads, self.head_dim = s.heads, s.kv_heads, s.head_dim
+        self.q_proj = nn.Linear(s.hidden, s.heads * s.head_dim, bias=False)
+        self.k_proj = nn.Linear(s.hidden, s.kv_heads * s.head_dim, bias=False)
+        self.v_proj = nn.Linear(s.hidden, s.kv_heads * s.head_dim, bias=False)
+        self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False)
+        self.q_norm = RMSNorm(s.head_dim, s.eps, q_gemma)
+        self.k_norm = RMSNorm(s.head_dim, s.eps, k_gemma)
+        self.scale = s.head_dim**-0.5
+        self.rope = rope  # shared by all layers; holds no parameters
+
+    def kv(self, y: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values of ``y [..., T, hidden]`` at positions ``pos [..., T]``.
+
+        Returns ``k = rope(k_norm(k_proj(y)))``, ``v = v_proj(y)``, each ``[..., T, Hkv, D]``.
+        """
+        shp = y.shape[:-1] + (self.kv_heads, self.head_dim)
+        k = self.rope(self.k_norm(self.k_proj(y).view(shp)), pos)
+        return k, self.v_proj(y).view(shp)
+
+    def forward(self, y: torch.Tensor, pos: torch.Tensor, cache: PagedKV, mask: MaskSpec, lowering) -> torch.Tensor:
+        """``y [N, B, hidden]`` (already input-normed) at ``pos [N, B]`` -> ``o_proj(attn) [N, B, hidden]``."""
+        n, b, _ = y.shape
+        q = self.rope(self.q_norm(self.q_proj(y).view(n, b, self.heads, self.head_dim)), pos)
+        k, v = self.kv(y, pos)
+        out = lowering(q, cache, k, v, mask, self.scale)
+        return self.o_proj(out.reshape(n, b, self.heads * self.head_dim))
+
+
+class DFlashDecoderLayer(nn.Module):
+    """``x += o_proj(attn(input_layernorm(x)))``; ``x += mlp(post_attention_layernorm(x))``."""
+
+    def __init__(self, s: LayerShape, norms: dict, rope: PartialNeoxRope):
+        super().__init__()
+        g = lambda name: norms.get(name, "plain") == "gemma"  # noqa: E731
+        self.input_layernorm = RMSNorm(s.hidden, s.eps, g("input_layernorm"))
+        self.post_attention_layernorm = RMSNorm(s.hidden, s.eps, g("post_attention_layernorm"))
+        self.self_attn = DFlashAttention(s, g("q_norm"), g("k_norm"), rope)
+        self.mlp = GatedMLP(s.hidden, s.inter, s.mlp, s.alpha, s.limit)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, cache: PagedKV, mask: MaskSpec, lowering) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), pos, cache, mask, lowering)
+        return x + self.mlp(self.post_attention_layernorm(x))

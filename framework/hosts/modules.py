@@ -1,0 +1,103 @@
+"""Building blocks of the GQA DFlash/DSpark drafter (drafter reference, section 1).
+
+Every block computes its nonlinear parts in float32 and returns the input dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """``rms(x) * w`` (``gemma=False``) or ``rms(x) * (1 + w)`` (``gemma=True``, ``1 + w`` in fp32).
+
+    ``rms(x) = x / sqrt(mean(x^2) + eps)`` over the last dim ``dim``; weight ``[dim]``.
+    """
+
+    def __init__(self, dim: int, eps: float, gemma: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.eps = eps
+        self.gemma = gemma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        w = self.weight.float()
+        if self.gemma:
+            w = 1.0 + w
+        return (xf * w).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, gemma={self.gemma}"
+
+
+class PartialNeoxRope:
+    """NeoX rotary embedding (rotate halves) on the first ``rotary_dim`` dims of each head.
+
+    ``rope(x [..., T, H, D], pos [..., T] int) -> [..., T, H, D]``; dims ``rotary_dim..D-1``
+    pass through. Angles ``pos * theta^(-2i/rotary_dim)`` are formed in float64 (exact for
+    long contexts), cos/sin applied in float32. Holds no parameters (shared by all layers).
+    """
+
+    def __init__(self, head_dim: int, rotary_dim: int, theta: float, device: torch.device | str = "cpu"):
+        if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
+            raise ValueError(f"rotary_dim must be even and in 1..head_dim={head_dim}, got {rotary_dim}")
+        self.rotary_dim = rotary_dim
+        self.theta = float(theta)
+        exps = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
+        self.inv_freq = (self.theta ** (-exps)).to(device)
+
+    def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin ``[..., T, 1, rotary_dim/2]`` float32 for integer positions ``pos [..., T]``."""
+        ang = pos.to(torch.float64).unsqueeze(-1) * self.inv_freq
+        return ang.cos().float().unsqueeze(-2), ang.sin().float().unsqueeze(-2)
+
+    def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.cos_sin(pos)
+        r, half = self.rotary_dim, self.rotary_dim // 2
+        xf = x.float()
+        x1, x2, rest = xf[..., :half], xf[..., half:r], xf[..., r:]
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+        return out.to(x.dtype)
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(y), up(y)))`` with ``act`` one of:
+
+    - ``swiglu``: ``silu(g) * u``;
+    - ``swiglu_oai``: ``g = g.clamp(max=limit)``, ``u = u.clamp(-limit, limit)``,
+      ``g * sigmoid(alpha * g) * (u + 1)``.
+    Weights ``gate_proj``/``up_proj`` ``[inter, hidden]``, ``down_proj`` ``[hidden, inter]``, no bias.
+    """
+
+    def __init__(self, hidden: int, inter: int, kind: str, alpha: float = 1.702, limit: float = 7.0):
+        super().__init__()
+        if kind not in ("swiglu", "swiglu_oai"):
+            raise ValueError(f"unknown MLP kind {kind!r}; known: swiglu, swiglu_oai")
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.kind, self.alpha, self.limit = kind, float(alpha), float(limit)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        g = self.gate_proj(y).float()
+        u = self.up_proj(y).float()
+        if self.kind == "swiglu":
+            a = F.silu(g) * u
+        else:
+            g = g.clamp(max=self.limit)
+            u = u.clamp(-self.limit, self.limit)
+            a = g * torch.sigmoid(self.alpha * g) * (u + 1.0)
+        return self.down_proj(a.to(y.dtype))
+
+
+def mlp_kind(hidden_act: str) -> str:
+    """Map the config's ``hidden_act`` to an MLP kind: ``silu`` -> swiglu, ``swigluoai`` -> swiglu_oai."""
+    kinds = {"silu": "swiglu", "swigluoai": "swiglu_oai"}
+    try:
+        return kinds[hidden_act]
+    except KeyError:
+        raise ValueError(f"unsupported hidden_act {hidden_act!r}; known: {', '.join(kinds)}") from None

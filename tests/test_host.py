@@ -1,0 +1,418 @@
+"""The PyTorch reference host against an independent float64 implementation of section 1
+of the drafter reference (``ref_draft`` below calls no host module).
+
+Checkpoints are built by hand in the DFlash target layout at tiny dims, random weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from draftsmith.framework.hosts import DFlashDraftModel, PagedKVCache, get_host
+from draftsmith.framework.hosts.loading import build_drafter
+
+HID, HQ, HKV, D, ROT, INTER, VOCAB, BLOCK, W, RANK = 64, 4, 2, 16, 8, 96, 97, 4, 6, 8
+TGT_H, TGT_LAYERS, MASK_ID, EPS, THETA = 32, [1, 3, 5], 96, 1e-6, 10000.0
+
+# (causal, window) per layer: windowed non-causal, full non-causal, windowed causal
+LAYERS = [(False, W), (False, None), (True, W)]
+TABLE = {"cpu": "dense", "sm90": "triton_window_block", "sm100": "trtllm_gen"}
+
+
+def make_config(gemma=True, act="swigluoai", sfa=True, rank=RANK, conf=True, conf_markov=True, layers=LAYERS,
+                block=BLOCK):
+    """A flattened draftsmith config.json (docs/converted-format.md) at tiny dims."""
+    style = "gemma" if gemma else "plain"
+    norms = {k: style for k in ("input_layernorm", "post_attention_layernorm", "q_norm", "norm")}
+    norms.update(k_norm="plain", hidden_norm="plain")  # as TensorRT-LLM computes them: folded
+    dspark = {"markov_rank": rank, "markov_head_type": "vanilla", "enable_confidence_head": conf,
+              "confidence_head_with_markov": conf_markov, "sample_from_anchor": sfa}
+    return {
+        "architectures": ["DSparkDraftModel"], "hidden_size": HID, "num_hidden_layers": len(layers),
+        "num_attention_heads": HQ, "num_key_value_heads": HKV, "head_dim": D, "rotary_dim": ROT,
+        "rope_theta": THETA, "rms_norm_eps": EPS, "vocab_size": VOCAB, "intermediate_size": INTER,
+        "hidden_act": act, "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "target_hidden_size": TGT_H,
+        "torch_dtype": "float32",
+        "layer_types": ["sliding_attention" if w else "full_attention" for _, w in layers], "sliding_window": W,
+        "dflash_config": {"block_size": block, "mask_token_id": MASK_ID, "target_layer_ids": TGT_LAYERS,
+                          "use_swa": True, "swa_window_size": W},
+        "dspark_config": dspark,
+        "draftsmith": {"adapter": "test", "family": "gqa_dflash", "target_layer_ids_convention": "output",
+                       "max_draft_len": block if sfa else block - 1, "norms": norms,
+                       "layers": [{"causal": c, "window": w, "lowering": dict(TABLE)} for c, w in layers]},
+    }
+
+
+def make_weights(config: dict, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights in the target layout; norm weights near 0 (gemma) or near 1 (plain)."""
+    g = torch.Generator().manual_seed(seed)
+    ds = config["dspark_config"]
+    norms = config["draftsmith"]["norms"]
+
+    def lin(o, i):
+        return torch.randn(o, i, generator=g) / math.sqrt(i)
+
+    def nrm(kind, n):
+        base = 0.0 if norms[kind] == "gemma" else 1.0
+        return base + 0.2 * torch.randn(n, generator=g)
+
+    w = {"fc.weight": lin(HID, len(TGT_LAYERS) * TGT_H), "hidden_norm.weight": nrm("hidden_norm", HID),
+         "norm.weight": nrm("norm", HID)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"layers.{i}."
+        w[p + "input_layernorm.weight"] = nrm("input_layernorm", HID)
+        w[p + "post_attention_layernorm.weight"] = nrm("post_attention_layernorm", HID)
+        w[p + "self_attn.q_proj.weight"] = lin(HQ * D, HID)
+        w[p + "self_attn.k_proj.weight"] = lin(HKV * D, HID)
+        w[p + "self_attn.v_proj.weight"] = lin(HKV * D, HID)
+        w[p + "self_attn.o_proj.weight"] = lin(HID, HQ * D)
+        w[p + "self_attn.q_norm.weight"] = nrm("q_norm", D)
+        w[p + "self_attn.k_norm.weight"] = nrm("k_norm", D)
+        w[p + "mlp.gate_proj.weight"] = 3 * lin(INTER, HID)  # large enough to hit the swiglu_oai clamps
+        w[p + "mlp.up_proj.weight"] = 3 * lin(INTER, HID)
+        w[p + "mlp.down_proj.weight"] = lin(HID, INTER)
+    r = ds["markov_rank"]
+    if r:
+        w["markov_head.markov_w1.weight"] = torch.randn(VOCAB, r, generator=g)
+        w["markov_head.markov_w2.weight"] = torch.randn(VOCAB, r, generator=g) / math.sqrt(r)
+    if ds["enable_confidence_head"]:
+        w["confidence_head.proj.weight"] = lin(1, HID + (r if ds["confidence_head_with_markov"] else 0))
+        w["confidence_head.proj.bias"] = torch.randn(1, generator=g)
+    return w
+
+
+def make_target(seed: int = 1) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {"model.embed_tokens.weight": torch.randn(VOCAB, HID, generator=g),
+            "lm_head.weight": torch.randn(VOCAB, HID, generator=g) / math.sqrt(HID)}
+
+
+def write_checkpoint(root: Path, config: dict, weights: dict, target: dict, shards: int = 1) -> tuple[Path, Path]:
+    """Write ``root/draft`` (config.json + safetensors, sharded with an index if ``shards > 1``)
+    and ``root/target`` (config.json + model.safetensors); returns both directories."""
+    ck, tg = root / "draft", root / "target"
+    ck.mkdir(parents=True)
+    tg.mkdir(parents=True)
+    (ck / "config.json").write_text(json.dumps(config))
+    names = sorted(weights)
+    if shards == 1:
+        save_file({k: weights[k].contiguous() for k in names}, str(ck / "model.safetensors"))
+    else:
+        wmap = {}
+        for s in range(shards):
+            fn = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = names[s::shards]
+            save_file({k: weights[k].contiguous() for k in part}, str(ck / fn))
+            wmap.update({k: fn for k in part})
+        (ck / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wmap}))
+    (tg / "config.json").write_text(json.dumps({"hidden_size": HID, "vocab_size": VOCAB}))
+    save_file(target, str(tg / "model.safetensors"))
+    return ck, tg
+
+
+# ---- the independent float64 reference of section 1 -------------------------------------------
+
+
+def ref_draft(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: int, ctx_start: int = 0):
+    """One greedy draft step of one sequence in float64, straight from the reference text.
+
+    ``hidden [T, n*TGT_H]`` are the target states at positions ``ctx_start..C-1`` (positions
+    before ``ctx_start`` must be invisible to every layer). Returns (tokens [K], logits [K, V],
+    conf [K] or None).
+    """
+    f = lambda t: t.double()  # noqa: E731
+    w = {k: f(v) for k, v in w.items()}
+    ds, norms = config["dspark_config"], config["draftsmith"]["norms"]
+    eps, theta, rot = config["rms_norm_eps"], config["rope_theta"], config["rotary_dim"]
+
+    def norm(x, wt, kind):
+        r = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+        return r * (1 + wt) if norms[kind] == "gemma" else r * wt
+
+    def rope(x, pos):  # x [T, H, D]
+        half = rot // 2
+        inv = theta ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
+        ang = pos.double()[:, None] * inv[None, :]
+        cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+        x1, x2 = x[..., :half], x[..., half:rot]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., rot:]], -1)
+
+    def mlp(y, p):
+        g, u = y @ w[p + "gate_proj.weight"].T, y @ w[p + "up_proj.weight"].T
+        if config["hidden_act"] == "silu":
+            a = g * torch.sigmoid(g) * u
+        else:
+            lim, al = config["swiglu_limit"], config["swiglu_alpha"]
+            g, u = g.clamp(max=lim), u.clamp(-lim, lim)
+            a = g * torch.sigmoid(al * g) * (u + 1)
+        return a @ w[p + "down_proj.weight"].T
+
+    b = config["dflash_config"]["block_size"]
+    t = hidden.shape[0]
+    c_len = ctx_start + t
+    c = norm(f(hidden) @ w["fc.weight"].T, w["hidden_norm.weight"], "hidden_norm")
+    emb, head = f(tgt["model.embed_tokens.weight"]), f(tgt["lm_head.weight"])
+    x = emb[torch.tensor([anchor] + [config["dflash_config"]["mask_token_id"]] * (b - 1))]
+    pc, pb = torch.arange(ctx_start, c_len), torch.arange(c_len, c_len + b)
+    kpos = torch.cat([pc, pb])
+    for i, (lay) in enumerate(config["draftsmith"]["layers"]):
+        p = f"layers.{i}."
+        a_ = p + "self_attn."
+        y = norm(x, w[p + "input_layernorm.weight"], "input_layernorm")
+        q = rope(norm((y @ w[a_ + "q_proj.weight"].T).view(b, HQ, D), w[a_ + "q_norm.weight"], "q_norm"), pb)
+        kc = rope(norm((c @ w[a_ + "k_proj.weight"].T).view(t, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pc)
+        kb = rope(norm((y @ w[a_ + "k_proj.weight"].T).view(b, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pb)
+        vc = (c @ w[a_ + "v_proj.weight"].T).view(t, HKV, D)
+        vb = (y @ w[a_ + "v_proj.weight"].T).view(b, HKV, D)
+        k, v = torch.cat([kc, kb]), torch.cat([vc, vb])
+        qp, kp = pb[:, None], kpos[None, :]
+        ok = torch.ones(b, len(kpos), dtype=torch.bool)
+        if lay["causal"]:
+            ok &= kp <= qp
+        if lay["window"] is not None:
+            ok &= (qp - kp).abs() <= lay["window"] - 1
+            assert ctx_start == 0 or ctx_start <= c_len - (lay["window"] - 1), "reference context too short"
+        else:
+            assert ctx_start == 0, "a full layer needs the whole context"
+        heads = []
+        for h in range(HQ):
+            kv = h // (HQ // HKV)
+            s = (q[:, h] @ k[:, kv].T) / math.sqrt(D)
+            s = s.masked_fill(~ok, float("-inf"))
+            heads.append(torch.softmax(s, -1) @ v[:, kv])
+        x = x + torch.stack(heads, 1).reshape(b, HQ * D) @ w[a_ + "o_proj.weight"].T
+        x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm"), p + "mlp.")
+    z = norm(x, w["norm.weight"], "norm")
+    logits = z @ head.T
+    first = 0 if ds["sample_from_anchor"] else 1
+    prev, toks, rows, confs = anchor, [], [], []
+    for j in range(first, b):
+        l = logits[j].clone()
+        if ds["markov_rank"]:
+            l += w["markov_head.markov_w2.weight"] @ w["markov_head.markov_w1.weight"][prev]
+        if ds["enable_confidence_head"]:
+            feat = z[j]
+            if ds["confidence_head_with_markov"]:
+                feat = torch.cat([feat, w["markov_head.markov_w1.weight"][prev]])
+            confs.append(torch.sigmoid(w["confidence_head.proj.weight"][0] @ feat + w["confidence_head.proj.bias"][0]))
+        prev = int(l.argmax())
+        toks.append(prev)
+        rows.append(l)
+    return torch.tensor(toks), torch.stack(rows), (torch.stack(confs) if confs else None)
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
+def build(config, weights, target, lowering=None):
+    model = DFlashDraftModel(config, device="cpu", dtype=torch.float32, lowering=lowering)
+    model.load_weights(weights)
+
+    class T:  # an HF-causal-LM-shaped target
+        pass
+
+    t = T()
+    t.model = T()
+    t.model.embed_tokens = torch.nn.Embedding.from_pretrained(target["model.embed_tokens.weight"])
+    t.lm_head = torch.nn.Linear(HID, VOCAB, bias=False)
+    t.lm_head.weight.data = target["lm_head.weight"].clone()
+    model.load_weights_from_target_model(t)
+    return model
+
+
+def assert_matches(out_logits, out_toks, out_conf, ref):
+    toks, logits, conf = ref
+    rel = (out_logits.double() - logits).abs().max() / logits.abs().max()
+    assert rel < 1e-4, f"logits off by {rel:.2e} relative"
+    assert out_toks.tolist() == toks.tolist()
+    if conf is None:
+        assert out_conf is None
+    else:
+        torch.testing.assert_close(out_conf.double(), conf, rtol=1e-4, atol=1e-5)
+
+
+def rand_hidden(c, seed):
+    return torch.randn(c, len(TGT_LAYERS) * TGT_H, generator=torch.Generator().manual_seed(seed)) * 2.0
+
+
+# ---- tests --------------------------------------------------------------------------------------
+
+VARIANTS = [
+    dict(gemma=True, act="swigluoai", sfa=True),
+    dict(gemma=False, act="silu", sfa=True),
+    dict(gemma=True, act="silu", sfa=False),
+    dict(gemma=False, act="swigluoai", sfa=False, conf_markov=False),
+    dict(gemma=True, act="swigluoai", sfa=True, rank=0, conf=False, conf_markov=False),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
+@pytest.mark.parametrize("ctx", [3, 20])
+def test_draft_step_matches_reference(variant, ctx):
+    config = make_config(**variant)
+    weights, target = make_weights(config, seed=ctx), make_target()
+    model = build(config, weights, target)
+    cache = model.make_cache(1, page_size=4, max_context=64)
+    hidden = rand_hidden(ctx, seed=7)
+    model.append_context(cache, hidden)
+    anchor = 11
+    out = model.draft(torch.tensor([anchor]), cache)
+    k = BLOCK if variant["sfa"] else BLOCK - 1
+    assert out.tokens.shape == (1, k) and out.logits.shape == (1, k, VOCAB)
+    ref = ref_draft(config, weights, target, hidden, anchor)
+    assert_matches(out.logits[0], out.tokens[0], None if out.confidence is None else out.confidence[0], ref)
+
+
+@pytest.mark.parametrize("lowering", ["dense", "window_decode_merge"])
+def test_lowerings_through_host(lowering):
+    config = make_config()
+    weights, target = make_weights(config), make_target()
+    model = build(config, weights, target, lowering=lowering)
+    assert model.layer_lowerings == [lowering] * 3
+    cache = model.make_cache(1, page_size=16, max_context=64)
+    hidden = rand_hidden(17, seed=3)
+    model.append_context(cache, hidden)
+    out = model.draft(torch.tensor([5]), cache)
+    assert_matches(out.logits[0], out.tokens[0], out.confidence[0], ref_draft(config, weights, target, hidden, 5))
+
+
+def test_mixed_batch_matches_per_sequence():
+    config = make_config()
+    weights, target = make_weights(config), make_target()
+    model = build(config, weights, target)
+    lens, anchors = [3, 20, 9, 1], [4, 50, 96, 0]
+    hiddens = [rand_hidden(c, seed=c) for c in lens]
+    cache = model.make_cache(len(lens), page_size=4, max_context=32)
+    for n, h in enumerate(hiddens):
+        model.append_context(cache, h, seq=n)
+    out = model.draft(torch.tensor(anchors), cache)
+    for n, (h, a) in enumerate(zip(hiddens, anchors)):
+        one = model.make_cache(1, page_size=16, max_context=32)
+        model.append_context(one, h)
+        single = model.draft(torch.tensor([a]), one)
+        torch.testing.assert_close(out.logits[n], single.logits[0], rtol=1e-5, atol=1e-5)
+        assert out.tokens[n].tolist() == single.tokens[0].tolist()
+        assert_matches(out.logits[n], out.tokens[n], out.confidence[n], ref_draft(config, weights, target, h, a))
+
+
+def test_chunked_appends_equal_one_append():
+    config = make_config()
+    weights, target = make_weights(config), make_target()
+    model = build(config, weights, target)
+    h = rand_hidden(41, seed=2)
+    one = model.make_cache(1, page_size=4, max_context=64)
+    model.append_context(one, h)
+    many = model.make_cache(1, page_size=4, max_context=64)
+    for a, b in [(0, 7), (7, 9), (9, 10), (10, 33), (33, 41)]:
+        model.append_context(many, h[a:b], chunk=3)
+    x, y = model.draft(torch.tensor([9]), one), model.draft(torch.tensor([9]), many)
+    torch.testing.assert_close(x.logits, y.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_mask_args():
+    model = DFlashDraftModel(make_config(), dtype=torch.float32)
+    assert model._get_attention_mask_args(0) == (False, (W - 1, W - 1))
+    assert model._get_attention_mask_args(1) == (False, (-1, -1))
+    assert model._get_attention_mask_args(2) == (True, (W - 1, 0))
+
+
+def test_lowering_choice_and_errors():
+    config = make_config()
+    assert DFlashDraftModel(config, dtype=torch.float32).layer_lowerings == ["dense"] * 3
+    with pytest.raises(KeyError, match="known"):
+        DFlashDraftModel(config, dtype=torch.float32, lowering="nope")
+    with pytest.raises(RuntimeError, match="trtllm_gen"):
+        DFlashDraftModel(config, dtype=torch.float32, lowering="trtllm_gen")
+    bad = make_config()
+    del bad["draftsmith"]["layers"][1]["lowering"]["cpu"]
+    with pytest.raises(ValueError, match="layer 1 has no lowering"):
+        DFlashDraftModel(bad, dtype=torch.float32)
+
+
+def test_load_weights_strict_and_mapper():
+    config = make_config()
+    weights = make_weights(config)
+    model = DFlashDraftModel(config, dtype=torch.float32)
+    partial = dict(weights)
+    partial.pop("norm.weight")
+    partial["extra.weight"] = torch.ones(1)
+    with pytest.raises(ValueError, match="missing.*norm.weight.*unexpected.*extra.weight"):
+        model.load_weights(partial)
+    prefixed = {"language_model.model.dspark." + k: v for k, v in weights.items()}
+    model.load_weights(prefixed, weight_mapper=lambda n: n.removeprefix("language_model.model.dspark."))
+    assert torch.equal(model.fc.weight, weights["fc.weight"])
+    assert "embed_tokens.weight" not in dict(model.named_parameters())
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_build_from_checkpoint_dirs(tmp_path, shards):
+    config = make_config(gemma=False, act="silu")
+    weights, target = make_weights(config), make_target()
+    ck, tg = write_checkpoint(tmp_path, config, weights, target, shards=shards)
+    model, _ = build_drafter(get_host("torch").model_cls, ck, tg, dtype=torch.float32)
+    cache = model.make_cache(1, max_context=16)
+    h = rand_hidden(10, seed=1)
+    model.append_context(cache, h)
+    out = model.draft(torch.tensor([3]), cache)
+    assert_matches(out.logits[0], out.tokens[0], out.confidence[0], ref_draft(config, weights, target, h, 3))
+
+
+def test_get_host_unknown():
+    with pytest.raises(KeyError, match="known: torch"):
+        get_host("nope")
+
+
+def test_bf16_host_close_to_reference():
+    config = make_config()
+    weights, target = make_weights(config), make_target()
+    model = DFlashDraftModel(config, dtype=torch.bfloat16)
+    model.load_weights(weights)
+    tm = build(config, weights, target)  # borrow fp32 target pieces; the host casts them to bf16
+    model.load_weights_from_target_model(type("T", (), {"model": type("M", (), {"embed_tokens": tm.embed_tokens}),
+                                                        "lm_head": tm.lm_head}))
+    assert model.lm_head.weight.dtype == torch.bfloat16 and tm.lm_head.weight.dtype == torch.float32
+    cache = model.make_cache(1, max_context=16)
+    h = rand_hidden(12, seed=4)
+    model.append_context(cache, h)
+    out = model.draft(torch.tensor([8]), cache)
+    _, logits, _ = ref_draft(config, weights, target, h, 8)
+    rel = (out.logits[0, 0].double() - logits[0]).abs().max() / logits[0].abs().max()
+    assert rel < 0.1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_replay_matches_eager():
+    from draftsmith.framework.hosts.graphs import DraftStepGraph
+
+    config = make_config()
+    for layer in config["draftsmith"]["layers"]:
+        layer["lowering"]["sm100"] = "triton_window_block"
+    weights, target = make_weights(config), make_target()
+    model = DFlashDraftModel(config, device="cuda", dtype=torch.float32)
+    model.load_weights(weights)
+    tm = build(config, weights, target)
+    model.load_weights_from_target_model(type("T", (), {"model": type("M", (), {"embed_tokens": tm.embed_tokens}),
+                                                        "lm_head": tm.lm_head}))
+    lens = [3, 20, 9]
+    cache = model.make_cache(len(lens), page_size=16, max_context=64)
+    hs = [rand_hidden(c, seed=c) for c in lens]
+    for n, h in enumerate(hs):
+        model.append_context(cache, h, seq=n)
+    graph = DraftStepGraph(model, cache)
+    anchors = torch.tensor([1, 2, 3])
+    eager = model.draft(anchors, cache)
+    replay = graph.replay(anchors)
+    torch.testing.assert_close(replay.logits, eager.logits)
+    assert torch.equal(replay.tokens, eager.tokens)
+    # new anchors and one more context token per sequence: the same graph, new values
+    for n in range(len(lens)):
+        model.append_context(cache, rand_hidden(1, seed=100 + n), seq=n)
+    anchors = torch.tensor([7, 8, 9])
+    torch.testing.assert_close(graph.replay(anchors).logits, model.draft(anchors, cache).logits)
