@@ -1,0 +1,420 @@
+"""``triton_window_block``: one Triton kernel for a drafter layer's block attention.
+
+Contract: :mod:`draftsmith.lowering.base` (``fn(q, cache, k_blk, v_blk, mask, scale,
+return_lse=False)``); the mask is section 2 of the drafter reference, exactly.
+
+How it computes it:
+
+- One program owns one (sequence ``n``, KV head, row block, KV split). Its rows are all
+  ``B * G`` (block query ``j``, query head of this KV head) pairs, ``G = Hq // Hkv``, packed
+  into one tile of ``BLOCK_M`` rows (``7 * 16 = 112`` pads to 128), so every K/V tile of the
+  context is read once per KV head, not once per query head.
+- Context keys are read from the paged ring cache through the block table: token ``t`` at
+  page ``block_table[n, (t // P) % R]``, slot ``t % P``. Only keys the mask can reach are
+  read: ``max(0, C - (W - 1)) .. C - 1`` for a window ``W`` (the lowest window bound over the
+  block's queries; never a recycled ring slot), ``0 .. C - 1`` for full attention. The
+  block's own keys come from ``k_blk``/``v_blk`` and are masked per (query, key) pair.
+- Online softmax in float32 with base-2 exponentials (scores pre-multiplied by
+  ``scale * log2(e)``). LSE is returned in natural log.
+- Split-KV: the context range of each sequence is cut into ``S`` equal chunks (``S`` picked
+  from static shapes only: batch, KV heads, row blocks, the largest key span the mask and
+  the block table allow, and the multiprocessor count), each program writes a normalised
+  float32 partial and its LSE, and a second kernel merges them. With ``S == 1`` the first
+  kernel writes the output directly.
+- CUDA-graph capturable: no host syncs (``ctx_lens`` is only read on the device), the grid
+  and ``S`` come from tensor shapes and the device's multiprocessor count.
+
+On a CPU tensor it runs only through Triton's interpreter (``TRITON_INTERPRET=1`` at call
+time); kernels are decorated lazily, once per mode, so the flag may be set after import.
+"""
+
+import math
+import os
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Optional
+
+import torch
+
+from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
+
+try:  # Triton is optional: the lowering registers either way and reports itself unavailable.
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the environment
+    triton = None
+    tl = SimpleNamespace(constexpr="constexpr")  # lets the kernel signatures below parse
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def _interpret_on() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+def available() -> bool:
+    """Triton importable and either CUDA present or the interpreter switched on."""
+    if triton is None:
+        return False
+    return torch.cuda.is_available() or _interpret_on()
+
+
+# --------------------------------------------------------------------------------------
+# Kernels (plain Python functions; decorated with triton.jit lazily, per interpreter mode)
+# --------------------------------------------------------------------------------------
+
+
+def _attn_kernel(
+    q_ptr, kp_ptr, vp_ptr, bt_ptr, ctx_ptr, kb_ptr, vb_ptr,
+    out_ptr, lse_ptr, po_ptr, plse_ptr,
+    s_qn, s_qb, s_qh,
+    s_kpp, s_kpt, s_kph,
+    s_vpp, s_vpt, s_vph,
+    s_btn,
+    s_kbn, s_kbb, s_kbh,
+    s_vbn, s_vbb, s_vbh,
+    s_on, s_ob, s_oh,
+    B, G, HQ, HKV, D, R, W_M1, qk_scale,
+    NUM_SPLITS: tl.constexpr, NUM_RB: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
+    D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
+    SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, IEEE: tl.constexpr,
+):
+    """One (sequence, KV head, row block, split) program. Scores are in log2 units."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    rb = pid % NUM_RB
+    kvh = (pid // NUM_RB) % HKV
+    n = pid // (NUM_RB * HKV)
+    n64 = n.to(tl.int64)
+
+    ctx = tl.load(ctx_ptr + n)
+
+    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < B * G
+    j = rows // G
+    head = kvh * G + rows % G
+    dim = tl.arange(0, D_PAD)
+    dim_ok = dim < D
+
+    q_off = n64 * s_qn + j.to(tl.int64)[:, None] * s_qb + head.to(tl.int64)[:, None] * s_qh + dim[None, :]
+    q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
+
+    # Context keys this sequence's block can reach, cut into NUM_SPLITS chunks.
+    if WINDOWED:
+        start = tl.maximum(ctx - W_M1, 0)
+        lo_bound = ctx + j - W_M1  # per row: lowest key position allowed
+    else:
+        start = ctx * 0
+        lo_bound = j * 0
+    span = ctx - start
+    chunk = tl.cdiv(tl.cdiv(span, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = start + split * chunk
+    hi = tl.minimum(ctx, lo + chunk)
+
+    bt_row = bt_ptr + n64 * s_btn
+    kv_h_k = kvh.to(tl.int64) * s_kph
+    kv_h_v = kvh.to(tl.int64) * s_vph
+    for k0 in range(lo, hi, BLOCK_N):
+        t = k0 + tl.arange(0, BLOCK_N)
+        t_ok = t < hi
+        page = tl.load(bt_row + (t // PAGE) % R, mask=t_ok, other=0).to(tl.int64)
+        slot = (t % PAGE).to(tl.int64)
+        k_off = page * s_kpp + slot * s_kpt + kv_h_k
+        v_off = page * s_vpp + slot * s_vpt + kv_h_v
+        ld_mask = t_ok[:, None] & dim_ok[None, :]
+        k = tl.load(kp_ptr + k_off[:, None] + dim[None, :], mask=ld_mask, other=0.0)
+        v = tl.load(vp_ptr + v_off[:, None] + dim[None, :], mask=ld_mask, other=0.0)
+        if IEEE:
+            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            qk = tl.dot(q, tl.trans(k))
+        qk = qk * qk_scale
+        allowed = t_ok[None, :]
+        if WINDOWED:
+            allowed = allowed & (t[None, :] >= lo_bound[:, None])
+        qk = tl.where(allowed, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    # The block's own keys, once per sequence: the last split takes them.
+    if split == NUM_SPLITS - 1:
+        jb = tl.arange(0, BLOCK_B)
+        jb_ok = jb < B
+        ldb = jb_ok[:, None] & dim_ok[None, :]
+        kb_off = n64 * s_kbn + jb.to(tl.int64)[:, None] * s_kbb + kvh.to(tl.int64) * s_kbh + dim[None, :]
+        vb_off = n64 * s_vbn + jb.to(tl.int64)[:, None] * s_vbb + kvh.to(tl.int64) * s_vbh + dim[None, :]
+        kb = tl.load(kb_ptr + kb_off, mask=ldb, other=0.0)
+        vb = tl.load(vb_ptr + vb_off, mask=ldb, other=0.0)
+        if IEEE:
+            qk = tl.dot(q, tl.trans(kb), input_precision="ieee")
+        else:
+            qk = tl.dot(q, tl.trans(kb))
+        qk = qk * qk_scale
+        allowed = jb_ok[None, :] & row_ok[:, None]
+        if CAUSAL:
+            allowed = allowed & (jb[None, :] <= j[:, None])
+        if WINDOWED:
+            diff = j[:, None] - jb[None, :]
+            allowed = allowed & (diff <= W_M1) & (diff >= -W_M1)
+        qk = tl.where(allowed, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            pv = tl.dot(p.to(vb.dtype), vb, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(vb.dtype), vb)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    lse2 = tl.where(has, m_i + tl.math.log2(l_safe), float("-inf"))
+    st_mask = row_ok[:, None] & dim_ok[None, :]
+    if SPLIT:
+        # Partials: po [N, B, HQ, S, D_PAD] float32, plse [N, B, HQ, S] (log2 units).
+        prow = (n64 * B + j.to(tl.int64)) * HQ + head.to(tl.int64)
+        po_off = (prow * NUM_SPLITS + split)[:, None] * D_PAD + dim[None, :]
+        tl.store(po_ptr + po_off, o, mask=st_mask)
+        tl.store(plse_ptr + prow * NUM_SPLITS + split, lse2, mask=row_ok)
+    else:
+        o_off = n64 * s_on + j.to(tl.int64)[:, None] * s_ob + head.to(tl.int64)[:, None] * s_oh + dim[None, :]
+        tl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=st_mask)
+        if RETURN_LSE:
+            lrow = (n64 * B + j.to(tl.int64)) * HQ + head.to(tl.int64)
+            tl.store(lse_ptr + lrow, lse2 * 0.6931471805599453, mask=row_ok)
+
+
+def _reduce_kernel(
+    po_ptr, plse_ptr, out_ptr, lse_ptr,
+    s_on, s_ob, s_oh,
+    B, HQ, D,
+    NUM_SPLITS: tl.constexpr, S_PAD: tl.constexpr, D_PAD: tl.constexpr,
+    ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
+):
+    """Merge the split partials of ROWS consecutive (n, j, head) rows by log-sum-exp."""
+    pid = tl.program_id(0)
+    sp = tl.arange(0, S_PAD)
+    sp_ok = sp < NUM_SPLITS
+    dim = tl.arange(0, D_PAD)
+    dim_ok = dim < D
+    total = B * HQ  # rows per sequence
+    for r in range(ROWS):
+        row = pid.to(tl.int64) * ROWS + r
+        n = row // total
+        rem = row % total
+        j = rem // HQ
+        h = rem % HQ
+        lse_s = tl.load(plse_ptr + row * NUM_SPLITS + sp, mask=sp_ok, other=float("-inf"))
+        m = tl.max(lse_s, 0)
+        w = tl.math.exp2(lse_s - m)
+        w = tl.where(sp_ok, w, 0.0)
+        den = tl.sum(w, 0)
+        po = tl.load(po_ptr + (row * NUM_SPLITS + sp)[:, None] * D_PAD + dim[None, :],
+                     mask=sp_ok[:, None] & dim_ok[None, :], other=0.0)
+        o = tl.sum(po * w[:, None], 0) / den
+        tl.store(out_ptr + n * s_on + j * s_ob + h * s_oh + dim, o.to(out_ptr.dtype.element_ty), mask=dim_ok)
+        if RETURN_LSE:
+            tl.store(lse_ptr + row, (m + tl.math.log2(den)) * 0.6931471805599453)
+
+
+_JITTED: dict[bool, tuple] = {}
+
+
+def _kernels():
+    """(attention kernel, reduce kernel), decorated for the current interpreter mode."""
+    mode = _interpret_on()
+    if mode not in _JITTED:
+        _JITTED[mode] = (triton.jit(_attn_kernel), triton.jit(_reduce_kernel))
+    return _JITTED[mode]
+
+
+# --------------------------------------------------------------------------------------
+# Launch configuration (static shapes only)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Tile sizes and launch shape. ``num_splits`` is the split-KV count ``S``."""
+
+    block_m: int
+    block_n: int
+    num_splits: int
+    num_warps: int
+    num_stages: int
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: a few "multiprocessors" so that tests exercise splits
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def choose_config(
+    n: int, b: int, hq: int, hkv: int, d: int, max_span: int, device: torch.device,
+    num_splits: Optional[int] = None, block_n: Optional[int] = None, block_m: Optional[int] = None,
+    num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+) -> Config:
+    """Pick tiles and the split count from static shapes.
+
+    ``max_span``: the most context keys one sequence can need (``W - 1`` for a window,
+    ``R * P`` for full attention), a static bound; ``ctx_lens`` itself is never read here.
+    Splits: enough programs to give every multiprocessor about two, but no split shorter
+    than 256 keys, and at most 64.
+    """
+    d_pad = max(16, _next_pow2(d))
+    rows = b * (hq // hkv)
+    if block_m is None:
+        block_m = min(max(16, _next_pow2(rows)), 64 if d_pad >= 256 else 128)
+    if block_n is None:
+        block_n = 32 if d_pad >= 256 else 64
+    num_rb = -(-rows // block_m)
+    ctas = n * hkv * num_rb
+    if num_splits is None:
+        sms = _sm_count(device)
+        max_splits = max(1, min(64, max_span // 256 if device.type == "cuda" else max_span // block_n))
+        num_splits = 1 if ctas >= sms else min(max_splits, -(-2 * sms // ctas))
+    if num_warps is None:
+        num_warps = 8 if block_m * d_pad >= 128 * 128 else 4
+    if num_stages is None:
+        num_stages = 2
+    return Config(block_m, block_n, max(1, num_splits), num_warps, num_stages)
+
+
+# --------------------------------------------------------------------------------------
+# The lowering
+# --------------------------------------------------------------------------------------
+
+
+def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
+    if q.dim() != 4 or k_blk.dim() != 4 or v_blk.dim() != 4:
+        raise ValueError("q, k_blk, v_blk must be [N, B, H, D]")
+    n, b, hq, d = q.shape
+    hkv = k_blk.shape[2]
+    if k_blk.shape != (n, b, hkv, d) or v_blk.shape != (n, b, hkv, d):
+        raise ValueError(f"k_blk/v_blk must be [{n}, {b}, Hkv, {d}], got {tuple(k_blk.shape)}, {tuple(v_blk.shape)}")
+    if hq % hkv:
+        raise ValueError(f"Hq={hq} is not a multiple of Hkv={hkv}")
+    kp, vp = cache.k_pages, cache.v_pages
+    if kp.shape[2:] != (hkv, d) or vp.shape != kp.shape:
+        raise ValueError(f"cache pages must be [pages, P, {hkv}, {d}], got {tuple(kp.shape)}, {tuple(vp.shape)}")
+    p = kp.shape[1]
+    if p & (p - 1):
+        raise ValueError(f"page size must be a power of 2, got {p}")
+    if cache.block_table.shape[0] != n or cache.ctx_lens.shape != (n,):
+        raise ValueError("block_table must be [N, R] and ctx_lens [N]")
+    for name, t in (("q", q), ("k_blk", k_blk), ("v_blk", v_blk), ("k_pages", kp), ("v_pages", vp)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dim")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device}, q on {q.device}")
+    if q.device.type != "cuda" and not _interpret_on():
+        raise RuntimeError("triton_window_block runs on CPU tensors only with TRITON_INTERPRET=1")
+
+
+def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float,
+                        return_lse: bool = False, config: Optional[Config] = None):
+    """Block attention of section 2 over the paged context and the block's own keys.
+
+    Shapes and units: see :mod:`draftsmith.lowering.base`. Returns ``out`` ``[N, B, Hq, D]``
+    in ``q.dtype`` and, with ``return_lse``, ``lse`` ``[N, B, Hq]`` float32 (natural log of
+    the softmax denominator of the scaled scores). ``config`` overrides the tile choice
+    (benchmarks and tests); by default :func:`choose_config` picks it from static shapes.
+    """
+    if triton is None:
+        raise RuntimeError("triton_window_block needs triton")
+    _check(q, cache, k_blk, v_blk, mask)
+    n, b, hq, d = q.shape
+    hkv = k_blk.shape[2]
+    g = hq // hkv
+    kp, vp, bt = cache.k_pages, cache.v_pages, cache.block_table
+    page, ring = kp.shape[1], bt.shape[1]
+    windowed = mask.window is not None
+    w_m1 = (mask.window - 1) if windowed else 0
+    max_span = min(w_m1, ring * page) if windowed else ring * page
+    cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device)
+    d_pad = max(16, _next_pow2(d))
+    num_rb = -(-(b * g) // cfg.block_m)
+    block_b = max(16, _next_pow2(b))
+    split = cfg.num_splits > 1
+
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((n, b, hq), dtype=torch.float32, device=q.device) if return_lse else None
+    if split:
+        po = torch.empty((n, b, hq, cfg.num_splits, d_pad), dtype=torch.float32, device=q.device)
+        plse = torch.empty((n, b, hq, cfg.num_splits), dtype=torch.float32, device=q.device)
+    else:
+        po = plse = out  # unused by the kernel when SPLIT is off
+    lse_arg = lse if lse is not None else out
+    bt_i32 = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
+    ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
+
+    attn, reduce = _kernels()
+    ieee = q.dtype == torch.float32
+    attn[(n * hkv * num_rb, cfg.num_splits)](
+        q, kp, vp, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse,
+        q.stride(0), q.stride(1), q.stride(2),
+        kp.stride(0), kp.stride(1), kp.stride(2),
+        vp.stride(0), vp.stride(1), vp.stride(2),
+        bt_i32.stride(0),
+        k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
+        v_blk.stride(0), v_blk.stride(1), v_blk.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        b, g, hq, hkv, d, ring, w_m1, float(scale) * LOG2E,
+        NUM_SPLITS=cfg.num_splits, NUM_RB=num_rb, PAGE=page,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
+        CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, IEEE=ieee,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if split:
+        rows_total = n * b * hq
+        rows_per = 4 if rows_total % 4 == 0 else (2 if rows_total % 2 == 0 else 1)
+        reduce[(rows_total // rows_per,)](
+            po, plse, out, lse_arg,
+            out.stride(0), out.stride(1), out.stride(2),
+            b, hq, d,
+            NUM_SPLITS=cfg.num_splits, S_PAD=max(2, _next_pow2(cfg.num_splits)), D_PAD=d_pad,
+            ROWS=rows_per, RETURN_LSE=return_lse, num_warps=4,
+        )
+    return (out, lse) if return_lse else out
+
+
+register_lowering(LoweringInfo(
+    name="triton_window_block",
+    fn=triton_window_block,
+    description=(
+        "One Triton kernel: all B block queries x G query heads of a KV head packed in one tile, "
+        "context K/V read once from the paged ring cache (only keys the mask reaches), "
+        "exact section-2 mask, fp32 online softmax, split-KV with an LSE merge; CUDA-graph safe."
+    ),
+    devices=("cpu", "sm90", "sm100"),
+    available=available,
+    needs_context_kernel=False,
+))
