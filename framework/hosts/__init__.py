@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .dflash import DFlashDraftModel, DraftOutput
+from .graphs import DraftStepGraph
 from .kv_cache import PagedKVCache
 from .target import BorrowedTarget
 
@@ -37,4 +38,4 @@ def get_host(name: str) -> HostInfo:
         raise KeyError(f"unknown host {name!r}; known: {', '.join(sorted(HOSTS))}") from None
 
 
-__all__ = ["BorrowedTarget", "DFlashDraftModel", "DraftOutput", "HOSTS", "HostInfo", "PagedKVCache", "get_host"]
+__all__ = ["BorrowedTarget", "DFlashDraftModel", "DraftOutput", "DraftStepGraph", "HOSTS", "HostInfo", "PagedKVCache", "get_host"]

@@ -98,15 +98,16 @@ class PagedKVCache:
     def write(self, layer: int, seq: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store ``k, v: [T, Hkv, D]`` of sequence ``seq`` at positions ``start..start+T-1``.
 
-        ``T`` must not exceed the ring capacity (a longer write would overwrite itself).
-        Does not move ``ctx_lens``; see :meth:`advance`.
+        A windowed layer's ring keeps only the last ``R * P`` of them (the earlier ones would be
+        overwritten at once and are skipped). Does not move ``ctx_lens``; see :meth:`advance`.
         """
+        cap = self.capacity(layer)
+        if self.masks[layer].window is not None and k.shape[0] > cap:
+            drop = k.shape[0] - cap
+            k, v, start = k[drop:], v[drop:], start + drop
         t = k.shape[0]
         if t == 0:
             return
-        cap = self.capacity(layer)
-        if t > cap:
-            raise ValueError(f"write of {t} tokens exceeds layer {layer}'s ring of {cap} tokens")
         if self.masks[layer].window is None and start + t > cap:
             raise ValueError(
                 f"sequence {seq} reaches {start + t} tokens; full-attention layer {layer} holds "
