@@ -1,0 +1,168 @@
+"""The compile step: a validated :class:`AdapterSpec` -> an :class:`Adapter` of pure functions.
+
+Every name in the spec resolves here through a closed registry (family, transforms,
+lowerings); unknown names fail with the file, the key path and the known names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+
+from draftsmith.lowering.base import get_lowering
+from draftsmith.transforms.base import Context, Transform, get_transform
+from draftsmith.transforms.names import NameTemplate
+
+from .attention import DEVICE_CLASSES
+from .errors import UserError
+from .family import get_family
+from .flatten import flatten
+from .loading import _dotted
+from .rename import Renamer
+from .schema import AdapterSpec
+
+
+class Adapter:
+    """A compiled spec: config flattening, weight conversion plan, attention table."""
+
+    def __init__(self, spec: AdapterSpec, path: Path | None = None):
+        self.spec = spec
+        self.path = path or Path(f"<{spec.name}>")
+        self.name = spec.name
+        where = str(self.path)
+        try:
+            self.family = get_family(spec.family)
+        except KeyError as e:
+            raise UserError(f"{where}: family: {e.args[0]}") from None
+        try:
+            self.renamer = Renamer(spec.weights.rename)
+        except ValueError as e:
+            raise UserError(f"{where}: weights.rename: {e}") from None
+        self.transforms: list[Transform] = []
+        for i, rule in enumerate(spec.weights.transforms):
+            key = f"weights.transforms[{i}]"
+            try:
+                cls = get_transform(rule.op)
+            except KeyError as e:
+                raise UserError(f"{where}: {key}.op: {e.args[0]}") from None
+            try:
+                params = cls.Params.model_validate(rule.params)
+                self.transforms.append(cls(params, rule.match))
+            except ValidationError as e:
+                raise UserError(*(
+                    f"{where}: {key}.params.{_dotted(err['loc'])}: {err['msg']}" for err in e.errors()
+                )) from None
+            except ValueError as e:
+                raise UserError(f"{where}: {key}: {e}") from None
+        for kind, choice in spec.attention.lowering.items():
+            for dev in DEVICE_CLASSES:
+                name = getattr(choice, dev)
+                try:
+                    info = get_lowering(name)
+                except KeyError as e:
+                    raise UserError(f"{where}: attention.lowering.{kind}.{dev}: {e.args[0]}") from None
+                if dev not in info.devices:
+                    raise UserError(
+                        f"{where}: attention.lowering.{kind}.{dev}: {name} does not run on {dev} "
+                        f"(it runs on {', '.join(info.devices)})"
+                    )
+
+    @property
+    def architectures(self) -> list[str]:
+        return list(self.spec.match.architectures)
+
+    @cached_property
+    def spec_sha256(self) -> str:
+        return hashlib.sha256(self.spec.model_dump_json(by_alias=True).encode()).hexdigest()
+
+    @cached_property
+    def file_sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest() if self.path.is_file() else self.spec_sha256
+
+    @property
+    def quant_methods(self) -> set[str]:
+        return {t.quant_method for t in self.transforms if t.quant_method}
+
+    def matches(self, raw: dict[str, Any]) -> bool:
+        """Whether this adapter serves a raw ``config.json`` (by architecture, and model_type if set)."""
+        archs = raw.get("architectures") or []
+        if not any(a in self.spec.match.architectures for a in archs):
+            return False
+        mt = self.spec.match.model_type
+        return mt is None or raw.get("model_type") == mt
+
+    def norm_styles(self) -> dict[str, str]:
+        """Norm kind -> ``gemma`` (kept ``w``, engine applies ``1 + w``) or ``plain``."""
+        styles = {}
+        for kind, template in self.family.norm_kinds.items():
+            name = NameTemplate(template).format({"i": "0"}) if "{i}" in template else template
+            style = "plain"
+            for t in self.transforms:
+                if t.name == "norm_fold_gemma" and t.match.search(name):
+                    style = "gemma" if t.params.mode == "keep" else "plain"
+            styles[kind] = style
+        return styles
+
+    def flatten_config(self, raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
+        """The flattened config of ``docs/converted-format.md``."""
+        return flatten(self, raw, where)
+
+    def plan(self, source: Path):
+        """The conversion plan of checkpoint folder ``source`` (headers only)."""
+        from .plan import build_plan
+
+        return build_plan(self, Path(source))
+
+    def convert_state_dict(self, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """In-memory conversion (rename, transforms) into the target layout.
+
+        ``config`` is the *flattened* config. Used by engines that hand tensors to a loader
+        (the generated TensorRT-LLM ``load_weights``); refuses an incomplete mapping.
+        """
+        from .checkpoint import SourceTensor
+        from .convert import run_group
+        from .plan import plan_from_metas
+        from draftsmith.transforms.base import TensorMeta
+
+        metas = {n: SourceTensor(n, Path("<memory>"), TensorMeta(tuple(t.shape), t.dtype)) for n, t in tensors.items()}
+        plan = plan_from_metas(self, config, metas, None)
+        if not plan.complete:
+            raise UserError(*(f"<state dict>: {l}" for l in plan.report().splitlines()))
+        out: dict[str, torch.Tensor] = {}
+        ctx = Context(config)
+        for g in plan.groups:
+            out.update(run_group(plan, g, {s: tensors[s] for s in g.sources}, ctx))
+        return {n: out[n] for n in plan.outputs}
+
+
+def compile_spec(spec: AdapterSpec, path: Path | None = None) -> Adapter:
+    return Adapter(spec, path)
+
+
+def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
+    """Load, validate and compile adapter ``adapter`` (name or YAML path)."""
+    from .loading import load_spec
+
+    spec, path = load_spec(adapter, overrides, adapter_dir)
+    return compile_spec(spec, path)
+
+
+def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> Adapter:
+    """The adapter serving a raw ``config.json``, by architecture; else an error listing them."""
+    from .loading import adapter_files
+
+    known = []
+    for name in sorted(adapter_files(adapter_dir)):
+        a = load_adapter(name, adapter_dir=adapter_dir)
+        if a.matches(raw):
+            return a
+        known.append(f"{name} ({', '.join(a.architectures)})")
+    raise UserError(
+        f"{where}: no adapter serves architectures {raw.get('architectures')} "
+        f"(model_type {raw.get('model_type')!r}); known adapters: {'; '.join(known)}"
+    )

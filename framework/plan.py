@@ -1,0 +1,201 @@
+"""The plan: everything known from ``config.json`` and safetensors headers, before any
+tensor data is read: renames, transform applications, output names/shapes/dtypes, and
+the loading report (missing, unexpected, mis-shaped tensors)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from draftsmith.transforms.base import Binding, Context, TensorMeta, Transform, TransformError
+
+from .checkpoint import SourceTensor, read_config, read_headers
+
+
+@dataclass(frozen=True)
+class Application:
+    """One transform applied to one binding, at one stage."""
+
+    stage: int
+    transform: Transform
+    binding: Binding
+    sources: frozenset[str]  # the source tensors this application's inputs derive from
+
+
+@dataclass
+class Node:
+    meta: TensorMeta
+    sources: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    status: str  # MISSING | UNEXPECTED | MISMATCH | INVALID
+    detail: str = ""
+
+
+@dataclass
+class Group:
+    """Tensors converted together: the sources one output needs (peak memory unit)."""
+
+    sources: list[str]
+    apps: list[Application]
+    outputs: list[str]
+    nbytes: int
+
+
+@dataclass
+class Plan:
+    source: Path | None
+    config: dict
+    sources: dict[str, SourceTensor]
+    renamed: dict[str, str]  # source name -> renamed name
+    dropped: list[str]
+    ignored: list[str]  # shared with target
+    outputs: dict[str, TensorMeta]  # target layout, in output order
+    groups: list[Group]
+    problems: list[Problem] = field(default_factory=list)
+    max_shard_bytes: int = 5 * 2**30
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    def report(self) -> str:
+        return format_report(self.problems)
+
+
+def _layer_key(name: str) -> tuple[str, int | None]:
+    m = re.match(r"^(.*?\blayers\.)(\d+)(\..*)$", name)
+    return (m.group(1) + "{}" + m.group(3), int(m.group(2))) if m else (name, None)
+
+
+def compress_ranges(ix: list[int]) -> str:
+    ix = sorted(set(ix))
+    parts, start = [], ix[0]
+    for a, b in zip(ix, ix[1:] + [None]):
+        if b != a + 1:
+            parts.append(f"{start}" if start == a else f"{start}..{a}")
+            start = b
+    return "{" + ",".join(parts) + "}"
+
+
+def format_report(problems: list[Problem]) -> str:
+    """transformers-style lines, layer ranges compressed: ``layers.{0..4}.x | MISSING``."""
+    groups: dict[tuple, list[int | None]] = {}
+    for p in problems:
+        key, i = _layer_key(p.name)
+        detail = p.detail.replace(f"layers.{i}.", "layers.{}.") if i is not None else p.detail
+        groups.setdefault((key, p.status, detail), []).append(i)
+    lines = []
+    for (key, status, detail), ix in groups.items():
+        name = key.replace("{}", compress_ranges(ix)) if ix[0] is not None else key
+        det = detail.replace("{}", compress_ranges(ix)) if ix[0] is not None else detail
+        lines.append(f"{name} | {status}" + (f" | {det}" if det else ""))
+    return "\n".join(lines)
+
+
+def build_plan(adapter, source: Path, raw_config: dict | None = None, headers: dict | None = None) -> Plan:
+    """Plan the conversion of ``source`` (reads config.json and headers only)."""
+    raw = raw_config if raw_config is not None else read_config(source)
+    cfg = adapter.flatten_config(raw, where=str(source / "config.json"))
+    sources = headers if headers is not None else read_headers(source)
+    return plan_from_metas(adapter, cfg, sources, source)
+
+
+def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None) -> Plan:
+    ctx = Context(cfg)
+    problems: list[Problem] = []
+    shared = set(adapter.spec.weights.shared_with_target)
+
+    # stage 0: rename
+    nodes: dict[str, Node] = {}
+    renamed, dropped, ignored = {}, [], []
+    for name in sorted(sources):
+        new = adapter.renamer(name)
+        if new is None:
+            dropped.append(name)
+            continue
+        if new in shared:
+            ignored.append(name)
+            continue
+        if new in nodes:
+            other = next(s for s, r in renamed.items() if r == new)
+            problems.append(Problem(new, "INVALID", f"both {other} and {name} rename to it"))
+            continue
+        renamed[name] = new
+        nodes[new] = Node(sources[name].meta, frozenset([name]))
+
+    # transform stages
+    apps: list[Application] = []
+    for stage, t in enumerate(adapter.transforms, start=1):
+        names = set(nodes)
+        consumed: set[str] = set()
+        new_nodes: dict[str, Node] = {}
+        for name in sorted(names):
+            if name in consumed:
+                continue
+            b = t.bind(name, names)
+            if b is None:
+                continue
+            missing = [n for n in b.inputs.values() if n not in nodes]
+            if missing:
+                for n in missing:
+                    problems.append(Problem(n, "MISSING", f"needed by {t.name} for {b.outputs[0]}"))
+                consumed.update(n for n in b.inputs.values() if n in nodes)
+                continue
+            taken = [n for n in b.inputs.values() if n in consumed]
+            if taken:
+                problems.append(Problem(taken[0], "INVALID", f"used by two {t.name} applications"))
+                continue
+            try:
+                out = t.meta(b, {r: nodes[n].meta for r, n in b.inputs.items()}, ctx)
+            except TransformError as e:
+                problems.append(Problem(b.outputs[0], "INVALID", str(e)))
+                consumed.update(b.inputs.values())
+                continue
+            srcs = frozenset().union(*(nodes[n].sources for n in b.inputs.values()))
+            consumed.update(b.inputs.values())
+            for o, m in out.items():
+                new_nodes[o] = Node(m, srcs)
+            apps.append(Application(stage, t, b, srcs))
+        for n in consumed:
+            nodes.pop(n, None)
+        clash = set(new_nodes) & set(nodes)
+        for n in sorted(clash):
+            problems.append(Problem(n, "INVALID", f"{t.name} produces a name that already exists"))
+        nodes.update(new_nodes)
+
+    # compare with the target layout
+    layout = adapter.family.target_layout(cfg)
+    for name, want in layout.items():
+        if name not in nodes:
+            if any(p.name == name or name in p.detail for p in problems):
+                continue
+            try:
+                src = adapter.renamer.inverse(name)
+                detail = f"expected source {src}" if src != name else ""
+            except ValueError:
+                detail = ""
+            problems.append(Problem(name, "MISSING", detail))
+        elif nodes[name].meta != want:
+            problems.append(Problem(name, "MISMATCH", f"converts to {nodes[name].meta}, target layout wants {want}"))
+    for name in sorted(set(nodes) - set(layout)):
+        srcs = sorted(nodes[name].sources)
+        detail = f"from {srcs[0]}" if srcs and srcs[0] != name else ""
+        problems.append(Problem(name, "UNEXPECTED", detail))
+
+    # groups: sources that convert together (connected through applications)
+    groups: list[Group] = []
+    by_sources: dict[frozenset, list[str]] = {}
+    for name in layout:
+        if name in nodes:
+            by_sources.setdefault(nodes[name].sources, []).append(name)
+    for srcs, outs in by_sources.items():
+        g_apps = [a for a in apps if a.sources <= srcs]
+        groups.append(Group(sorted(srcs), g_apps, outs, sum(sources[s].meta.nbytes for s in srcs)))
+    return Plan(source, cfg, sources, renamed, dropped, ignored, layout, groups, problems,
+                adapter.spec.weights.max_shard_bytes)
+

@@ -1,0 +1,72 @@
+"""Streaming safetensors writer: the header is fixed from metadata first, then each
+tensor's bytes are written at its offset, so a shard never has to sit in memory.
+
+Layout (the safetensors format): 8-byte little-endian header length, the JSON header
+(padded with spaces to a multiple of 8), then the data. Deterministic for equal inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from draftsmith.transforms.base import TORCH_TO_ST, TensorMeta
+
+
+class ShardWriter:
+    def __init__(self, path: Path, metas: dict[str, TensorMeta], metadata: dict[str, str] | None = None):
+        self.path = path
+        self.metas = metas
+        header: dict = {"__metadata__": metadata or {"format": "pt"}}
+        offset = 0
+        self.offsets: dict[str, int] = {}
+        for name, m in metas.items():
+            header[name] = {"dtype": TORCH_TO_ST[m.dtype], "shape": list(m.shape), "data_offsets": [offset, offset + m.nbytes]}
+            self.offsets[name] = offset
+            offset += m.nbytes
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        self.data_start = 8 + len(raw)
+        self.size = self.data_start + offset
+        self.f = open(path, "wb")
+        self.f.write(len(raw).to_bytes(8, "little"))
+        self.f.write(raw)
+        self.f.truncate(self.size)
+        self.written: set[str] = set()
+
+    def write(self, name: str, t: torch.Tensor) -> None:
+        m = self.metas[name]
+        if tuple(t.shape) != m.shape or t.dtype != m.dtype:
+            raise RuntimeError(f"internal: {name} is {tuple(t.shape)} {t.dtype}, planned {m}")
+        data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+        self.f.seek(self.data_start + self.offsets[name])
+        self.f.write(memoryview(data))
+        self.written.add(name)
+
+    def close(self) -> None:
+        missing = set(self.metas) - self.written
+        self.f.flush()
+        self.f.close()
+        if missing:
+            raise RuntimeError(f"internal: {self.path.name}: tensors never written: {sorted(missing)[:3]}")
+
+
+def shard_layout(metas: dict[str, TensorMeta], max_bytes: int) -> list[dict[str, TensorMeta]]:
+    """Greedy shards in layout order, each at most ``max_bytes`` (a larger tensor gets its own)."""
+    shards: list[dict[str, TensorMeta]] = [{}]
+    size = 0
+    for name, m in metas.items():
+        if shards[-1] and size + m.nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = m
+        size += m.nbytes
+    return shards
+
+
+def shard_names(n: int) -> list[str]:
+    if n == 1:
+        return ["model.safetensors"]
+    return [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]

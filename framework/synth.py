@@ -1,0 +1,181 @@
+"""Synthetic source checkpoints, made by running an adapter's transforms backwards.
+
+``synthesize`` draws target-layout weights (each from the image of the last transform
+that produces it, so the round trip is exact), inverts the transforms and the renames,
+and writes a source-format checkpoint (the spec's ``synth.config``, quantized tensors,
+prefixed names) plus the target's borrowed tensors under ``target/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from draftsmith.transforms.base import Binding, Context, Transform
+
+from .convert import atomic_dir, publish
+from .errors import UserError
+from .family import set_dotted
+
+SYNTH_SHARD_BYTES = 1 << 30
+
+
+@dataclass
+class SynthResult:
+    path: Path
+    config: dict  # the flattened config the checkpoint converts to
+    targets: dict[str, torch.Tensor] | None  # the target-layout weights it started from
+
+
+def source_config(adapter, scale: str) -> dict:
+    """The raw ``config.json`` that ``synth`` writes at ``scale`` (``tiny`` or ``full``)."""
+    if scale not in ("tiny", "full"):
+        raise UserError(f"scale={scale}: expected tiny or full")
+    raw = copy.deepcopy(adapter.spec.synth.config)
+    if scale == "tiny":
+        for key, value in adapter.spec.synth.tiny.items():
+            set_dotted(raw, key, copy.deepcopy(value))
+    return raw
+
+
+def inverse_apps(adapter, layout: dict) -> list[tuple[Transform, Binding]]:
+    """Bindings of every transform application, found from target names backwards."""
+    names = set(layout)
+    apps: list[tuple[Transform, Binding]] = []
+    for t in reversed(adapter.transforms):
+        produced: dict[str, Binding] = {}
+        for name in sorted(names):
+            if name in produced:
+                continue
+            b = t.bind_inverse(name, names)
+            if b is not None and all(o in names for o in b.outputs):
+                for o in b.outputs:
+                    produced[o] = b
+        stage = list({id(b): b for b in produced.values()}.values())
+        for b in stage:
+            names -= set(b.outputs)
+            names |= set(b.inputs.values())
+        apps.extend((t, b) for b in stage)
+    return apps[::-1]  # source-to-target order
+
+
+def _groups(layout: dict, apps: list[tuple[Transform, Binding]]) -> list[list[str]]:
+    """Target names that must be synthesized together (joined through applications)."""
+    parent = {n: n for n in layout}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for _, b in apps:
+        names = list(b.outputs) + list(b.inputs.values())
+        for n in names[1:]:
+            parent[find(n)] = find(names[0])
+    groups: dict[str, list[str]] = {}
+    for n in layout:
+        groups.setdefault(find(n), []).append(n)
+    return list(groups.values())
+
+
+def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = False,
+               keep_targets: bool = False, progress: bool = False) -> SynthResult:
+    raw = source_config(adapter, scale)
+    cfg = adapter.flatten_config(raw, where=f"{adapter.path}: synth.config")
+    ctx = Context(cfg)
+    layout = adapter.family.target_layout(cfg)
+    apps = inverse_apps(adapter, layout)
+    gen = torch.Generator().manual_seed(int(seed))
+    out = Path(out)
+    tmp = atomic_dir(out, overwrite)
+    kept: dict[str, torch.Tensor] = {}
+    try:
+        shard: dict[str, torch.Tensor] = {}
+        shard_bytes, files, weight_map = 0, [], {}
+
+        def flush():
+            nonlocal shard, shard_bytes
+            if shard:
+                name = f"model-{len(files) + 1:05d}.safetensors"
+                save_file(shard, str(tmp / name), metadata={"format": "pt"})
+                files.append(name)
+                weight_map.update({k: name for k in shard})
+            shard, shard_bytes = {}, 0
+
+        for group in _groups(layout, apps):
+            tensors: dict[str, torch.Tensor] = {}
+            for name in group:
+                if name in tensors:
+                    continue
+                tensors.update(_draw(adapter, apps, name, layout, gen, ctx))
+            if keep_targets:
+                kept.update({n: tensors[n].clone() for n in group})
+            for t, b in reversed(apps):
+                if all(o in tensors for o in b.outputs):
+                    tensors.update(t.inverse(b, {o: tensors.pop(o) for o in b.outputs}, ctx))
+            for name in sorted(tensors):
+                src = adapter.renamer.inverse(name)
+                shard[src] = tensors[name].contiguous()
+                shard_bytes += tensors[name].numel() * tensors[name].element_size()
+            if shard_bytes >= SYNTH_SHARD_BYTES:
+                flush()
+        flush()
+        # the final names: model.safetensors, or model-0000i-of-0000n with an index
+        if len(files) == 1:
+            (tmp / files[0]).rename(tmp / "model.safetensors")
+        else:
+            n = len(files)
+            final = {f: f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i, f in enumerate(files)}
+            for f, g in final.items():
+                (tmp / f).rename(tmp / g)
+            index = {"metadata": {}, "weight_map": {k: final[v] for k, v in sorted(weight_map.items())}}
+            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+        _write_target(adapter, cfg, tmp / "target", gen)
+        publish(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return SynthResult(out, cfg, kept if keep_targets else None)
+
+
+def _draw(adapter, apps, name: str, layout: dict, gen, ctx) -> dict[str, torch.Tensor]:
+    """Values for target ``name`` from the image of its conversion chain.
+
+    The latest application producing ``name`` that can sample does; later
+    applications then run forward on the drawn values. Else the family's default.
+    """
+    chain = [(t, b) for t, b in apps if name in b.outputs]
+    for k in range(len(chain) - 1, -1, -1):
+        t, b = chain[k]
+        drawn = t.sample(b, {o: layout.get(o, layout[name]) for o in b.outputs}, gen, ctx)
+        if drawn is None:
+            continue
+        for t2, b2 in chain[k + 1:]:
+            drawn.update(t2.forward(b2, {r: drawn.pop(n) for r, n in b2.inputs.items()}, ctx))
+        return drawn
+    return {name: adapter.family.sample(name, layout[name], gen)}
+
+
+def _write_target(adapter, cfg: dict, where: Path, gen: torch.Generator) -> None:
+    """The borrowed tensors of a synthetic target (embed_tokens, lm_head) and its config."""
+    where.mkdir()
+    layout = adapter.family.borrowed_layout(cfg)
+    tensors = {n: (torch.randn(m.shape, generator=gen) * 0.5).to(m.dtype) for n, m in layout.items()}
+    save_file(tensors, str(where / "model.safetensors"), metadata={"format": "pt"})
+    ids = cfg["dflash_config"]["target_layer_ids"]
+    tcfg = {
+        "architectures": ["SyntheticTarget"],
+        "hidden_size": cfg["target_hidden_size"],
+        "vocab_size": cfg["vocab_size"],
+        "num_hidden_layers": max(ids) + 1,
+        "torch_dtype": cfg["torch_dtype"],
+    }
+    (where / "config.json").write_text(json.dumps(tcfg, indent=2) + "\n")
