@@ -416,3 +416,49 @@ def test_cuda_graph_replay_matches_eager():
         model.append_context(cache, rand_hidden(1, seed=100 + n), seq=n)
     anchors = torch.tensor([7, 8, 9])
     torch.testing.assert_close(graph.replay(anchors).logits, model.draft(anchors, cache).logits)
+
+
+# ---- the draft library function -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sfa", [True, False])
+def test_run_draft_dump_matches_reference(tmp_path, sfa):
+    from safetensors.torch import load_file
+
+    from draftsmith.framework.draft import format_report, report_json, run_draft
+
+    config = make_config(sfa=sfa)
+    weights, target = make_weights(config), make_target()
+    ck, tg = write_checkpoint(tmp_path, config, weights, target, shards=2)
+    dump = tmp_path / "step.safetensors"
+    rep = run_draft(ck, tg, context=23, seed=5, batch=3, dump=dump)
+    k = BLOCK if sfa else BLOCK - 1
+    assert rep.tokens.shape == (3, k) and rep.logits.shape == (3, k, VOCAB) and rep.confidence.shape == (3, k)
+    assert [l["lowering"] for l in rep.layers] == ["dense"] * 3 and rep.time_ms > 0
+    d = load_file(str(dump))
+    assert d["inputs.target_hidden"].shape == (23, len(TGT_LAYERS) * TGT_H) and d["inputs.anchor"].shape == (1,)
+    assert torch.equal(d["target.lm_head"], target["lm_head.weight"])
+    ref = ref_draft(config, weights, target, d["inputs.target_hidden"], int(d["inputs.anchor"][0]))
+    assert_matches(d["outputs.logits"], d["outputs.tokens"], d["outputs.confidence"], ref)
+    # without a dump, invisible context rows are never generated: same answer
+    again = run_draft(ck, tg, context=23, seed=5, batch=3)
+    assert torch.equal(again.tokens, rep.tokens)
+    torch.testing.assert_close(again.logits, rep.logits)
+    js = json.loads(report_json(rep))
+    assert js["tokens"] == rep.tokens.tolist() and js["logits_shape"] == [3, k, VOCAB]
+    table = format_report(rep)
+    assert "window 6, non-causal" in table and "full, non-causal" in table and "dense" in table
+
+
+def test_run_draft_windowed_only_long_context(tmp_path):
+    from draftsmith.framework.draft import context_rows, run_draft
+
+    config = make_config(layers=[(False, W), (True, W)])
+    weights, target = make_weights(config), make_target()
+    ck, tg = write_checkpoint(tmp_path, config, weights, target)
+    c = 100_000
+    rep = run_draft(ck, tg, context=c, seed=1, lowering="window_decode_merge")
+    assert rep.layers[0]["lowering"] == "window_decode_merge"
+    tail = context_rows(1, 0, c - 10, c, len(TGT_LAYERS) * TGT_H)
+    ref = ref_draft(config, weights, target, tail, rep.anchors[0], ctx_start=c - 10)
+    assert_matches(rep.logits[0], rep.tokens[0], rep.confidence[0], ref)

@@ -1,0 +1,186 @@
+"""``draftsmith draft``: one greedy draft step of a converted checkpoint on the reference host.
+
+``run_draft`` loads ``checkpoint_dir`` (converted: config.json + safetensors) and the
+target's ``embed_tokens``/``lm_head`` from ``target_dir``, builds a seeded random target
+hidden-state context per sequence, a random anchor per sequence, appends the context to a
+paged cache, and runs one draft step. Deterministic for a given seed, whatever the chunking.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+from safetensors.torch import save_file
+
+from draftsmith.framework.hosts import get_host
+from draftsmith.framework.hosts.config import torch_dtype
+from draftsmith.framework.hosts.loading import build_drafter
+
+CHUNK = 8192  # rows of random context generated (and seeded) together
+
+
+@dataclass
+class DraftReport:
+    """What one draft step produced.
+
+    ``tokens [N, K]`` int64, ``confidence [N, K]`` float32 or ``None``, ``logits [N, K, V]``
+    float32 (lm_head + Markov bias; row ``k`` drafted token ``k``). ``K = B`` with
+    ``sample_from_anchor``, else ``B - 1`` (slot 0 holds only the anchor). Times in ms:
+    ``time_ms`` one draft step (median of ``repeats`` after one warm-up), ``context_ms``
+    appending the context of every sequence.
+    """
+
+    checkpoint: str
+    device: str
+    dtype: str
+    context: int
+    batch: int
+    seed: int
+    block_size: int
+    max_draft_len: int
+    sample_from_anchor: bool
+    anchors: list[int]
+    tokens: torch.Tensor
+    confidence: Optional[torch.Tensor]
+    logits: torch.Tensor
+    layers: list[dict] = field(default_factory=list)  # per layer: causal, window, lowering
+    time_ms: float = 0.0
+    context_ms: float = 0.0
+    dump: Optional[str] = None
+
+
+def context_rows(seed: int, seq: int, start: int, end: int, width: int) -> torch.Tensor:
+    """Rows ``start..end-1`` of sequence ``seq``'s random context ``[end-start, width]`` float32.
+
+    Generated in seeded chunks of ``CHUNK`` rows, so any row range is reproducible alone.
+    """
+    parts = []
+    for c in range(start // CHUNK, (end - 1) // CHUNK + 1 if end > start else 0):
+        g = torch.Generator().manual_seed((seed * 1_000_003 + seq * 7_919 + c) & 0x7FFF_FFFF_FFFF)
+        rows = torch.randn(CHUNK, width, generator=g)
+        lo, hi = max(start, c * CHUNK) - c * CHUNK, min(end, (c + 1) * CHUNK) - c * CHUNK
+        parts.append(rows[lo:hi])
+    return torch.cat(parts) if parts else torch.empty(0, width)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = "cpu", context: int = 128,
+              seed: int = 0, batch: int = 1, lowering: Optional[str] = None, dump: Optional[str | Path] = None,
+              *, dtype: Optional[str | torch.dtype] = None, page_size: int = 16, repeats: int = 3,
+              host: str = "torch") -> DraftReport:
+    """One greedy draft step for ``batch`` sequences of ``context`` random context tokens.
+
+    ``dtype``: weights/activations (default: the checkpoint's ``torch_dtype``); ``lowering``:
+    one lowering for every layer instead of the per-layer table; ``dump``: a safetensors
+    file receiving sequence 0's step: ``inputs.target_hidden [C, n*h_target]`` (as fed, in
+    the drafter dtype), ``inputs.anchor [1]``, ``target.embed_tokens``, ``target.lm_head``,
+    ``outputs.logits [K, V]``, ``outputs.tokens [K]``, ``outputs.confidence [K]`` (with a
+    confidence head). Without ``dump``, context rows no layer can see are never generated.
+    """
+    if context < 1 or batch < 1:
+        raise ValueError(f"context and batch must be >= 1, got {context}, {batch}")
+    dev = torch.device(device)
+    model, _ = build_drafter(get_host(host).model_cls, checkpoint_dir, target_dir, dev,
+                             torch_dtype(dtype) if dtype else None, lowering)
+    cfg = model.cfg
+    width = cfg.num_target_layers * cfg.target_hidden_size
+    cache = model.make_cache(batch, page_size=page_size, max_context=context)
+    first = 0 if dump else min((cache.needed_from(l, context) for l in range(cfg.num_layers)), default=0)
+    g = torch.Generator().manual_seed(seed)
+    anchors = torch.randint(0, cfg.vocab_size, (batch,), generator=g)
+
+    t0 = time.perf_counter()
+    dumped_hidden = None
+    for n in range(batch):
+        hidden = context_rows(seed, n, first, context, width).to(model.dtype)
+        if dump and n == 0:
+            dumped_hidden = hidden
+        cache.advance(n, first)  # rows before `first` are invisible to every layer: skipped
+        model.append_context(cache, hidden, seq=n)
+    _sync(dev)
+    context_ms = (time.perf_counter() - t0) * 1e3
+
+    out = model.draft(anchors, cache)  # warm-up (and Triton compile)
+    times = []
+    for _ in range(max(1, repeats)):
+        _sync(dev)
+        t0 = time.perf_counter()
+        out = model.draft(anchors, cache)
+        _sync(dev)
+        times.append((time.perf_counter() - t0) * 1e3)
+
+    report = DraftReport(
+        checkpoint=str(checkpoint_dir), device=str(dev), dtype=str(model.dtype).removeprefix("torch."),
+        context=context, batch=batch, seed=seed, block_size=cfg.block_size, max_draft_len=cfg.max_draft_len,
+        sample_from_anchor=cfg.sample_from_anchor, anchors=anchors.tolist(), tokens=out.tokens.cpu(),
+        confidence=None if out.confidence is None else out.confidence.cpu(), logits=out.logits.cpu(),
+        layers=[{"causal": m.causal, "window": m.window, "lowering": name}
+                for m, name in zip(cfg.masks, model.layer_lowerings)],
+        time_ms=statistics.median(times), context_ms=context_ms,
+    )
+    if dump:
+        tensors = {
+            "inputs.target_hidden": dumped_hidden.contiguous(),
+            "inputs.anchor": anchors[:1].clone(),
+            "target.embed_tokens": model.embed_tokens.weight.detach().cpu().contiguous(),
+            "target.lm_head": model.lm_head.weight.detach().cpu().contiguous(),
+            "outputs.logits": report.logits[0].contiguous(),
+            "outputs.tokens": report.tokens[0].contiguous(),
+        }
+        if report.confidence is not None:
+            tensors["outputs.confidence"] = report.confidence[0].contiguous()
+        meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context),
+                "sample_from_anchor": str(cfg.sample_from_anchor), "lowerings": ",".join(model.layer_lowerings)}
+        Path(dump).parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(dump), metadata=meta)
+        report.dump = str(dump)
+    return report
+
+
+def report_dict(r: DraftReport) -> dict:
+    """The report as one JSON-serialisable object (logits summarised by shape)."""
+    return {
+        "checkpoint": r.checkpoint, "device": r.device, "dtype": r.dtype, "context": r.context,
+        "batch": r.batch, "seed": r.seed, "block_size": r.block_size, "max_draft_len": r.max_draft_len,
+        "sample_from_anchor": r.sample_from_anchor, "anchors": r.anchors, "tokens": r.tokens.tolist(),
+        "confidence": None if r.confidence is None else [[round(float(x), 6) for x in row] for row in r.confidence],
+        "logits_shape": list(r.logits.shape), "layers": r.layers, "time_ms": round(r.time_ms, 3),
+        "context_ms": round(r.context_ms, 3), "dump": r.dump,
+    }
+
+
+def report_json(r: DraftReport) -> str:
+    """:func:`report_dict` as one line of JSON."""
+    return json.dumps(report_dict(r))
+
+
+def format_report(r: DraftReport) -> str:
+    """A small human-readable table: per-layer masks and lowerings, then per-sequence drafts."""
+    kind = "sample_from_anchor" if r.sample_from_anchor else "slot 0 = anchor"
+    lines = [f"draft step  {r.checkpoint}",
+             f"device {r.device}  dtype {r.dtype}  context {r.context}  batch {r.batch}  seed {r.seed}  "
+             f"B {r.block_size}  K {r.max_draft_len} ({kind})",
+             "", f"{'layer':>5}  {'mask':<22}  lowering"]
+    for i, l in enumerate(r.layers):
+        mask = ("full" if l["window"] is None else f"window {l['window']}") + (", causal" if l["causal"] else ", non-causal")
+        lines.append(f"{i:>5}  {mask:<22}  {l['lowering']}")
+    lines += ["", f"{'seq':>5}  {'anchor':>7}  tokens" + ("  /  confidence" if r.confidence is not None else "")]
+    for n in range(r.batch):
+        row = f"{n:>5}  {r.anchors[n]:>7}  {r.tokens[n].tolist()}"
+        if r.confidence is not None:
+            row += "  /  [" + ", ".join(f"{float(c):.3f}" for c in r.confidence[n]) + "]"
+        lines.append(row)
+    lines += ["", f"draft step {r.time_ms:.3f} ms   context append {r.context_ms:.1f} ms"]
+    if r.dump:
+        lines.append(f"dump: {r.dump}")
+    return "\n".join(lines)
