@@ -125,7 +125,7 @@ def _write(plan: Plan, tmp: Path, progress: bool) -> None:
             except Exception as e:  # safetensors raises its own error types on bad data
                 raise UserError(f"{st.file}: tensor {name}: cannot be read ({e})") from None
 
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=not progress, leave=False)
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=None if progress else True, leave=False)
         done = 0
         for g in sorted(plan.groups, key=lambda g: list(plan.outputs).index(g.outputs[0])):
             outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)

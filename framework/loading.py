@@ -211,7 +211,10 @@ def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
     data, lines, path = ({}, {}, None)
     if chosen is not None:
         data, lines, path = read_spec_data(chosen, files)
-        cs.store(group="adapter", name=chosen, node=data)
+        # validate the file alone first (errors carry its line numbers), then store it with
+        # every default filled in, so that overrides can reach any field of the schema
+        full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
+        cs.store(group="adapter", name=chosen, node=full)
     cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": None}, "_self_"], **CLI_KEYS})
     GlobalHydra.instance().clear()
     try:

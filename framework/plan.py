@@ -143,7 +143,7 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
             missing = [n for n in b.inputs.values() if n not in nodes]
             if missing:
                 for n in missing:
-                    problems.append(Problem(n, "MISSING", f"needed by {t.name} for {b.outputs[0]}"))
+                    problems.append(Problem(n, "MISSING", f"source {_source_name(adapter, n)}, needed by {t.name} for {b.outputs[0]}"))
                 consumed.update(n for n in b.inputs.values() if n in nodes)
                 continue
             taken = [n for n in b.inputs.values() if n in consumed]
@@ -174,11 +174,8 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
         if name not in nodes:
             if any(p.name == name or name in p.detail for p in problems):
                 continue
-            try:
-                src = adapter.renamer.inverse(name)
-                detail = f"expected source {src}" if src != name else ""
-            except ValueError:
-                detail = ""
+            src = _source_name(adapter, name)
+            detail = f"expected source {src}" if src != name else ""
             problems.append(Problem(name, "MISSING", detail))
         elif nodes[name].meta != want:
             problems.append(Problem(name, "MISMATCH", f"converts to {nodes[name].meta}, target layout wants {want}"))
@@ -199,3 +196,11 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
     return Plan(source, cfg, sources, renamed, dropped, ignored, layout, groups, problems,
                 adapter.spec.weights.max_shard_bytes)
 
+
+
+def _source_name(adapter, name: str) -> str:
+    """The source spelling of a renamed ``name`` (for messages), or ``name`` itself."""
+    try:
+        return adapter.renamer.inverse(name)
+    except ValueError:
+        return name

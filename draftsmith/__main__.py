@@ -1,0 +1,5 @@
+import sys
+
+from draftsmith.framework.cli import main
+
+sys.exit(main())

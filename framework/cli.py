@@ -1,0 +1,205 @@
+"""``draftsmith <command> key=value ...``: compose with Hydra, call one library function.
+
+Exit codes: 0 ok; 1 ``inspect`` found an incomplete checkpoint (or ``docs check=true``
+found stale docs); 2 bad input (one line per problem, no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import IncompleteCheckpoint, UserError
+
+USAGE = """usage: draftsmith <command> key=value ...
+
+commands:
+  synth    adapter=NAME scale=tiny|full out=DIR seed=N     write a synthetic source checkpoint
+  inspect  [adapter=NAME] source=DIR                        plan + loading report (exit 1 if incomplete)
+  convert  [adapter=NAME] [source=DIR] [out=DIR]            convert (no source: the embedded default)
+  draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
+  emit     adapter=NAME target=trtllm out=DIR               generate the TensorRT-LLM plugin module
+  docs     [check=true]                                     regenerate (or check) docs from the adapters
+  init     source=DIR out=FILE                              infer a starter adapter spec
+  schema   out=FILE                                         export the adapter spec's JSON Schema
+
+overrides: adapter.attention.window=2048, adapter_dir=DIR, overwrite=true, ...
+"""
+
+
+def _need(opts: dict, key: str, command: str) -> str:
+    if opts.get(key) in (None, ""):
+        raise UserError(f"draftsmith {command}: missing {key}=...")
+    return str(opts[key])
+
+
+def _adapter(spec, path, opts, source: Path | None = None):
+    from .checkpoint import drafter_subfolder_hint, read_config
+    from .engine import compile_spec, route
+
+    if spec is not None:
+        return compile_spec(spec, path)
+    if source is None:
+        raise UserError("missing adapter=NAME")
+    raw = read_config(source)
+    return route(raw, opts.get("adapter_dir"), where=f"{source / 'config.json'}{drafter_subfolder_hint(source)}")
+
+
+def cmd_synth(opts, spec, path):
+    from .synth import synthesize
+
+    adapter = _adapter(spec, path, opts)
+    out = Path(_need(opts, "out", "synth"))
+    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=True)
+    print(f"wrote synthetic {adapter.name} checkpoint ({opts['scale']}) to {out} (borrowed target tensors in {out / 'target'})")
+    return 0
+
+
+def describe_plan(plan) -> str:
+    n_bytes = sum(m.nbytes for m in plan.outputs.values())
+    lines = [
+        f"source: {plan.source} ({len(plan.sources)} tensors)",
+        f"adapter: {plan.config['draftsmith']['adapter']}   family: {plan.config['draftsmith']['family']}",
+        f"output: {len(plan.outputs)} tensors, {n_bytes / 2**20:.1f} MiB, dtype {plan.config['torch_dtype']}, "
+        f"max_draft_len {plan.config['draftsmith']['max_draft_len']}",
+    ]
+    if plan.dropped:
+        lines.append(f"dropped by rename: {len(plan.dropped)}")
+    if plan.ignored:
+        lines.append(f"shared with target (ignored): {', '.join(plan.ignored)}")
+    lines.append("layers:")
+    for i, l in enumerate(plan.config["draftsmith"]["layers"]):
+        mask = "full" if l["window"] is None else f"window {l['window']}"
+        low = ", ".join(f"{k}={v}" for k, v in l["lowering"].items())
+        lines.append(f"  {i}: {'causal' if l['causal'] else 'non-causal'} {mask}  [{low}]")
+    lines.append("tensors (target <- source, transforms):")
+    by_out = {}
+    for g in plan.groups:
+        ops = " + ".join(dict.fromkeys(a.transform.name for a in g.apps)) or "copy"
+        for o in g.outputs:
+            by_out[o] = f"{o} <- {', '.join(g.sources)} [{ops}]"
+    from .plan import Problem, format_report
+
+    # compress layer ranges like the report does
+    rows = [Problem(o, "<-", by_out[o].split(" <- ", 1)[1]) for o in plan.outputs if o in by_out]
+    lines += ["  " + r.replace(" | <- | ", " <- ", 1) for r in format_report(rows).splitlines()]
+    return "\n".join(lines)
+
+
+def cmd_inspect(opts, spec, path):
+    source = Path(_need(opts, "source", "inspect"))
+    adapter = _adapter(spec, path, opts, source)
+    plan = adapter.plan(source)
+    print(describe_plan(plan))
+    if not plan.complete:
+        print(f"\nloading report: {len(plan.problems)} problem(s)")
+        print(plan.report())
+        return 1
+    print("\nloading report: complete (every target tensor accounted for)")
+    return 0
+
+
+def cmd_convert(opts, spec, path):
+    from .convert import execute
+    from .synth import synthesize
+
+    if opts.get("source") in (None, ""):
+        adapter = _adapter(spec, path, opts)
+        work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+        source = work / "synthetic"
+        synthesize(adapter, "tiny", source, seed=opts["seed"])
+        print(f"no source given: synthesized a tiny {adapter.name} checkpoint in {source}")
+        out = Path(opts["out"]) if opts.get("out") else work / "converted"
+    else:
+        source = Path(opts["source"])
+        adapter = _adapter(spec, path, opts, source)
+        out = Path(_need(opts, "out", "convert"))
+    if opts.get("to", "dflash") not in ("dflash",):
+        from .export import export
+
+        export(adapter, source, out, opts["to"], overwrite=opts["overwrite"])
+        print(f"wrote {opts['to']} checkpoint to {out}")
+        return 0
+    plan = adapter.plan(source)
+    execute(plan, out, overwrite=opts["overwrite"], progress=True)
+    print(f"converted {source} with adapter {adapter.name}: {len(plan.outputs)} tensors -> {out}")
+    return 0
+
+
+def cmd_schema(opts, spec, path):
+    from .schema import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if opts.get("out"):
+        Path(opts["out"]).write_text(text)
+        print(f"wrote {opts['out']}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_draft(opts, spec, path):
+    from ..framework import draft as draft_mod
+
+    return draft_mod.cli(opts, _adapter(spec, path, opts) if spec is not None else None)
+
+
+def cmd_emit(opts, spec, path):
+    from .hosts import trtllm
+
+    return trtllm.cli(opts, _adapter(spec, path, opts))
+
+
+def cmd_docs(opts, spec, path):
+    from . import docs
+
+    return docs.cli(opts)
+
+
+def cmd_init(opts, spec, path):
+    from . import init
+
+    return init.cli(opts)
+
+
+COMMANDS = {
+    "synth": cmd_synth, "inspect": cmd_inspect, "convert": cmd_convert, "draft": cmd_draft,
+    "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, args = argv[0], argv[1:]
+    if command not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        print(f"error: unknown command {command!r}" + (f" (did you mean {close[0]!r}?)" if close else ""), file=sys.stderr)
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        from .loading import compose
+
+        opts, spec, path = compose(args)
+        return COMMANDS[command](opts, spec, path) or 0
+    except IncompleteCheckpoint as e:
+        for p in e.problems:
+            print(p)
+        return 1
+    except UserError as e:
+        for p in e.problems:
+            print(f"error: {p}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
