@@ -75,11 +75,11 @@ def _attn_kernel(
     s_kbn, s_kbb, s_kbh,
     s_vbn, s_vbb, s_vbh,
     s_on, s_ob, s_oh,
-    B, G, HQ, HKV, D, R, W_M1, qk_scale,
-    NUM_SPLITS: tl.constexpr, NUM_RB: tl.constexpr, PAGE: tl.constexpr,
+    B, G, HQ, HKV, D, R, W_M1, qk_scale, NUM_SPLITS, NUM_RB,
+    PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
-    SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, IEEE: tl.constexpr,
+    SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, IEEE: tl.constexpr, EVEN_D: tl.constexpr,
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units."""
     pid = tl.program_id(0)
@@ -127,7 +127,10 @@ def _attn_kernel(
         slot = (t % PAGE).to(tl.int64)
         k_off = page * s_kpp + slot * s_kpt + kv_h_k
         v_off = page * s_vpp + slot * s_vpt + kv_h_v
-        ld_mask = t_ok[:, None] & dim_ok[None, :]
+        if EVEN_D:
+            ld_mask = t_ok[:, None]
+        else:
+            ld_mask = t_ok[:, None] & dim_ok[None, :]
         k = tl.load(kp_ptr + k_off[:, None] + dim[None, :], mask=ld_mask, other=0.0)
         v = tl.load(vp_ptr + v_off[:, None] + dim[None, :], mask=ld_mask, other=0.0)
         if IEEE:
@@ -204,8 +207,8 @@ def _attn_kernel(
 def _reduce_kernel(
     po_ptr, plse_ptr, out_ptr, lse_ptr,
     s_on, s_ob, s_oh,
-    B, HQ, D,
-    NUM_SPLITS: tl.constexpr, S_PAD: tl.constexpr, D_PAD: tl.constexpr,
+    B, HQ, D, NUM_SPLITS,
+    S_PAD: tl.constexpr, D_PAD: tl.constexpr,
     ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
 ):
     """Merge the split partials of ROWS consecutive (n, j, head) rows by log-sum-exp."""
@@ -287,7 +290,7 @@ def choose_config(
     ``max_span``: the most context keys one sequence can need (``W - 1`` for a window,
     ``R * P`` for full attention), a static bound; ``ctx_lens`` itself is never read here.
     Splits: enough programs to give every multiprocessor about two, but no split shorter
-    than 256 keys, and at most 64.
+    than 128 keys, and at most 64.
     """
     d_pad = max(16, _next_pow2(d))
     rows = b * (hq // hkv)
@@ -299,7 +302,7 @@ def choose_config(
     ctas = n * hkv * num_rb
     if num_splits is None:
         sms = _sm_count(device)
-        max_splits = max(1, min(64, max_span // 256 if device.type == "cuda" else max_span // block_n))
+        max_splits = max(1, min(64, max_span // 128 if device.type == "cuda" else max_span // block_n))
         num_splits = 1 if ctas >= sms else min(max_splits, -(-2 * sms // ctas))
     if num_warps is None:
         num_warps = 8 if block_m * d_pad >= 128 * 128 else 4
@@ -387,11 +390,11 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
         v_blk.stride(0), v_blk.stride(1), v_blk.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        b, g, hq, hkv, d, ring, w_m1, float(scale) * LOG2E,
-        NUM_SPLITS=cfg.num_splits, NUM_RB=num_rb, PAGE=page,
+        b, g, hq, hkv, d, ring, w_m1, float(scale) * LOG2E, cfg.num_splits, num_rb,
+        PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
         CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, IEEE=ieee,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        EVEN_D=(d == d_pad), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:
         rows_total = n * b * hq
@@ -399,8 +402,8 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         reduce[(rows_total // rows_per,)](
             po, plse, out, lse_arg,
             out.stride(0), out.stride(1), out.stride(2),
-            b, hq, d,
-            NUM_SPLITS=cfg.num_splits, S_PAD=max(2, _next_pow2(cfg.num_splits)), D_PAD=d_pad,
+            b, hq, d, cfg.num_splits,
+            S_PAD=max(2, _next_pow2(cfg.num_splits)), D_PAD=d_pad,
             ROWS=rows_per, RETURN_LSE=return_lse, num_warps=4,
         )
     return (out, lse) if return_lse else out

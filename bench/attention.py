@@ -1,0 +1,279 @@
+"""Benchmark of block-attention lowerings at the MiniMax-M3.1 drafter shape (one CUDA GPU).
+
+Shape: Hq 64, Hkv 4, D 128, B 7, window 4096 (non-causal), bf16, page 64, every sequence at
+context ``--ctx`` (32k), ring block tables of ``ceil(4095/64)+1 = 65`` pages.
+
+Rows: ``triton_window_block``; ``window_decode_merge`` (if importable); SDPA with a dense
+boolean mask (GQA packed as ``[N, Hkv, G*B, D]`` queries, so K/V are not repeated), timed
+end to end (gathering the ring's stored keys from the paged cache, then SDPA) and on
+pre-gathered K/V; ``flex_attention`` (compiled) on pre-gathered K/V.
+
+Units: time in microseconds (``triton.testing.do_bench`` median, L2 flushed before each
+timing); bandwidth in TB/s of the bytes a window needs: per sequence ``(W-1+B)`` keys x
+``Hkv * D`` x 2 (K and V) x 2 bytes, plus q and out (``2 * B * Hq * D * 2`` bytes); the
+copy ceiling is a 2 GiB device-to-device copy counting bytes read plus written.
+
+``--sweep`` also times tile/split variants of the Triton kernel (written to ``--log``).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+
+def _import_lowering():
+    """``draftsmith.lowering`` from an install, else from this checkout (package-dir shim)."""
+    try:
+        import draftsmith.lowering  # noqa: F401
+    except ImportError:
+        import importlib.util
+        import types
+
+        root = Path(__file__).resolve().parents[1]
+        pkg = types.ModuleType("draftsmith")
+        pkg.__path__ = [str(root / "draftsmith")]
+        sys.modules["draftsmith"] = pkg
+        spec = importlib.util.spec_from_file_location(
+            "draftsmith.lowering", root / "lowering" / "__init__.py", submodule_search_locations=[str(root / "lowering")])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["draftsmith.lowering"] = mod
+        spec.loader.exec_module(mod)
+    import draftsmith.lowering as low
+
+    return low
+
+
+low = _import_lowering()
+from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
+from draftsmith.lowering.triton_window_block import Config, choose_config, triton_window_block  # noqa: E402
+
+try:
+    from draftsmith.lowering.window_decode_merge import window_decode_merge
+except Exception:  # noqa: BLE001 - another team's module; the row is skipped without it
+    window_decode_merge = None
+
+HQ, HKV, D, B, W, PAGE = 64, 4, 128, 7, 4096, 64
+
+
+def bench(fn, rep=100, warmup=25):
+    """Median milliseconds of ``fn`` (events; L2 flushed before each run by do_bench)."""
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def copy_bandwidth():
+    """TB/s of a 2 GiB device-to-device copy (bytes read + written)."""
+    x = torch.randn(1 << 30, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x))
+    return 2 * x.numel() * 2 / (ms * 1e-3) / 1e12
+
+
+def make_inputs(n, ctx, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ring = math.ceil((W - 1) / PAGE) + 1
+    total = n * ring
+    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
+    k_pages = torch.randn(total, PAGE, HKV, D, **kw)
+    v_pages = torch.randn(total, PAGE, HKV, D, **kw)
+    bt = torch.randperm(total, device="cuda", generator=g).reshape(n, ring).to(torch.int32)
+    cache = PagedKV(k_pages, v_pages, bt, torch.full((n,), ctx, dtype=torch.int32, device="cuda"))
+    q = torch.randn(n, B, HQ, D, **kw)
+    kb = torch.randn(n, B, HKV, D, **kw)
+    vb = torch.randn(n, B, HKV, D, **kw)
+    return q, cache, kb, vb
+
+
+class Dense:
+    """Gather the ring's stored keys + the block keys, then one masked attention per KV head.
+
+    Queries packed as ``[N, Hkv, G*B, D]`` (row ``g*B + j``); ``kpos`` are key positions.
+    All sequences share one context length here, so the mask is ``[G*B, L]``.
+    """
+
+    def __init__(self, q, cache, kb, vb, ctx):
+        n = q.shape[0]
+        self.n, self.ctx = n, ctx
+        ring, page = cache.block_table.shape[1], cache.page_size
+        oldest = max(0, ((ctx - 1) // page) * page - (ring - 1) * page)
+        t = torch.arange(oldest, ctx, device="cuda")
+        self.pages = cache.block_table.long()[:, (t // page) % ring]  # [N, Lc]
+        self.slots = (t % page)[None, :].expand(n, -1)
+        self.kpos = torch.cat([t, ctx + torch.arange(B, device="cuda")])
+        qpos = ctx + torch.arange(B, device="cuda")
+        ok = (qpos[:, None] - self.kpos[None, :]).abs() <= W - 1  # [B, L]
+        self.mask = ok.repeat(HQ // HKV, 1)[None, None]  # [1, 1, G*B, L]
+        self.q, self.cache, self.kb, self.vb = q, cache, kb, vb
+        self.qp = self.pack_q(q)
+        self.k, self.v = self.gather()
+
+    @staticmethod
+    def pack_q(q):
+        n = q.shape[0]
+        return q.view(n, B, HKV, HQ // HKV, D).permute(0, 2, 3, 1, 4).reshape(n, HKV, -1, D)
+
+    @staticmethod
+    def unpack(o, n):
+        return o.view(n, HKV, HQ // HKV, B, D).permute(0, 3, 1, 2, 4).reshape(n, B, HQ, D)
+
+    def gather(self):
+        kc = self.cache.k_pages[self.pages, self.slots]  # [N, Lc, Hkv, D]
+        vc = self.cache.v_pages[self.pages, self.slots]
+        k = torch.cat([kc, self.kb], 1).transpose(1, 2)  # [N, Hkv, L, D]
+        v = torch.cat([vc, self.vb], 1).transpose(1, 2)
+        return k, v
+
+    def sdpa(self, k, v):
+        o = torch.nn.functional.scaled_dot_product_attention(self.qp, k, v, attn_mask=self.mask, scale=D ** -0.5)
+        return self.unpack(o, self.n)
+
+    def end_to_end(self):
+        return self.sdpa(*self.gather())
+
+    def pregathered(self):
+        return self.sdpa(self.k, self.v)
+
+
+def make_flex(dense):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    kpos, ctx, g = dense.kpos, dense.ctx, HQ // HKV
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (ctx + q_idx % B - kpos[kv_idx]).abs() <= W - 1
+
+    L = dense.k.shape[2]
+    bm = create_block_mask(mask_mod, None, None, g * B, L, device="cuda")
+    flex = torch.compile(flex_attention, dynamic=False)
+
+    def run():
+        o = flex(dense.qp, dense.k, dense.v, block_mask=bm, scale=D ** -0.5)
+        return dense.unpack(o, dense.n)
+
+    return run
+
+
+def needed_bytes(n):
+    return n * ((W - 1 + B) * HKV * D * 2 * 2 + 2 * B * HQ * D * 2)
+
+
+def rel_err(a, ref):
+    return ((a.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="1,16,64,256")
+    ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
+    args = ap.parse_args()
+    mask = MaskSpec(causal=False, window=W)
+    scale = D ** -0.5
+    log = open(args.log, "w") if args.log else None
+
+    def emit(rec):
+        if log:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        print(json.dumps(rec), flush=True)
+
+    gpu = torch.cuda.get_device_name()
+    copy_tbs = copy_bandwidth()
+    emit({"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
+          "torch": torch.__version__, "triton": __import__("triton").__version__})
+    table = {}
+    for n in [int(x) for x in args.batches.split(",")]:
+        q, cache, kb, vb = make_inputs(n, args.ctx, seed=n)
+        dense = Dense(q, cache, kb, vb, args.ctx)
+        ref = dense.pregathered()
+        rows = {
+            "triton_window_block": lambda: triton_window_block(q, cache, kb, vb, mask, scale),
+            "sdpa_dense_mask (gather+sdpa)": dense.end_to_end,
+            "sdpa_dense_mask (pre-gathered K/V)": dense.pregathered,
+        }
+        if window_decode_merge is not None:
+            rows["window_decode_merge"] = lambda: window_decode_merge(q, cache, kb, vb, mask, scale)
+        if not args.no_flex:
+            try:
+                rows["flex_attention (pre-gathered K/V)"] = make_flex(dense)
+            except Exception as e:  # noqa: BLE001
+                emit({"batch": n, "method": "flex_attention", "error": repr(e)[:300]})
+        for name, fn in rows.items():
+            try:
+                err = rel_err(fn(), ref)
+                ms = bench(fn)
+            except Exception as e:  # noqa: BLE001
+                emit({"batch": n, "method": name, "error": repr(e)[:300]})
+                continue
+            tbs = needed_bytes(n) / (ms * 1e-3) / 1e12
+            table[(name, n)] = (ms * 1e3, tbs, tbs / copy_tbs)
+            emit({"batch": n, "method": name, "us": ms * 1e3, "TBps": tbs, "frac_copy": tbs / copy_tbs,
+                  "rel_err_vs_sdpa": err})
+        cfg = choose_config(n, B, HQ, HKV, D, W - 1, q.device)
+        emit({"batch": n, "default_config": cfg.__dict__})
+        if args.sweep:
+            sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit)
+        del q, cache, kb, vb, dense, ref
+        torch.cuda.empty_cache()
+    print_table(table, copy_tbs, gpu, [int(x) for x in args.batches.split(",")])
+
+
+def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
+    """Tile variants at the default split count, then split counts at the best tile."""
+    best = (float("inf"), cfg)
+    tiles = [(bn, nw, ns) for bn in (32, 64, 128) for nw in (4, 8) for ns in (2, 3, 4)]
+    for bn, nw, ns in tiles:
+        c = Config(cfg.block_m, bn, cfg.num_splits, nw, ns)
+        best = min(best, _time_variant(n, c, q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])
+    base = best[1]
+    splits = {1: (1, 8, 16, 24, 32, 48, 64), 16: (1, 2, 3, 4, 5, 6, 8, 12)}.get(n, (1, 2, 3, 4))
+    for s in splits:
+        c = Config(base.block_m, base.block_n, s, base.num_warps, base.num_stages)
+        best = min(best, _time_variant(n, c, q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])
+    emit({"batch": n, "best": best[1].__dict__, "best_us": best[0]})
+
+
+def _time_variant(n, c, q, cache, kb, vb, mask, scale, ref, emit):
+    fn = lambda: triton_window_block(q, cache, kb, vb, mask, scale, config=c)  # noqa: E731
+    try:
+        err = rel_err(fn(), ref)
+        us = bench(fn, rep=40, warmup=10) * 1e3
+    except Exception as e:  # noqa: BLE001
+        emit({"batch": n, "variant": c.__dict__, "error": repr(e)[:300]})
+        return (float("inf"), c)
+    tbs = needed_bytes(n) / (us * 1e-6) / 1e12
+    emit({"batch": n, "variant": c.__dict__, "us": us, "TBps": tbs, "rel_err": err})
+    return (us if err < 2e-2 else float("inf"), c)
+
+
+def print_table(table, copy_tbs, gpu, batches):
+    names = list(dict.fromkeys(k[0] for k in table))
+    print(f"\n{gpu}; copy {copy_tbs:.2f} TB/s (read+write); cells: time us / TB/s / fraction of copy")
+    print("| method | " + " | ".join(f"batch {n}" for n in batches) + " |")
+    print("|---|" + "---|" * len(batches))
+    for name in names:
+        cells = []
+        for n in batches:
+            if (name, n) in table:
+                us, tbs, frac = table[(name, n)]
+                cells.append(f"{us:.1f} us / {tbs:.2f} / {frac:.0%}")
+            else:
+                cells.append("n/a")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    sd = "sdpa_dense_mask (pre-gathered K/V)"
+    for n in batches:
+        if ("triton_window_block", n) in table and (sd, n) in table:
+            print(f"batch {n}: triton_window_block is {table[(sd, n)][0] / table[('triton_window_block', n)][0]:.1f}x "
+                  f"faster than SDPA dense mask (pre-gathered)")
+
+
+if __name__ == "__main__":
+    main()
