@@ -362,3 +362,48 @@ def test_emit_minimax_dspark(tmp_path):
     assert not unknown
     with pytest.raises(UserError, match="unknown; known: trtllm"):
         emit("minimax_dspark", target="vllm", out=tmp_path / "x")
+
+
+def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path, monkeypatch):
+    """Real adapter, tiny synthetic source checkpoint: the emitted class converts in memory
+    (routed config, ``load_weights``); the host class loads the ``convert`` output."""
+    from draftsmith.framework.convert import execute
+    from draftsmith.framework.emit import emit
+    from draftsmith.framework.engine import load_adapter
+    from draftsmith.framework.hosts import BorrowedTarget
+    from draftsmith.framework.hosts.loading import build_drafter, read_checkpoint
+    from draftsmith.framework.synth import synthesize
+
+    try:
+        adapter = load_adapter("minimax_dspark")
+    except Exception as e:
+        pytest.skip(f"minimax_dspark adapter not available: {e}")
+    src, conv = tmp_path / "src", tmp_path / "conv"
+    synthesize(adapter, "tiny", src, seed=0)
+    execute(adapter.plan(src), conv, progress=False)
+    host, _ = build_drafter(DFlashDraftModel, conv, src / "target")
+
+    names, *_ = install_fake_engine(monkeypatch, "fake_trtllm_e")
+    res = emit("minimax_dspark", out=tmp_path / "out", base_module="draftsmith.framework.hosts",
+               base_class="DFlashDraftModel", registry_module=names.registry_module,
+               spec_mode_module=names.spec_mode_module, config_utils_module=names.config_utils_module,
+               backbone=None, package="emitted_e")
+    pkg = import_package(monkeypatch, tmp_path / "out", res.package)
+    raw_config, raw_tensors = read_checkpoint(src)
+    routed = pkg.route_config(raw_config)
+    assert routed is not None and routed["draftsmith"] == host.config["draftsmith"]
+    emitted = pkg.MinimaxDsparkDrafter(routed)
+    emitted.load_weights(raw_tensors)
+    emitted.load_weights_from_target_model(BorrowedTarget(src / "target", dtype=emitted.dtype))
+
+    hidden_size = host.fc.weight.shape[1]
+    g = torch.Generator().manual_seed(0)
+    ctx = [torch.randn(n, hidden_size, generator=g) for n in (5, 40)]
+    for model in (host, emitted):
+        cache = model.make_cache(2, page_size=16, max_context=64)
+        for seq, h in enumerate(ctx):
+            model.append_context(cache, h, seq=seq)
+        model.draft_out = model.draft(torch.tensor([3, 17]), cache)
+    assert emitted.draft_out.tokens.tolist() == host.draft_out.tokens.tolist()
+    torch.testing.assert_close(emitted.draft_out.logits, host.draft_out.logits, rtol=0, atol=0)
+    assert emitted.validate_block_attention_windows() == host.layer_lowerings
