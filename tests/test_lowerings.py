@@ -230,3 +230,23 @@ def test_return_lse_false_returns_tensor():
     for fn in (dense, window_decode_merge, functools.partial(window_decode_merge, decode=base2_provider, lse_base=2)):
         out = fn(case["q"], case["cache"], case["k_blk"], case["v_blk"], mask, case["scale"])
         assert isinstance(out, torch.Tensor) and out.shape == case["q"].shape
+
+
+def to_device(case, device):
+    c = case["cache"]
+    moved = {k: case[k].to(device) for k in ("q", "k_blk", "v_blk")}
+    moved["cache"] = type(c)(*(t.to(device) for t in (c.k_pages, c.v_pages, c.block_table, c.ctx_lens)))
+    return {**case, **moved}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("mask_name", list(MASKS))
+@pytest.mark.parametrize("name", sorted(n for n, i in LOWERINGS.items() if i.available()))
+def test_cuda_matches_oracle(name, mask_name, dtype):
+    mask = MASKS[mask_name](16)
+    case = build(seed_of("cuda", name, mask_name, dtype), "batch", mask, hq=16, hkv=2, d=128, dtype=dtype)
+    out, lse = run(get_lowering(name).fn, to_device(case, "cuda"), mask)
+    assert out.device.type == "cuda"
+    check(case, mask, out.cpu(), lse.cpu())
