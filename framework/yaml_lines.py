@@ -7,16 +7,60 @@ from typing import Any
 
 import yaml
 
+#: Largest spec file read, and most YAML nodes it may expand to through aliases
+#: (an alias bomb or a recursive alias is refused before anything walks the data).
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_NODES = 100_000
+
+
+def _check_expansion(path: Path, root) -> None:
+    sizes: dict[int, int] = {}
+    on_stack: set[int] = set()
+
+    def size(n) -> int:
+        if id(n) in sizes:
+            return sizes[id(n)]
+        if id(n) in on_stack:
+            raise ValueError(f"{path}:{n.start_mark.line + 1}: malformed YAML: recursive alias")
+        on_stack.add(id(n))
+        total = 1
+        if isinstance(n, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in n.value)
+        elif isinstance(n, yaml.SequenceNode):
+            total += sum(size(v) for v in n.value)
+        on_stack.discard(id(n))
+        if total > MAX_YAML_NODES:
+            raise ValueError(f"{path}:{n.start_mark.line + 1}: malformed YAML: aliases expand to more than {MAX_YAML_NODES} nodes")
+        sizes[id(n)] = total
+        return total
+
+    try:
+        size(root)
+    except RecursionError:
+        raise ValueError(f"{path}: malformed YAML: nested too deeply") from None
+
 
 def load_yaml(path: Path) -> tuple[Any, dict[tuple, int]]:
     """Parse ``path`` with the safe loader; return (data, {key path tuple: 1-based line}).
 
-    Raises ``ValueError("<path>:<line>: <problem>")`` on malformed YAML.
+    Raises ``ValueError("<path>:<line>: <problem>")`` on malformed YAML, an unreadable or
+    non-UTF-8 or oversized file, and recursive or exploding aliases.
     """
-    text = path.read_text(encoding="utf-8")
+    try:
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_YAML_BYTES} bytes; not an adapter spec")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _check_expansion(path, node)
         data = yaml.load(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise ValueError(f"{path}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
