@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -280,6 +283,31 @@ def test_lowerings_through_host(lowering):
     model.append_context(cache, hidden)
     out = model.draft(torch.tensor([5]), cache)
     assert_matches(out.logits[0], out.tokens[0], out.confidence[0], ref_draft(config, weights, target, hidden, 5))
+
+
+def check_triton_host() -> None:
+    """Host + ``triton_window_block`` against the oracle (run under ``TRITON_INTERPRET=1``)."""
+    config = make_config()
+    weights, target = make_weights(config), make_target()
+    model = build(config, weights, target, lowering="triton_window_block")
+    lens, anchors = [3, 20, 9], [1, 2, 3]
+    cache = model.make_cache(len(lens), page_size=4, max_context=64)
+    hs = [rand_hidden(c, seed=c) for c in lens]
+    for n, h in enumerate(hs):
+        model.append_context(cache, h, seq=n)
+    out = model.draft(torch.tensor(anchors), cache)
+    for n, (h, a) in enumerate(zip(hs, anchors)):
+        assert_matches(out.logits[n], out.tokens[n], out.confidence[n], ref_draft(config, weights, target, h, a))
+
+
+def test_triton_lowering_through_host_interpreted():
+    """The interpreter must be on before Triton is imported: run in a child process."""
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    code = "import test_host; test_host.check_triton_host()"
+    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
 def test_mixed_batch_matches_per_sequence():

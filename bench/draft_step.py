@@ -1,0 +1,226 @@
+"""Draft-step time of the reference host at MiniMax-M3.1-Flash DSpark shapes, against a floor.
+
+Random weights in the DFlash target layout, built directly on the GPU in bf16 (drafter
+reference, section 3: 5 windowed non-causal layers, h 6144, 64/4 heads, head_dim 128,
+rotary 64, W 4096, B 7, V 200064, Markov rank 256, confidence head with Markov). Each
+sequence holds a ``--context`` token context (only its last W-1 tokens are projected: the
+rest is invisible). For each batch size: eager and CUDA-graph step time (CUDA events,
+median), against
+
+- memory floor: bytes the step must read once (weights it touches: layers, final norm,
+  lm_head, Markov w2, confidence proj; plus K/V of the W-1 visible context tokens of every
+  layer and sequence) over device-to-device copy bandwidth measured in the same run
+  (bytes read + written per second);
+- compute floor: the step's matmul FLOPs over a bf16 GEMM rate measured in the same run.
+
+Usage: ``python bench/draft_step.py [--batches 1 16 64] [--context 32768] [--tiny]``
+(``--tiny``: small shapes, also runs on CPU, eager only; a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_shim() -> None:
+    """Map ``draftsmith.*`` onto the repo dirs when the package is not installed."""
+    try:
+        import draftsmith.framework.hosts  # noqa: F401
+        return
+    except ImportError:
+        pass
+    sys.path.insert(0, str(ROOT))
+    import draftsmith  # noqa: F401  (ROOT/draftsmith)
+
+    for sub in ("lowering", "framework"):
+        spec = importlib.util.spec_from_file_location(
+            f"draftsmith.{sub}", ROOT / sub / "__init__.py", submodule_search_locations=[str(ROOT / sub)])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[f"draftsmith.{sub}"] = mod
+        spec.loader.exec_module(mod)
+
+
+_import_shim()
+from draftsmith.framework.hosts import DFlashDraftModel, DraftStepGraph  # noqa: E402
+
+
+def minimax_config(tiny: bool) -> dict:
+    """Flattened config (docs/converted-format.md) with MiniMax DSpark shapes (or tiny ones)."""
+    if tiny:
+        h, hq, hkv, d, rot, inter, v, w, rank, th = 256, 8, 2, 32, 16, 512, 1000, 64, 16, 256
+    else:
+        h, hq, hkv, d, rot, inter, v, w, rank, th = 6144, 64, 4, 128, 64, 12288, 200064, 4096, 256, 6144
+    table = {"sm90": "triton_window_block", "sm100": "trtllm_gen", "cpu": "dense"}
+    norms = {"input_layernorm": "gemma", "post_attention_layernorm": "gemma", "q_norm": "gemma",
+             "k_norm": "plain", "hidden_norm": "plain", "norm": "gemma"}
+    return {
+        "architectures": ["DSparkMiniMaxDraftModel"], "hidden_size": h, "num_hidden_layers": 5,
+        "num_attention_heads": hq, "num_key_value_heads": hkv, "head_dim": d, "rotary_dim": rot,
+        "rope_theta": 5e6, "rms_norm_eps": 1e-6, "vocab_size": v, "intermediate_size": inter,
+        "hidden_act": "swigluoai", "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "target_hidden_size": th,
+        "torch_dtype": "bfloat16", "layer_types": ["sliding_attention"] * 5, "sliding_window": w,
+        "dflash_config": {"block_size": 7, "mask_token_id": v - 6, "target_layer_ids": [3, 17, 31, 45, 59],
+                          "use_swa": True, "swa_window_size": w},
+        "dspark_config": {"markov_rank": rank, "markov_head_type": "vanilla", "enable_confidence_head": True,
+                          "confidence_head_with_markov": True, "sample_from_anchor": True},
+        "draftsmith": {"family": "gqa_dflash", "max_draft_len": 7, "norms": norms,
+                       "layers": [{"causal": False, "window": w, "lowering": dict(table)}] * 5},
+    }
+
+
+def random_model(config: dict, device: torch.device, lowering: str | None) -> DFlashDraftModel:
+    """The drafter with random bf16 weights made on ``device`` in the target layout, plus a
+    random target embedding / LM head."""
+    model = DFlashDraftModel(config, device=device, dtype=torch.bfloat16, lowering=lowering)
+    g = torch.Generator(device).manual_seed(0)
+    weights = {}
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            t = 0.1 * torch.randn(p.shape, generator=g, device=device)
+        elif name.endswith("bias"):
+            t = torch.zeros(p.shape, device=device)
+        else:
+            t = torch.randn(p.shape, generator=g, device=device) * p.shape[-1] ** -0.5
+        weights[name] = t.to(torch.bfloat16)
+    model.load_weights(weights)
+    del weights
+    v, h = config["vocab_size"], config["hidden_size"]
+    emb = torch.nn.Embedding.from_pretrained(torch.randn(v, h, generator=g, device=device).to(torch.bfloat16))
+    head = torch.nn.Linear(h, v, bias=False, device="meta")
+    head.weight = torch.nn.Parameter((torch.randn(v, h, generator=g, device=device) * h**-0.5).to(torch.bfloat16),
+                                     requires_grad=False)
+    model.load_weights_from_target_model(SimpleNamespace(model=SimpleNamespace(embed_tokens=emb), lm_head=head))
+    return model
+
+
+def fill_context(model: DFlashDraftModel, n: int, context: int, page: int):
+    """A cache of ``n`` sequences at ``context`` tokens: the invisible prefix is skipped, the
+    last W-1 rows come from random target hidden states."""
+    cache = model.make_cache(n, page_size=page, max_context=context)
+    width = model.cfg.num_target_layers * model.cfg.target_hidden_size
+    first = min(cache.needed_from(l, context) for l in range(model.cfg.num_layers))
+    g = torch.Generator(model.device).manual_seed(1)
+    for s in range(n):
+        cache.advance(s, first)
+        model.append_context(cache, torch.randn(context - first, width, generator=g, device=model.device), seq=s)
+    return cache
+
+
+def step_bytes(model: DFlashDraftModel, n: int, context: int) -> int:
+    """Bytes one step must read once: touched weights + visible context K/V."""
+    skip = ("fc.", "hidden_norm.", "markov_head.markov_w1.")  # context-only, or gathered rows
+    w = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if not name.startswith(skip))
+    w += model.lm_head.weight.numel() * model.lm_head.weight.element_size()
+    s = model.cfg.layer
+    kv = 0
+    for m in model.cfg.masks:
+        seen = context if m.window is None else min(context, m.window - 1)
+        kv += 2 * n * seen * s.kv_heads * s.head_dim * 2
+    return w + kv
+
+
+def step_flops(model: DFlashDraftModel, n: int, context: int) -> float:
+    """Matmul FLOPs of one step (projections, attention, lm_head, Markov w2)."""
+    c, s = model.cfg, model.cfg.layer
+    t = n * c.block_size
+    per_tok = (s.hidden * (s.heads + 2 * s.kv_heads) * s.head_dim + s.heads * s.head_dim * s.hidden
+               + 3 * s.hidden * s.inter)
+    keys = sum((context if m.window is None else min(context, m.window - 1)) + c.block_size for m in c.masks)
+    attn = 4 * t * s.heads * s.head_dim * keys
+    heads = n * c.max_draft_len * c.vocab_size * (s.hidden + c.markov_rank)
+    return 2.0 * (t * per_tok * c.num_layers + heads) + attn
+
+
+def time_ms(fn, device: torch.device, iters: int) -> float:
+    """Median ms of ``fn()`` over ``iters`` runs after 3 warm-ups (CUDA events on GPU)."""
+    for _ in range(3):
+        fn()
+    out = []
+    for _ in range(iters):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(out)
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """Device-to-device copy, bytes read + written per second (4 GiB buffers on GPU)."""
+    n = (1 << 31) if device.type == "cuda" else (1 << 26)
+    src = torch.empty(n, dtype=torch.int16, device=device)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), device, 10)
+    return 2 * src.numel() * 2 / (ms * 1e-3)
+
+
+def gemm_rate(device: torch.device) -> float:
+    """bf16 8192^3 matmul FLOP/s (GPU) or a small fp32 one (CPU)."""
+    m = 8192 if device.type == "cuda" else 512
+    dt = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a = torch.randn(m, m, device=device, dtype=dt)
+    b = torch.randn(m, m, device=device, dtype=dt)
+    ms = time_ms(lambda: a @ b, device, 10)
+    return 2 * m**3 / (ms * 1e-3)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--context", type=int, default=32768)
+    ap.add_argument("--page", type=int, default=64)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--lowering", default=None, help="one lowering for all layers (default: per-layer table)")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device)
+    bw, rate = copy_bandwidth(dev), gemm_rate(dev)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    print(f"# {name}, torch {torch.__version__}; copy {bw / 1e12:.2f} TB/s (read+write), "
+          f"gemm {rate / 1e12:.0f} TFLOP/s")
+    t0 = time.perf_counter()
+    model = random_model(minimax_config(args.tiny), dev, args.lowering)
+    print(f"# model built in {time.perf_counter() - t0:.1f} s; lowerings {model.layer_lowerings}; "
+          f"context {args.context}, page {args.page}")
+    print("| batch | eager ms | graph ms | memory floor ms | compute floor ms | MB read | GFLOP |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in args.batches:
+        cache = fill_context(model, n, args.context, args.page)
+        anchor = torch.randint(0, model.cfg.vocab_size, (n,), device=dev)
+        eager = time_ms(lambda: model.draft(anchor, cache), dev, args.iters)
+        graph = float("nan")
+        if dev.type == "cuda":
+            g = DraftStepGraph(model, cache)
+            graph = time_ms(lambda: g.replay(anchor), dev, args.iters)
+            r, e = g.replay(anchor), model.draft(anchor, cache)
+            agree = (r.tokens == e.tokens).float().mean().item()
+            print(f"# batch {n}: graph vs eager max |dlogits| {(r.logits - e.logits).abs().max().item():.2e}, "
+                  f"tokens agree {agree:.3f}")
+            del g, r, e
+        nbytes, flops = step_bytes(model, n, args.context), step_flops(model, n, args.context)
+        print(f"| {n} | {eager:.3f} | {graph:.3f} | {nbytes / bw * 1e3:.3f} | {flops / rate * 1e3:.3f} | "
+              f"{nbytes / 1e6:.0f} | {flops / 1e9:.0f} |", flush=True)
+        del cache
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
