@@ -222,7 +222,7 @@ def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
             cfg = hydra_compose("draftsmith_cli", overrides=list(args))
             container = OmegaConf.to_container(cfg, resolve=True)
     except Exception as e:  # Hydra/OmegaConf errors: make them one line
-        raise UserError(_hydra_message(e, args, data, path)) from None
+        raise UserError(_hydra_message(e, args, data, path, lines)) from None
     finally:
         GlobalHydra.instance().clear()
     spec_data = container.pop("adapter", None)
@@ -230,8 +230,19 @@ def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
     return container, spec, path
 
 
-def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None) -> str:
+def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None, lines: dict | None = None) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    full_key = str(getattr(e, "full_key", None) or "")
+    if full_key.startswith("adapter.") and path is not None:
+        # an interpolation that failed to resolve: in the spec file, or from the command line
+        parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", full_key[8:]) if p)
+        value: Any = data
+        for p in parts:
+            value = value.get(p) if isinstance(value, dict) else (
+                value[p] if isinstance(value, list) and isinstance(p, int) and p < len(value) else None)
+        if isinstance(value, str) and "${" in value:
+            return f"{_where(path, lines or {}, parts)}: {_dotted(parts)}: {text}"
+        return f"command line: {full_key}: {text}"
     m = re.match(r"Could not override '([^']+)'", text)
     if m:
         key = m.group(1)
