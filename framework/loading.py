@@ -260,7 +260,12 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
 
 def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Path | None = None) -> tuple[AdapterSpec, Path]:
     """Load adapter ``adapter`` (name or YAML path) with ``adapter.*`` overrides: the library entry point."""
-    args = [f"adapter={adapter}"] + [o if o.startswith("adapter") else f"adapter.{o}" for o in overrides]
+    def scoped(o: str) -> str:
+        sigil = o[: len(o) - len(o.lstrip("+~"))]
+        key = o[len(sigil):]
+        return o if key.startswith("adapter.") else f"{sigil}adapter.{key}"
+
+    args = [f"adapter={adapter}"] + [scoped(o) for o in overrides]
     if adapter_dir is not None:
         args.append(f"adapter_dir={adapter_dir}")
     _, spec, path = compose(args)

@@ -1,0 +1,125 @@
+"""Config flattening of the MiniMax drafter's shipped config shape, and routing."""
+
+import pytest
+
+from draftsmith.framework.engine import load_adapter, route
+from draftsmith.framework.errors import UserError
+from tests.helpers import minimax, minimax_raw
+
+
+def test_shipped_config_flattens():
+    cfg = minimax().flatten_config(minimax_raw())
+    assert cfg["hidden_size"] == 6144 and cfg["num_hidden_layers"] == 5
+    assert cfg["intermediate_size"] == 12288 and cfg["head_dim"] == 128 and cfg["rotary_dim"] == 64
+    assert cfg["dflash_config"] == {
+        "block_size": 7, "mask_token_id": 200058, "target_layer_ids": [3, 17, 31, 45, 59],
+        "use_swa": True, "swa_window_size": 4096,
+    }
+    ds = cfg["dspark_config"]
+    assert ds["markov_rank"] == 256 and ds["sample_from_anchor"] is True and ds["confidence_head_with_markov"] is True
+    assert ds["hybrid_context_fusion"] is False  # top-level dspark_config merged, not lost
+    assert "quantization_config" not in cfg and "text_config" not in cfg
+    assert "dspark_block_size" not in cfg  # consumed aliases are not left behind
+    assert cfg["torch_dtype"] == "bfloat16"
+    assert cfg["draftsmith"]["max_draft_len"] == 7
+    assert [l["causal"] for l in cfg["draftsmith"]["layers"]] == [False] * 5
+    assert {l["window"] for l in cfg["draftsmith"]["layers"]} == {4096}
+    assert cfg["draftsmith"]["norms"]["hidden_norm"] == "plain" and cfg["draftsmith"]["norms"]["q_norm"] == "gemma"
+
+
+def test_nested_section_wins_over_top_level():
+    raw = minimax_raw()
+    raw["hidden_size"] = 1
+    raw["vocab_size"] = 7
+    raw["text_config"]["rope_theta"] = 123.0
+    raw["rope_theta"] = 9.0
+    cfg = minimax().flatten_config(raw)
+    assert cfg["hidden_size"] == 6144 and cfg["rope_theta"] == 123.0 and cfg["vocab_size"] == 200064
+
+
+@pytest.mark.parametrize("spelling", [
+    {"dspark_block_size": 5},
+    {"dspark_config": {"block_size": 5}},
+    {"block_size": 5},
+])
+def test_block_size_aliases(spelling):
+    raw = minimax_raw()
+    del raw["text_config"]["dspark_block_size"]
+    raw["text_config"].update(spelling) if "dspark_config" not in spelling else raw.update(spelling)
+    assert minimax().flatten_config(raw)["dflash_config"]["block_size"] == 5
+
+
+def test_alias_order_of_preference():
+    raw = minimax_raw()
+    raw["text_config"]["block_size"] = 3  # less preferred spelling present too
+    assert minimax().flatten_config(raw)["dflash_config"]["block_size"] == 7
+
+
+def test_dtype_key_fallback():
+    raw = minimax_raw()
+    del raw["torch_dtype"], raw["text_config"]["torch_dtype"]
+    raw["text_config"]["dtype"] = "float16"
+    cfg = minimax().flatten_config(raw)
+    assert cfg["torch_dtype"] == "float16" and "dtype" not in cfg
+
+
+def test_sliding_window_translation_and_override():
+    raw = minimax_raw()
+    raw["text_config"]["layer_types"] = ["sliding_attention", "full_attention"] * 2 + ["sliding_attention"]
+    cfg = minimax().flatten_config(raw)
+    assert [l["window"] for l in cfg["draftsmith"]["layers"]] == [4096, None, 4096, None, 4096]
+    assert cfg["dflash_config"]["use_swa"] is True
+    a = load_adapter("minimax_dspark", ["attention.window=2048"])
+    assert a.flatten_config(minimax_raw())["dflash_config"]["swa_window_size"] == 2048
+
+
+def test_use_swa_only_window():
+    raw = minimax_raw()
+    del raw["text_config"]["layer_types"], raw["text_config"]["sliding_window"]
+    raw["dflash_config"] = {"use_swa": True, "swa_window_size": 512}
+    cfg = minimax().flatten_config(raw)
+    assert [l["window"] for l in cfg["draftsmith"]["layers"]] == [512] * 5
+    assert [l["causal"] for l in cfg["draftsmith"]["layers"]] == [False] * 5
+
+
+@pytest.mark.parametrize("meta", [{"is_causal": True}, {"sliding_window_non_causal": False}])
+@pytest.mark.parametrize("use_swa_only", [False, True])
+def test_explicit_causality_wins(meta, use_swa_only):
+    raw = minimax_raw()
+    if use_swa_only:
+        del raw["text_config"]["layer_types"], raw["text_config"]["sliding_window"]
+        raw["dflash_config"] = {"use_swa": True, "swa_window_size": 64}
+    raw["text_config"].update(meta)
+    layers = minimax().flatten_config(raw)["draftsmith"]["layers"]
+    assert all(l["causal"] for l in layers)
+    a = load_adapter("minimax_dspark", ["attention.explicit_causality_wins=false"])
+    assert not any(l["causal"] for l in a.flatten_config(raw)["draftsmith"]["layers"])
+
+
+def test_per_layer_override():
+    a = load_adapter("minimax_dspark", ["+adapter.attention.layers.2.causal=true", "+adapter.attention.layers.4.window=full"])
+    layers = a.flatten_config(minimax_raw())["draftsmith"]["layers"]
+    assert [l["causal"] for l in layers] == [False, False, True, False, False]
+    assert layers[4]["window"] is None and layers[3]["window"] == 4096
+
+
+def test_unhandled_quantization_refused():
+    raw = minimax_raw()
+    raw["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    with pytest.raises(UserError, match="quant_method 'fp8'.*mxfp8"):
+        minimax().flatten_config(raw)
+
+
+def test_missing_required_field_named():
+    raw = minimax_raw()
+    del raw["text_config"]["dspark_noise_token_id"]
+    with pytest.raises(UserError, match="dspark_noise_token_id"):
+        minimax().flatten_config(raw)
+
+
+def test_routing_by_architecture():
+    assert route(minimax_raw()).name == "minimax_dspark"
+    raw = minimax_raw()
+    raw["architectures"] = ["SomethingElse"]
+    with pytest.raises(UserError, match="known adapters:.*minimax_dspark"):
+        route(raw)
