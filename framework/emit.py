@@ -215,21 +215,46 @@ def emit(
         raise UserError(f"target={target!r}: unknown; known: trtllm")
     spec, yaml_path = load_spec(adapter, list(overrides), adapter_dir=adapter_dir)
     compiled = compile_spec(spec, yaml_path)
-    if backbone == DEFAULT:
-        backbone = DEFAULT_BACKBONES.get(compiled.name)
-        if backbone is None:
-            raise UserError(
-                f"adapter {compiled.name}: no default backbone; pass backbone='module:Class' "
-                "(the engine class that builds the drafter's layers) or backbone=None"
-            )
     engine = EngineNames(
         f"{base_module}:{base_class}", registry_module, spec_mode_module, config_utils_module,
-        backbone,
+        default_engine(compiled.name, backbone).backbone,
     )
     return write_package(
         compiled, Path(yaml_path), Path(out), engine, config=config, overrides=overrides,
         package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
     )
+
+
+def default_engine(adapter_name: str, backbone: Optional[str] = DEFAULT) -> EngineNames:
+    """TensorRT-LLM's names, with ``backbone`` resolved (:data:`DEFAULT`: the table)."""
+    if backbone == DEFAULT:
+        backbone = DEFAULT_BACKBONES.get(adapter_name)
+        if backbone is None:
+            raise UserError(
+                f"adapter {adapter_name}: no default backbone; pass backbone='module:Class' "
+                "(the engine class that builds the drafter's layers) or backbone=None"
+            )
+    return EngineNames(backbone=backbone)
+
+
+def spec_overrides(adapter: Any, adapter_dir: Optional[Path] = None) -> list[str]:
+    """``adapter.*`` overrides that turn the adapter file's spec into ``adapter.spec``
+    (for a module emitted from a command line; checked at run time by spec sha256)."""
+    from draftsmith.framework.loading import load_spec
+
+    base, _ = load_spec(adapter.name, adapter_dir=adapter_dir)
+
+    def leaves(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            out.update(leaves(v, key + ".") if isinstance(v, dict) and v else {key: v})
+        return out
+
+    dump = dict(mode="json", by_alias=True)
+    a, b = leaves(base.model_dump(**dump)), leaves(adapter.spec.model_dump(**dump))
+    changed = [f"{k}={json.dumps(v)}" for k, v in sorted(b.items()) if k not in a or a[k] != v]
+    return changed + [f"~{k}" for k in sorted(set(a) - set(b))]
 
 
 def write_package(
@@ -293,6 +318,7 @@ def write_package(
         adapter_file_repr=repr(str(yaml_path)),
         sha256_repr=repr(sha),
         overrides_repr=repr(list(overrides)),
+        spec_sha256_repr=repr(getattr(adapter, "spec_sha256", None)),
         architecture_repr=repr(architecture),
     )
     pkg_dir = Path(out) / package
@@ -432,6 +458,7 @@ ADAPTER = AdapterBinding(
     adapter_file=$adapter_file_repr,
     sha256=$sha256_repr,
     overrides=$overrides_repr,
+    spec_sha256=$spec_sha256_repr,
 )
 ARCHITECTURE = $architecture_repr
 MAX_DRAFT_LEN = $max_draft_len

@@ -407,3 +407,23 @@ def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path
     assert emitted.draft_out.tokens.tolist() == host.draft_out.tokens.tolist()
     torch.testing.assert_close(emitted.draft_out.logits, host.draft_out.logits, rtol=0, atol=0)
     assert emitted.validate_block_attention_windows() == host.layer_lowerings
+
+
+def test_cli_records_overrides_and_the_binding_reproduces_them(tmp_path, capsys):
+    from draftsmith.framework.cli import main
+    from draftsmith.framework.hosts.trtllm import AdapterBinding
+
+    if not (Path(__file__).resolve().parents[1] / "adapters" / "minimax_dspark.yaml").exists():
+        pytest.skip("minimax_dspark adapter not available")
+    args = ["emit", "adapter=minimax_dspark", "target=trtllm", f"out={tmp_path}", "adapter.attention.window=2048"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "max_draft_len = 7" in printed and "decoding_type: DSpark" in printed
+    src = (tmp_path / "draftsmith_minimax_dspark" / "drafter.py").read_text()
+    assert "non-causal, window 2048 -> sm100 trtllm_gen" in src
+    call = next(n.value for n in ast.parse(src).body
+                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "ADAPTER")
+    binding = AdapterBinding(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+    assert binding.overrides == ["attention.window=2048"]
+    assert binding.adapter.spec.attention.window == 2048  # spec sha256 checked on load
+    assert main(["emit", "adapter=minimax_dspark", "target=vllm", f"out={tmp_path}"]) == 2

@@ -62,11 +62,13 @@ class AdapterBinding:
     (re-emit after editing the adapter). ``overrides`` are the emission's overrides.
     """
 
-    def __init__(self, adapter: str, adapter_file: str, sha256: str, overrides=()):
+    def __init__(self, adapter: str, adapter_file: str, sha256: str, overrides=(),
+                 spec_sha256: Optional[str] = None):
         self.name = adapter
         self.adapter_file = Path(adapter_file)
         self.sha256 = sha256
         self.overrides = list(overrides)
+        self.spec_sha256 = spec_sha256
 
     @cached_property
     def adapter(self):
@@ -83,7 +85,13 @@ class AdapterBinding:
                 "recorded at emission; re-run `draftsmith emit`"
             )
         spec, path = load_spec(self.name, self.overrides, adapter_dir=self.adapter_file.parent)
-        return compile_spec(spec, path)
+        adapter = compile_spec(spec, path)
+        if self.spec_sha256 and adapter.spec_sha256 != self.spec_sha256:
+            raise UserError(
+                f"{self.adapter_file}: with overrides {self.overrides} the spec differs from the "
+                "one emitted; re-run `draftsmith emit`"
+            )
+        return adapter
 
     # -- config ---------------------------------------------------------------------------
     def flat_config(self, config: Any) -> dict:
@@ -166,3 +174,22 @@ def emit(*args, **kwargs):
     from draftsmith.framework.emit import emit as _emit
 
     return _emit(*args, **kwargs)
+
+
+def cli(opts: dict, adapter) -> int:
+    """``draftsmith emit adapter=NAME target=trtllm out=DIR``: write the package, print the
+    summary (``max_draft_len``, ``speculative_config``, paste rows). ``adapter`` is compiled
+    with the command line's ``adapter.*`` overrides, which the module records."""
+    from draftsmith.framework.emit import DEFAULT, default_engine, spec_overrides, write_package
+
+    target = opts.get("target") or "trtllm"
+    if target != "trtllm":
+        raise UserError(f"draftsmith emit: target={target}: unknown; known: trtllm")
+    if opts.get("out") in (None, ""):
+        raise UserError("draftsmith emit: missing out=...")
+    res = write_package(
+        adapter, adapter.path, Path(opts["out"]), default_engine(adapter.name, DEFAULT),
+        overrides=spec_overrides(adapter, opts.get("adapter_dir")),
+    )
+    print(res.summary())
+    return 0
