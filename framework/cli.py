@@ -141,9 +141,51 @@ def cmd_schema(opts, spec, path):
 
 
 def cmd_draft(opts, spec, path):
-    from ..framework import draft as draft_mod
+    """One draft step; with no checkpoint, on the embedded synthetic default."""
+    from .convert import execute
+    from .draft import format_report, report_json, run_draft
+    from .synth import synthesize
 
-    return draft_mod.cli(opts, _adapter(spec, path, opts) if spec is not None else None)
+    work = None
+    if opts.get("checkpoint") in (None, ""):
+        adapter = _adapter(spec, path, opts)
+        work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+        synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"])
+        checkpoint = work / "converted"
+        execute(adapter.plan(work / "synthetic"), checkpoint, progress=False)
+        target = Path(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
+    else:
+        checkpoint = Path(opts["checkpoint"])
+        from .checkpoint import read_config
+
+        if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
+            adapter = _adapter(spec, path, opts, checkpoint)
+            work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+            execute(adapter.plan(checkpoint), work / "converted", progress=False)
+            checkpoint = work / "converted"
+        target = Path(opts["target"]) if opts.get("target") else None
+        if target is None:
+            guess = Path(opts["checkpoint"]) / "target"
+            if not guess.is_dir():
+                raise UserError("draftsmith draft: missing target=DIR (the target's embed_tokens/lm_head)")
+            target = guess
+    if opts["device"] not in ("cpu", "cuda") and not str(opts["device"]).startswith("cuda:"):
+        raise UserError(f"device={opts['device']}: expected cpu or cuda")
+    if str(opts["device"]).startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"device={opts['device']}: CUDA is not available here")
+    try:
+        report = run_draft(checkpoint, target, device=opts["device"], context=int(opts["context"]),
+                           seed=int(opts["seed"]), batch=int(opts["batch"]), lowering=opts.get("lowering"),
+                           dump=opts.get("dump"), page_size=int(opts["page_size"]))
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        raise UserError(f"draftsmith draft: {e}") from None
+    print(report_json(report) if opts["format"] == "json" else format_report(report))
+    if work is not None and opts["format"] != "json":
+        print(f"(converted checkpoint used: {checkpoint})")
+    return 0
 
 
 def cmd_emit(opts, spec, path):
