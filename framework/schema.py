@@ -122,6 +122,14 @@ def check_regex(pattern: str) -> str:
     return pattern
 
 
+def check_replacement(pattern: str, repl: str) -> None:
+    """Refuse a regex replacement naming groups that ``pattern`` lacks (``\\2``, ``\\g<x>``)."""
+    try:
+        re.sub(pattern, repl, "")  # the replacement template is parsed before any matching
+    except (re.error, IndexError) as e:
+        raise ValueError(f"replacement {repl!r} does not fit regex {pattern!r}: {e}") from None
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -164,6 +172,14 @@ class ConfigSpec(Strict):
         description="Keys giving the output dtype, in order of preference; written back as `torch_dtype`.",
     )
     default_dtype: str = Field("bfloat16", description="Output dtype when no dtype key is present.")
+
+    @field_validator("default_dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        from draftsmith.transforms.base import dtype_from_name
+
+        dtype_from_name(v)  # ValueError naming the known dtypes
+        return v
     refuse_unhandled_quantization: bool = Field(
         True,
         description="Refuse a config whose `quantization_config.quant_method` no weight transform dequantizes.",
@@ -192,6 +208,9 @@ class RenameRule(Strict):
                 raise ValueError("inverse_match and inverse_to go together")
             if self.inverse_match is not None:
                 check_regex(self.inverse_match)
+            for rx, repl in ((self.match, self.to), (self.inverse_match, self.inverse_to)):
+                if rx is not None and repl is not None:
+                    check_replacement(rx, repl)
         elif self.inverse_match is not None or self.inverse_to is not None:
             raise ValueError(f"inverse_match/inverse_to apply to kind regex only, not {self.kind}")
         return self

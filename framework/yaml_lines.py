@@ -70,12 +70,18 @@ def load_yaml(path: Path) -> tuple[Any, dict[tuple, int]]:
 
     def walk(n, prefix: tuple):
         if isinstance(n, yaml.MappingNode):
+            seen = set()
             for k, v in n.value:
                 key = k.value
                 try:
                     key = int(key) if k.tag.endswith(":int") else key
                 except ValueError:
                     pass
+                if isinstance(key, (str, int)) and key != "<<":
+                    if key in seen:
+                        where = ".".join(map(str, prefix + (key,)))
+                        raise ValueError(f"{path}:{k.start_mark.line + 1}: {where}: duplicate key")
+                    seen.add(key)
                 lines[prefix + (key,)] = k.start_mark.line + 1
                 walk(v, prefix + (key,))
         elif isinstance(n, yaml.SequenceNode):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from pydantic import field_validator
 
 from .base import (
     Binding,
@@ -37,6 +38,13 @@ class MXFP8Params(Params):
     """Which spelling synthetic checkpoints write."""
     synth_scale_dtype: Literal["uint8", "float8_e8m0fnu"] = "uint8"
     """Which scale dtype synthetic checkpoints write."""
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v):
+        if v is not None:
+            dtype_from_name(v)  # ValueError naming the known dtypes
+        return v
 
 
 def scale_exponents(scale: torch.Tensor) -> torch.Tensor:
