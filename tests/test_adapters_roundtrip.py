@@ -1,0 +1,81 @@
+"""Every shipped adapter: synth (tiny) -> inspect (complete) -> convert -> the converted
+weights equal the target-layout weights synth started from, bit for bit."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from draftsmith.adapters import ADAPTER_DIR
+from draftsmith.framework.cli import main
+from draftsmith.framework.convert import execute
+from draftsmith.framework.engine import load_adapter
+from draftsmith.framework.synth import synthesize
+
+ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
+
+
+def read_converted(d):
+    index = d / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    out = {}
+    for f in files:
+        out.update(load_file(d / f))
+    return json.loads((d / "config.json").read_text()), out
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_synth_inspect_convert_roundtrip(name, tmp_path, capsys):
+    adapter = load_adapter(name)
+    src = tmp_path / "src"
+    res = synthesize(adapter, "tiny", src, seed=7, keep_targets=True)
+    assert main(["inspect", f"adapter={name}", f"source={src}"]) == 0, capsys.readouterr().out
+    plan = adapter.plan(src)
+    assert plan.complete, plan.report()
+    out = execute(plan, tmp_path / "out", progress=False)
+    cfg, got = read_converted(out)
+    assert sorted(got) == sorted(res.targets)
+    bad = [n for n in got if not bits_equal(got[n], res.targets[n])]
+    assert not bad, f"{name}: converted tensors differ from synth's targets: {bad}"
+    # the converted config: outputs convention, and what synth flattened
+    assert cfg["draftsmith"]["adapter"] == name
+    assert cfg["draftsmith"]["target_layer_ids_convention"] == "output"
+    assert cfg["dflash_config"] == res.config["dflash_config"]
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_adapter_states_target_layer_convention(name):
+    """Every adapter file says explicitly whether its target layer ids are outputs or inputs."""
+    text = (ADAPTER_DIR / f"{name}.yaml").read_text()
+    import yaml
+
+    data = yaml.safe_load(text)
+    assert data.get("target_layer_ids") in ("output", "input"), name
+
+
+def test_input_convention_shifts_ids(tmp_path):
+    """speculators' aux_hidden_state_layer_ids (layer inputs) become outputs: each id minus 1."""
+    adapter = load_adapter("speculators_dspark")
+    res = synthesize(adapter, "tiny", tmp_path / "s", seed=1)
+    raw = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert res.config["dflash_config"]["target_layer_ids"] == [i - 1 for i in raw["aux_hidden_state_layer_ids"]]
+
+
+def test_tiny_configs_fit_the_torch_host():
+    for name in ADAPTERS:
+        a = load_adapter(name)
+        from draftsmith.framework.synth import source_config
+
+        cfg = a.flatten_config(source_config(a, "tiny"))
+        assert cfg["num_attention_heads"] % cfg["num_key_value_heads"] == 0
+        assert cfg["rotary_dim"] % 2 == 0 and cfg["rotary_dim"] <= cfg["head_dim"]
+        if a.quant_methods:
+            assert cfg["hidden_size"] % 32 == 0 and cfg["intermediate_size"] % 32 == 0
+        for lay in cfg["draftsmith"]["layers"]:
+            assert lay["window"] is None or lay["window"] <= 16
