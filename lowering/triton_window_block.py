@@ -120,38 +120,67 @@ def _attn_kernel(
     bt_row = bt_ptr + n64 * s_btn
     kv_h_k = kvh.to(tl.int64) * s_kph
     kv_h_v = kvh.to(tl.int64) * s_vph
-    for k0 in range(lo, hi, BLOCK_N):
-        t = k0 + tl.arange(0, BLOCK_N)
-        t_ok = t < hi
-        page = tl.load(bt_row + (t // PAGE) % R, mask=t_ok, other=0).to(tl.int64)
-        slot = (t % PAGE).to(tl.int64)
-        k_off = page * s_kpp + slot * s_kpt + kv_h_k
-        v_off = page * s_vpp + slot * s_vpt + kv_h_v
-        if EVEN_D:
-            ld_mask = t_ok[:, None]
+    # Three phases of tiles: 0 = leading tiles a window's lower edge can cut (masked),
+    # 1 = interior tiles (no mask, unpredicated loads), 2 = the trailing partial tile.
+    n_keys = tl.maximum(hi - lo, 0)
+    n_tiles = tl.cdiv(n_keys, BLOCK_N)
+    n_full = n_keys // BLOCK_N
+    if WINDOWED:
+        n_pre = tl.minimum(tl.maximum(tl.cdiv(ctx + B - 1 - W_M1 - lo, BLOCK_N), 0), n_tiles)
+    else:
+        n_pre = n_tiles * 0
+    mid_end = tl.maximum(n_pre, n_full)
+    for phase in tl.static_range(3):
+        if phase == 0:
+            first = n_pre * 0
+            last = n_pre
+        elif phase == 1:
+            first = n_pre
+            last = mid_end
         else:
-            ld_mask = t_ok[:, None] & dim_ok[None, :]
-        k = tl.load(kp_ptr + k_off[:, None] + dim[None, :], mask=ld_mask, other=0.0)
-        v = tl.load(vp_ptr + v_off[:, None] + dim[None, :], mask=ld_mask, other=0.0)
-        if IEEE:
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            qk = tl.dot(q, tl.trans(k))
-        qk = qk * qk_scale
-        allowed = t_ok[None, :]
-        if WINDOWED:
-            allowed = allowed & (t[None, :] >= lo_bound[:, None])
-        qk = tl.where(allowed, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+            first = mid_end
+            last = n_tiles
+        for i in range(first, last):
+            t = lo + i * BLOCK_N + tl.arange(0, BLOCK_N)
+            if phase == 1:
+                page = tl.load(bt_row + (t // PAGE) % R).to(tl.int64)
+            else:
+                t_ok = t < hi
+                page = tl.load(bt_row + (t // PAGE) % R, mask=t_ok, other=0).to(tl.int64)
+            slot = (t % PAGE).to(tl.int64)
+            k_ptrs = kp_ptr + (page * s_kpp + slot * s_kpt + kv_h_k)[:, None] + dim[None, :]
+            v_ptrs = vp_ptr + (page * s_vpp + slot * s_vpt + kv_h_v)[:, None] + dim[None, :]
+            if phase == 1:
+                if EVEN_D:
+                    k = tl.load(k_ptrs)
+                    v = tl.load(v_ptrs)
+                else:
+                    k = tl.load(k_ptrs, mask=dim_ok[None, :], other=0.0)
+                    v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
+            else:
+                ld_mask = t_ok[:, None] & dim_ok[None, :]
+                k = tl.load(k_ptrs, mask=ld_mask, other=0.0)
+                v = tl.load(v_ptrs, mask=ld_mask, other=0.0)
+            if IEEE:
+                qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                qk = tl.dot(q, tl.trans(k))
+            qk = qk * qk_scale
+            if phase != 1:
+                allowed = t_ok[None, :]
+                if WINDOWED:
+                    allowed = allowed & (t[None, :] >= lo_bound[:, None])
+                qk = tl.where(allowed, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if IEEE:
+                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
 
     # The block's own keys, once per sequence: the last split takes them.
     if split == NUM_SPLITS - 1:
@@ -297,7 +326,7 @@ def choose_config(
     if block_m is None:
         block_m = min(max(16, _next_pow2(rows)), 64 if d_pad >= 256 else 128)
     if block_n is None:
-        block_n = 32 if d_pad >= 256 else 64
+        block_n = 64 if (d_pad >= 256 or block_m < 128) else 128
     num_rb = -(-rows // block_m)
     ctas = n * hkv * num_rb
     if num_splits is None:
@@ -307,7 +336,7 @@ def choose_config(
     if num_warps is None:
         num_warps = 8 if block_m * d_pad >= 128 * 128 else 4
     if num_stages is None:
-        num_stages = 2
+        num_stages = 2 if d_pad >= 256 else 3
     return Config(block_m, block_n, max(1, num_splits), num_warps, num_stages)
 
 

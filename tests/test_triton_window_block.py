@@ -214,6 +214,18 @@ def test_interp_window_mixed_lengths(causal, splits):
 
 @pytest.mark.parametrize("causal", [False, True])
 @interp_test
+def test_interp_interior_tiles(causal):
+    """W 40 in tiles of 16: masked edge tile, unmasked interior tiles, masked tail, splits."""
+    gen = torch.Generator().manual_seed(21 + causal)
+    ctx = [0, 10, 39, 40, 100, 57]
+    case = make_case(len(ctx), 5, 4, 2, 64, P, ctx, 40, gen=gen, poison_unreachable=True)
+    for splits in (1, 2):
+        cfg = Config(block_m=16, block_n=16, num_splits=splits, num_warps=4, num_stages=2)
+        run_and_check(*case, causal=causal, window=40, config=cfg)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@interp_test
 def test_interp_block_longer_than_window(causal):
     gen = torch.Generator().manual_seed(7 + causal)
     case = make_case(3, 9, 4, 1, 64, P, [0, 2, 13], 4, gen=gen, poison_unreachable=True)
