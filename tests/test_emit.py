@@ -415,7 +415,8 @@ def test_cli_records_overrides_and_the_binding_reproduces_them(tmp_path, capsys)
 
     if not (Path(__file__).resolve().parents[1] / "adapters" / "minimax_dspark.yaml").exists():
         pytest.skip("minimax_dspark adapter not available")
-    args = ["emit", "adapter=minimax_dspark", "target=trtllm", f"out={tmp_path}", "adapter.attention.window=2048"]
+    args = ["emit", "adapter=minimax_dspark", "target=trtllm", f"out={tmp_path}", "adapter.attention.window=2048",
+            "adapter.attention.lowering.windowed.sm100=trtllm_gen"]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "max_draft_len = 7" in printed and "decoding_type: DSpark" in printed
@@ -424,6 +425,7 @@ def test_cli_records_overrides_and_the_binding_reproduces_them(tmp_path, capsys)
     call = next(n.value for n in ast.parse(src).body
                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "ADAPTER")
     binding = AdapterBinding(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
-    assert binding.overrides == ["attention.window=2048"]
+    assert binding.overrides == ["attention.lowering.windowed.sm100=\"trtllm_gen\"", "attention.window=2048"]
     assert binding.adapter.spec.attention.window == 2048  # spec sha256 checked on load
+    assert binding.adapter.spec.attention.lowering["windowed"].sm100 == "trtllm_gen"
     assert main(["emit", "adapter=minimax_dspark", "target=vllm", f"out={tmp_path}"]) == 2
