@@ -126,6 +126,7 @@ class LoweringInfo:
     devices: tuple[str, ...]  # device classes it may be chosen for: "cpu", "sm90", "sm100"
     available: Callable[[], bool]  # whether it can run in this process (libraries, GPU)
     needs_context_kernel: bool = False  # whether it needs the engine's separate context kernel
+    head_dims: Optional[tuple[int, ...]] = None  # head dims it supports; None = any
 
 
 LOWERINGS: dict[str, LoweringInfo] = {}
