@@ -52,10 +52,17 @@ def make_config(gemma=True, act="swigluoai", sfa=True, rank=RANK, conf=True, con
     }
 
 
+def dspark(config: dict) -> dict:
+    """The config's DSpark heads; a plain DFlash config (no ``dspark_config``) has none and
+    drafts ``B-1`` tokens (slot 0 is only the anchor)."""
+    return config.get("dspark_config") or {"markov_rank": 0, "enable_confidence_head": False,
+                                           "confidence_head_with_markov": False, "sample_from_anchor": False}
+
+
 def make_weights(config: dict, seed: int = 0) -> dict[str, torch.Tensor]:
     """Random weights in the target layout; norm weights near 0 (gemma) or near 1 (plain)."""
     g = torch.Generator().manual_seed(seed)
-    ds = config["dspark_config"]
+    ds = dspark(config)
     norms = config["draftsmith"]["norms"]
 
     def lin(o, i):
@@ -131,7 +138,7 @@ def ref_draft(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: in
     """
     f = lambda t: t.double()  # noqa: E731
     w = {k: f(v) for k, v in w.items()}
-    ds, norms = config["dspark_config"], config["draftsmith"]["norms"]
+    ds, norms = dspark(config), config["draftsmith"]["norms"]
     eps, theta, rot = config["rms_norm_eps"], config["rope_theta"], config["rotary_dim"]
 
     def norm(x, wt, kind):
@@ -270,6 +277,21 @@ def test_draft_step_matches_reference(variant, ctx):
     assert out.tokens.shape == (1, k) and out.logits.shape == (1, k, VOCAB)
     ref = ref_draft(config, weights, target, hidden, anchor)
     assert_matches(out.logits[0], out.tokens[0], None if out.confidence is None else out.confidence[0], ref)
+
+
+def test_plain_dflash_config():
+    config = make_config(sfa=False, rank=0, conf=False, conf_markov=False)
+    del config["dspark_config"]
+    weights, target = make_weights(config), make_target()
+    assert not any(k.startswith(("markov", "confidence")) for k in weights)
+    model = build(config, weights, target)
+    assert model.cfg.max_draft_len == BLOCK - 1 and model.markov_head is None
+    cache = model.make_cache(1, max_context=32)
+    h = rand_hidden(9, seed=9)
+    model.append_context(cache, h)
+    out = model.draft(torch.tensor([2]), cache)
+    assert out.confidence is None
+    assert_matches(out.logits[0], out.tokens[0], None, ref_draft(config, weights, target, h, 2))
 
 
 @pytest.mark.parametrize("lowering", ["dense", "window_decode_merge"])

@@ -66,7 +66,7 @@ class RowCounter:
         model.fc.register_forward_hook(lambda m, i, o: setattr(self, "rows", self.rows + i[0].shape[0]))
 
 
-@pytest.mark.parametrize("page", [1, 16, 64])
+@pytest.mark.parametrize("page", [1, 64])
 def test_131k_context_window_and_full(page):
     """131072 tokens streamed in chunks into a windowed + full + windowed-causal drafter."""
     c = 131072
@@ -85,7 +85,7 @@ def test_131k_context_window_and_full(page):
     assert_matches(out.logits[0], out.tokens[0], out.confidence[0], ref_draft(config, weights, target, hidden, 13))
 
 
-@pytest.mark.parametrize("page", [1, 16, 64])
+@pytest.mark.parametrize("page", [16])
 def test_300k_context_windowed_bounded(page):
     """300000 tokens, generated chunk by chunk, through windowed layers: the pool stays O(W)
     and only the last W-1 tokens of each append are ever projected."""

@@ -60,6 +60,8 @@ class DFlashDraftModel(nn.Module):
         self.config = config
         self.cfg = cfg = DraftConfig.from_dict(config)
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype or cfg.dtype
         s = cfg.layer
         rope = PartialNeoxRope(s.head_dim, s.rotary_dim, s.rope_theta, self.device)

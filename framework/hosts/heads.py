@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+
+class Weight(nn.Module):
+    """A bare ``weight`` parameter (uninitialised; filled by ``load_weights``)."""
+
+    def __init__(self, *shape: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(shape))
 
 
 class MarkovHead(nn.Module):
@@ -16,12 +25,12 @@ class MarkovHead(nn.Module):
 
     def __init__(self, vocab: int, rank: int):
         super().__init__()
-        self.markov_w1 = nn.Embedding(vocab, rank)
+        self.markov_w1 = Weight(vocab, rank)
         self.markov_w2 = nn.Linear(rank, vocab, bias=False)
 
     def embed(self, prev: torch.Tensor) -> torch.Tensor:
         """``w1[prev]``: ``prev [N]`` int -> ``[N, r]``."""
-        return self.markov_w1(prev)
+        return F.embedding(prev, self.markov_w1.weight)
 
     def bias(self, prev_emb: torch.Tensor) -> torch.Tensor:
         """``w2 @ w1[prev]``: ``prev_emb [N, r]`` -> ``[N, V]`` float32."""
