@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import json
 import re
 import sys
@@ -92,12 +93,27 @@ class Drafter:
 def load_drafters(adapter_dir: str | Path | None = None) -> list[Drafter]:
     """Every adapter in ``adapters/`` (and in ``adapter_dir`` when given, which wins on a
     name clash), compiled, with its flattened full-size config; sorted by name."""
-    from .engine import load_adapter
     from .loading import adapter_files
+
+    files = adapter_files(adapter_dir)
+    # the result is a pure function of the spec files' bytes: cache on them
+    key = (None if adapter_dir is None else str(Path(adapter_dir).resolve()),
+           tuple((n, str(p), hashlib.sha256(p.read_bytes()).hexdigest()) for n, p in sorted(files.items())))
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = _load(sorted(files), adapter_dir)
+    return list(_CACHE[key])
+
+
+_CACHE: dict[tuple, list[Drafter]] = {}
+
+
+def _load(names: list[str], adapter_dir) -> list[Drafter]:
+    from .engine import load_adapter
     from .synth import source_config
 
     out = []
-    for name in sorted(adapter_files(adapter_dir)):
+    for name in names:
         a = load_adapter(name, adapter_dir=adapter_dir)
         cfg = a.flatten_config(source_config(a, "full"), where=f"{a.path}: synth.config")
         out.append(Drafter(a, cfg))
