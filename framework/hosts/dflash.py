@@ -79,7 +79,7 @@ class DFlashDraftModel(nn.Module):
         self.__dict__["embed_tokens"] = None  # borrowed from the target, not drafter parameters
         self.__dict__["lm_head"] = None
         self.device_class = device_class(self.device)
-        self.lowerings = choose_lowerings(cfg.lowering_tables, self.device_class, lowering)
+        self.lowerings = choose_lowerings(cfg.lowering_tables, self.device_class, lowering, s.head_dim)
 
     # ---- introspection -------------------------------------------------------------------
 

@@ -23,13 +23,14 @@ def device_class(device: torch.device | str) -> str:
 
 
 def choose_lowerings(
-    tables: Sequence[dict], dev_class: str, override: Optional[str] = None
+    tables: Sequence[dict], dev_class: str, override: Optional[str] = None, head_dim: Optional[int] = None
 ) -> list[LoweringInfo]:
     """Per layer: ``override`` if given, else ``tables[i][dev_class]``; each must be available.
 
     Raises ``ValueError`` naming the layer when the table has no entry for ``dev_class`` and
-    ``RuntimeError`` when the chosen lowering cannot run here (``available()`` false or
-    ``dev_class`` not among its devices). Unknown names raise ``KeyError`` listing known ones.
+    ``RuntimeError`` when the chosen lowering cannot run here (``available()`` false,
+    ``dev_class`` not among its devices, or ``head_dim`` not among its head dims). Unknown
+    names raise ``KeyError`` listing known ones.
     """
     chosen = []
     for i, table in enumerate(tables):
@@ -42,6 +43,9 @@ def choose_lowerings(
         info = get_lowering(name)
         if dev_class not in info.devices:
             raise RuntimeError(f"layer {i}: lowering {name!r} runs on {info.devices}, not {dev_class!r}")
+        dims = getattr(info, "head_dims", None)
+        if head_dim is not None and dims is not None and head_dim not in dims:
+            raise RuntimeError(f"layer {i}: lowering {name!r} supports head dims {list(dims)}, not {head_dim}")
         if not info.available():
             raise RuntimeError(f"layer {i}: lowering {name!r} is not available in this process ({info.description})")
         chosen.append(info)
