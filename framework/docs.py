@@ -344,6 +344,9 @@ def supported_drafters_md(drafters: list[Drafter]) -> str:
         "",
     ]
     for n, text in enumerate(texts, 1):
+        # continuation lines of a footnote are indented (spec notes may span lines)
+        text = "\n".join(l if (i == 0 or not l or l.startswith("    ")) else "    " + l
+                         for i, l in enumerate(text.strip().split("\n")))
         lines.append(f"[^{n}]: {text}")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
