@@ -1,0 +1,303 @@
+"""Export: write a checkpoint in another adapter's *source* format (``convert ... to=NAME``).
+
+The source checkpoint is converted into the family target layout first (the ordinary
+plan, streamed into a temp dir); then the *target* adapter runs backwards, as ``synth``
+does: its transforms' inverses (``split`` <- ``fuse``, quantization, norm folding) and its
+rename rules' inverses, group by group. ``to=speculators`` picks ``speculators_dspark``
+when the drafter has a Markov or confidence head, else ``speculators_dflash``.
+
+The config is an inverse of :func:`~.flatten.flatten`, derived from the flattened config:
+
+- every ``config.fields`` rule of the target adapter writes its value back under its
+  **first** ``from`` alias (a rule without aliases cannot carry a value: the value must
+  then equal the rule's default);
+- ``target_layer_ids: input`` adapters get each id plus 1;
+- the resolved attention table is written back as ``is_causal`` (the causality of the
+  full-attention layers, or of all layers) and ``sliding_window_non_causal`` (that of the
+  windowed layers) besides ``layer_types`` / ``sliding_window`` / ``use_sliding_window``
+  (HF's switch for windows, e.g. ``Qwen3Config``); per-layer causality
+  that differs inside one kind cannot be written;
+- every other key of the flattened config is carried over (the ``draftsmith`` section
+  excepted). Keys go where the target adapter's ``synth.config`` template has them (top
+  level and/or a ``config.sections`` section); keys the template lacks go into its first
+  section when it has one (the backbone), else to the top level;
+- format descriptors the flattened config lacks are copied from the template: strings
+  and mappings (``model_type``, ``auto_map``, ``quantization_config``,
+  ``speculators_config``, ...), never numbers or lists; ``architectures`` (and
+  ``model_type`` where ``match`` fixes one) come from the target's ``match``. Copied
+  descriptors describe the *format*, not this model: review them (e.g.
+  ``speculators_config.verifier`` and its ``speculative_tokens``). The source's
+  ``model_type`` is not carried (it names the source format).
+
+Norm styles: a norm the source runs Gemma style (``rms(x) * (1 + w)``) but the target
+adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and the
+reverse as ``bf16(float32(w) - 1)``; every other tensor is exact where the target's
+inverse transforms are (not for a re-quantization such as MXFP8).
+
+The result is checked before anything is written: the target adapter must flatten the
+written config back to the same values (shapes, block size, mask token, target layer
+ids, heads, per-layer windows and causality, ``max_draft_len``), else the export is
+refused with the keys that differ. The borrowed ``embed_tokens`` / ``lm_head`` are not
+written (the drafter does not hold them).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from draftsmith.transforms.base import Context
+from draftsmith.transforms.names import NameTemplate
+
+from .convert import atomic_dir, execute, publish
+from .errors import UserError
+from .family import get_dotted, pop_dotted, set_dotted
+
+#: ``to=`` aliases resolved from the drafter's features.
+ALIASES = ("speculators",)
+#: keys export rewrites (identity, or the attention table, compared per layer instead)
+_REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding_window_non_causal",
+              "use_sliding_window")
+#: flattened-config keys that never go back into a source config
+_NOT_CARRIED = ("draftsmith",)
+
+
+def resolve_target(to: str, flat: dict[str, Any], adapter_dir=None):
+    """The adapter ``to`` names (``speculators``: by Markov / confidence head)."""
+    from .engine import load_adapter
+    from .loading import adapter_files
+
+    name = to
+    if to == "speculators":
+        ds = flat.get("dspark_config") or {}
+        heads = bool(ds.get("markov_rank")) or bool(ds.get("enable_confidence_head"))
+        name = "speculators_dspark" if heads else "speculators_dflash"
+    files = adapter_files(adapter_dir)
+    if name not in files:
+        raise UserError(
+            f"to={to}: not an adapter name; known: dflash, {', '.join(ALIASES)}, {', '.join(sorted(files))}"
+        )
+    return load_adapter(name, adapter_dir=adapter_dir)
+
+
+# ---- config -------------------------------------------------------------------------------------
+
+
+def _attention_keys(cfg: dict, layers: list[dict]) -> None:
+    """Write the resolved per-layer causality back as explicit keys (in place)."""
+    win = {l["causal"] for l in layers if l["window"] is not None}
+    full = {l["causal"] for l in layers if l["window"] is None}
+    cfg.pop("is_causal", None)
+    cfg.pop("sliding_window_non_causal", None)
+    if len(full) == 1:
+        cfg["is_causal"] = full.pop()
+    elif not full and len(win) == 1:
+        cfg["is_causal"] = next(iter(win))
+    if len(win) == 1:
+        cfg["sliding_window_non_causal"] = not win.pop()
+    cfg["use_sliding_window"] = any(l["window"] is not None for l in layers)
+
+
+def _template_descriptors(value: Any) -> bool:
+    return isinstance(value, (str, dict))
+
+
+def source_config_from_flat(target, flat: dict[str, Any]) -> dict[str, Any]:
+    """The raw ``config.json`` of ``target``'s source format for flattened config ``flat``."""
+    spec = target.spec
+    cfg = copy.deepcopy(flat)
+    for k in _NOT_CARRIED:
+        cfg.pop(k, None)
+    cfg.pop("model_type", None)  # names the source format: the template's goes in
+    _attention_keys(cfg, flat["draftsmith"]["layers"])
+    dc = cfg.setdefault("dflash_config", {})
+    if spec.target_layer_ids == "input":
+        dc["target_layer_ids"] = [i + 1 for i in dc["target_layer_ids"]]
+
+    alias_heads: set[str] = set()
+    for key, rule in spec.config.fields.items():
+        alias_heads.update(a.split(".")[0] for a in rule.from_)
+        value = get_dotted(cfg, key)
+        pop_dotted(cfg, key)
+        if value is not None and rule.from_:
+            set_dotted(cfg, rule.from_[0], value)
+    for k in [k for k, v in cfg.items() if v == {}]:
+        del cfg[k]
+
+    template = copy.deepcopy(spec.synth.config)
+    sections = [s for s in spec.config.sections if isinstance(template.get(s), dict)]
+    raw: dict[str, Any] = {}
+    for k, v in cfg.items():
+        placed = False
+        if k in template and k not in sections:
+            raw[k] = copy.deepcopy(v)
+            placed = True
+        for s in sections:
+            if k in template[s]:
+                raw.setdefault(s, {})[k] = copy.deepcopy(v)
+                placed = True
+        if not placed:
+            (raw.setdefault(sections[0], {}) if sections else raw)[k] = copy.deepcopy(v)
+
+    skip = alias_heads | set(spec.config.dtype_keys) | set(spec.config.sections)
+    for k, v in template.items():
+        if k in sections:
+            for k2, v2 in v.items():
+                if k2 not in raw.get(k, {}) and k2 not in skip and _template_descriptors(v2):
+                    raw.setdefault(k, {})[k2] = copy.deepcopy(v2)
+        elif k not in raw and k not in skip and _template_descriptors(v):
+            raw[k] = copy.deepcopy(v)
+    raw["architectures"] = [spec.match.architectures[0]]
+    if spec.match.model_type is not None:
+        raw["model_type"] = spec.match.model_type
+    return raw
+
+
+def _compare(flat: dict, back: dict, drop: list[str], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in flat.items():
+        key = prefix + k
+        if key in _REWRITTEN or key in drop:
+            continue
+        if isinstance(v, dict) and isinstance(back.get(k), dict):
+            out += _compare(v, back[k], drop, key + ".")
+        elif back.get(k) != v:
+            out.append(f"{key}: {v!r} would read back as {back.get(k)!r}")
+    return out
+
+
+def check_config(target, flat: dict, raw: dict) -> dict:
+    """Flatten ``raw`` with ``target``; refuse when it does not read back as ``flat``."""
+    back = target.flatten_config(raw, where=f"{target.name} config (export)")
+    problems = _compare(flat, back, list(target.spec.config.drop))
+    a = [(l["causal"], l["window"]) for l in flat["draftsmith"]["layers"]]
+    b = [(l["causal"], l["window"]) for l in back["draftsmith"]["layers"]]
+    if a != b:
+        problems.append(f"layers (causal, window): {a} would read back as {b}")
+    if flat["draftsmith"]["max_draft_len"] != back["draftsmith"]["max_draft_len"]:
+        problems.append(f"max_draft_len: {flat['draftsmith']['max_draft_len']} would read back as "
+                        f"{back['draftsmith']['max_draft_len']}")
+    if problems:
+        raise UserError(*(f"to={target.name}: the {target.name} format cannot express {p}" for p in problems))
+    return back
+
+
+# ---- weights ------------------------------------------------------------------------------------
+
+
+def _norm_kind(family, name: str) -> str | None:
+    for kind, template in family.norm_kinds.items():
+        if NameTemplate(template).match(name) is not None:
+            return kind
+    return None
+
+
+def restyle_norm(w: torch.Tensor, src: str, dst: str) -> torch.Tensor:
+    """A norm weight stored for style ``src`` re-stored for style ``dst`` (``gemma``/``plain``)."""
+    if src == dst:
+        return w
+    if src == "gemma":  # rms * (1 + w) == rms * w'
+        return (1.0 + w.to(torch.float32)).to(w.dtype)
+    return (w.to(torch.float32) - 1.0).to(w.dtype)
+
+
+def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None) -> Path:
+    """Convert ``source`` (``adapter``'s format) and write it in adapter ``to``'s source format."""
+    from .synth import _groups, inverse_apps
+
+    source, out = Path(source), Path(out)
+    plan = adapter.plan(source)
+    if not plan.complete:
+        raise UserError(*(f"{source}: {l}" for l in plan.report().splitlines()))
+    flat = plan.config
+    target = resolve_target(to, flat, adapter_dir)
+    raw = source_config_from_flat(target, flat)
+    tflat = check_config(target, flat, raw)
+    layout = target.family.target_layout(tflat)
+    if {n: (m.shape, m.dtype) for n, m in layout.items()} != {n: (m.shape, m.dtype) for n, m in plan.outputs.items()}:
+        raise UserError(f"to={target.name}: the target layout differs from the converted one")
+    src_styles, dst_styles = flat["draftsmith"]["norms"], target.norm_styles()
+    ctx = Context(tflat)
+    apps = inverse_apps(target, layout)
+
+    work = Path(tempfile.mkdtemp(prefix=".draftsmith-export-", dir=out.parent if out.parent.exists() else None))
+    tmp = None
+    try:
+        converted = execute(plan, work / "converted", progress=False)
+        tmp = atomic_dir(out, overwrite)
+        _write(target, converted, layout, apps, _groups(layout, apps), src_styles, dst_styles, ctx, tmp)
+        (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+        publish(tmp, out, overwrite)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path) -> None:
+    index = converted / "model.safetensors.index.json"
+    where = ({n: converted / f for n, f in json.loads(index.read_text())["weight_map"].items()}
+             if index.is_file() else {n: converted / "model.safetensors" for n in layout})
+    max_bytes = target.spec.weights.max_shard_bytes
+    files: list[str] = []
+    weight_map: dict[str, str] = {}
+    shard: dict[str, torch.Tensor] = {}
+    size = 0
+
+    def flush():
+        nonlocal shard, size
+        if shard:
+            name = f"model-{len(files) + 1:05d}.safetensors"
+            save_file(shard, str(tmp / name), metadata={"format": "pt"})
+            files.append(name)
+            weight_map.update({k: name for k in shard})
+        shard, size = {}, 0
+
+    with ExitStack() as stack:
+        handles: dict[Path, Any] = {}
+
+        def load(name: str) -> torch.Tensor:
+            f = where[name]
+            if f not in handles:
+                handles[f] = stack.enter_context(safe_open(str(f), framework="pt"))
+            return handles[f].get_tensor(name)
+
+        for group in groups:
+            tensors = {}
+            for n in group:
+                t = load(n)
+                kind = _norm_kind(target.family, n)
+                if kind is not None:
+                    t = restyle_norm(t, src_styles[kind], dst_styles[kind])
+                tensors[n] = t
+            for t, b in reversed(apps):
+                if all(o in tensors for o in b.outputs):
+                    tensors.update(t.inverse(b, {o: tensors.pop(o) for o in b.outputs}, ctx))
+            for name in sorted(tensors):
+                t = tensors[name].contiguous()
+                if size and size + t.numel() * t.element_size() > max_bytes:
+                    flush()
+                shard[target.renamer.inverse(name)] = t
+                size += t.numel() * t.element_size()
+        flush()
+    if len(files) == 1:
+        (tmp / files[0]).rename(tmp / "model.safetensors")
+        return
+    n = len(files)
+    final = {f: f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i, f in enumerate(files)}
+    for f, g in final.items():
+        (tmp / f).rename(tmp / g)
+    idx = {"metadata": {}, "weight_map": {k: final[v] for k, v in sorted(weight_map.items())}}
+    (tmp / "model.safetensors.index.json").write_text(json.dumps(idx, indent=2) + "\n")

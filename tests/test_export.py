@@ -1,0 +1,152 @@
+"""``convert ... to=NAME``: write another adapter's source format (its inverse run on the
+converted weights), then convert that back: the same target tensors (norms re-styled
+where the formats disagree), the same flattened semantics."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from draftsmith.framework.cli import main
+from draftsmith.framework.convert import execute
+from draftsmith.framework.engine import load_adapter, route
+from draftsmith.framework.errors import UserError
+from draftsmith.framework.export import _norm_kind, export, resolve_target, source_config_from_flat
+from draftsmith.framework.synth import synthesize
+
+
+def read(d):
+    index = d / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    w = {}
+    for f in files:
+        w.update(load_file(d / f))
+    return json.loads((d / "config.json").read_text()), w
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def roundtrip(tmp_path, src_name, to, seed=5):
+    """synth src -> convert (reference) and export to ``to`` -> route + convert back."""
+    src = load_adapter(src_name)
+    s = tmp_path / "src"
+    synthesize(src, "tiny", s, seed=seed)
+    ref_cfg, ref = read(execute(src.plan(s), tmp_path / "ref", progress=False))
+    x = export(src, s, tmp_path / "exported", to)
+    raw = json.loads((x / "config.json").read_text())
+    back_adapter = route(raw)
+    back_cfg, back = read(execute(back_adapter.plan(x), tmp_path / "back", progress=False))
+    return ref_cfg, ref, raw, back_adapter, back_cfg, back
+
+
+SEMANTIC = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "rotary_dim", "intermediate_size", "vocab_size", "target_hidden_size", "hidden_act", "torch_dtype",
+            "rope_theta", "rms_norm_eps", "dflash_config", "dspark_config")
+
+
+def assert_same_semantics(ref_cfg, back_cfg):
+    for k in SEMANTIC:
+        assert back_cfg.get(k) == ref_cfg.get(k), k
+    strip = lambda c: [(l["causal"], l["window"]) for l in c["draftsmith"]["layers"]]  # noqa: E731
+    assert strip(back_cfg) == strip(ref_cfg)
+    assert back_cfg["draftsmith"]["max_draft_len"] == ref_cfg["draftsmith"]["max_draft_len"]
+
+
+def test_minimax_to_speculators_and_back(tmp_path):
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, "minimax_dspark", "speculators")
+    assert back_adapter.name == "speculators_dspark"  # Markov head -> the DSpark format
+    assert raw["speculators_model_type"] == "dspark" and raw["architectures"] == ["DSparkSpeculator"]
+    # outputs 1, 3, 5 are the inputs of layers 2, 4, 6 in speculators' convention
+    assert raw["aux_hidden_state_layer_ids"] == [i + 1 for i in ref_cfg["dflash_config"]["target_layer_ids"]]
+    assert raw["sample_from_anchor"] is True and raw["markov_rank"] == ref_cfg["dspark_config"]["markov_rank"]
+    assert raw["sliding_window_non_causal"] is True  # DSpark's non-causal windows, said explicitly
+    assert_same_semantics(ref_cfg, back_cfg)
+    assert sorted(back) == sorted(ref)
+    gemma = {k for k, v in ref_cfg["draftsmith"]["norms"].items() if v == "gemma"}
+    assert gemma and all(v == "plain" for v in back_cfg["draftsmith"]["norms"].values())
+    restyled = 0
+    for name, t in ref.items():
+        kind = _norm_kind(back_adapter.family, name)
+        if kind not in gemma:
+            assert same_bits(back[name], t), name
+        else:  # a Gemma norm, stored for a plain engine: bf16(1 + float32(w)), rounded once
+            assert same_bits(back[name], (1.0 + t.float()).to(t.dtype)), name
+            restyled += 1
+    assert restyled == 2 * 3 + 1  # input/post_attention/q_norm per layer, and the final norm
+
+
+@pytest.mark.parametrize("src_name,to,want", [
+    ("zlab_dflash", "speculators", "speculators_dflash"),
+    ("speculators_dflash", "trtllm_dflash", "trtllm_dflash"),
+    ("trtllm_dflash", "zlab_dflash", "zlab_dflash"),
+    ("speculators_dspark", "minimax_dspark_v0", None),
+])
+def test_exact_roundtrips(tmp_path, src_name, to, want):
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, src_name, to)
+    if want is not None:
+        assert back_adapter.name == want
+    assert_same_semantics(ref_cfg, back_cfg)
+    assert sorted(back) == sorted(ref)
+    if to == "minimax_dspark_v0":  # MXFP8 re-quantization and Gemma norms: not exact, close
+        def effective(cfg, adapter, n, t):  # the multiplier the engine applies: 1 + w for a Gemma norm
+            kind = _norm_kind(adapter.family, n)
+            return t.float() + 1.0 if kind and cfg["draftsmith"]["norms"][kind] == "gemma" else t.float()
+
+        for n, t in ref.items():
+            got = effective(back_cfg, back_adapter, n, back[n])
+            assert torch.allclose(got, effective(ref_cfg, back_adapter, n, t), rtol=0.07, atol=2e-3), n
+        return
+    bad = [n for n in ref if not same_bits(back[n], ref[n])]
+    assert not bad
+
+
+def test_trtllm_export_fuses_qkv(tmp_path):
+    src = load_adapter("zlab_dflash")
+    synthesize(src, "tiny", tmp_path / "s", seed=2)
+    x = export(src, tmp_path / "s", tmp_path / "x", "trtllm_dflash")
+    _, w = read(x)
+    cfg = json.loads((x / "config.json").read_text())
+    assert "layers.0.self_attn.qkv_proj.weight" in w and "layers.0.self_attn.q_proj.weight" not in w
+    d, hq, hkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    assert w["layers.0.self_attn.qkv_proj.weight"].shape[0] == (hq + 2 * hkv) * d
+    assert cfg["block_size"] == 16 and cfg["dflash_config"]["target_layer_ids"] == [1, 3, 5]
+
+
+def test_to_alias_and_unknown(tmp_path):
+    zl = load_adapter("zlab_dflash")
+    res = synthesize(zl, "tiny", tmp_path / "s", seed=1)
+    assert resolve_target("speculators", res.config).name == "speculators_dflash"
+    with pytest.raises(UserError, match="not an adapter name"):
+        resolve_target("nope", res.config)
+
+
+def test_unexpressible_is_refused(tmp_path):
+    """z-lab's format has no sample_from_anchor key: a DSpark drafter drafting B tokens cannot go there."""
+    mm = load_adapter("minimax_dspark")
+    synthesize(mm, "tiny", tmp_path / "s", seed=1)
+    with pytest.raises(UserError, match="sample_from_anchor"):
+        export(mm, tmp_path / "s", tmp_path / "x", "zlab_dflash")
+    assert not (tmp_path / "x").exists()
+
+
+def test_config_inverse_uses_first_alias():
+    mm = load_adapter("minimax_dspark")
+    from draftsmith.framework.synth import source_config
+
+    flat = mm.flatten_config(source_config(mm, "tiny"))
+    raw = source_config_from_flat(mm, flat)
+    tc = raw["text_config"]
+    assert tc["dspark_block_size"] == 7 and tc["dspark_noise_token_id"] == 250
+    assert tc["dspark_target_layer_ids"] == [1, 3, 5] and tc["dense_intermediate_size"] == 256
+    assert raw["quantization_config"]["quant_method"] == "mxfp8"  # a format descriptor from the template
+
+
+def test_cli_convert_to(tmp_path, capsys):
+    s = tmp_path / "s"
+    assert main(["synth", "adapter=zlab_dflash", f"out={s}"]) == 0
+    assert main(["convert", f"source={s}", f"out={tmp_path / 'x'}", "to=speculators"]) == 0
+    assert main(["inspect", f"source={tmp_path / 'x'}"]) == 0
+    assert "speculators_dflash" in capsys.readouterr().out
