@@ -128,31 +128,38 @@ def _deep_merge(base: dict, over: dict) -> dict:
 
 
 def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
-    """Field names (and aliases) of the model reached by ``loc`` (for did-you-mean)."""
+    """Field names (and aliases) of the model reached by ``loc`` (for did-you-mean).
+
+    ``loc`` steps through fields, list indexes and dict keys (``attention.lowering.windowed``).
+    """
+    import types
     import typing
 
-    m: Any = model
+    def unwrap(ann):  # Optional[X] / X | None -> X (the model or container member)
+        while typing.get_origin(ann) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            pick = [a for a in args if (isinstance(a, type) and issubclass(a, BaseModel))
+                    or typing.get_origin(a) in (list, dict)]
+            ann = (pick or args or [None])[0]
+        return ann
+
+    ann: Any = model
     for part in loc:
-        if not (isinstance(m, type) and issubclass(m, BaseModel)):
+        ann = unwrap(ann)
+        if typing.get_origin(ann) in (list, dict):  # an index or key selects the member type
+            ann = typing.get_args(ann)[-1]
+            continue
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
             return []
-        field = m.model_fields.get(part) or next(
-            (f for f in m.model_fields.values() if f.alias == part), None
+        field = ann.model_fields.get(part) or next(
+            (f for f in ann.model_fields.values() if f.alias == part), None
         )
         if field is None:
             return []
         ann = field.annotation
-        # unwrap Optional / dict[.., Model] / list[Model]
-        for _ in range(3):
-            args = typing.get_args(ann)
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                break
-            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-            ann = models[0] if models else (args[-1] if args else ann)
-        m = ann
-        if isinstance(part, int):
-            continue
-    if isinstance(m, type) and issubclass(m, BaseModel):
-        return [f.alias or n for n, f in m.model_fields.items()]
+    ann = unwrap(ann)
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [f.alias or n for n, f in ann.model_fields.items()]
     return []
 
 
