@@ -512,3 +512,21 @@ def test_run_draft_windowed_only_long_context(tmp_path):
     tail = context_rows(1, 0, c - 10, c, len(TGT_LAYERS) * TGT_H)
     ref = ref_draft(config, weights, target, tail, rep.anchors[0], ctx_start=c - 10)
     assert_matches(rep.logits[0], rep.tokens[0], rep.confidence[0], ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_run_draft_cuda_matches_cpu(tmp_path):
+    """run_draft on CUDA (per-layer table: triton_window_block on sm90/sm100) against CPU dense."""
+    from draftsmith.framework.draft import run_draft
+
+    config = make_config()
+    for layer in config["draftsmith"]["layers"]:
+        layer["lowering"]["sm100"] = "triton_window_block"
+    weights, target = make_weights(config), make_target()
+    ck, tg = write_checkpoint(tmp_path, config, weights, target)
+    gpu = run_draft(ck, tg, device="cuda", context=3000, seed=2, batch=3)
+    cpu = run_draft(ck, tg, device="cpu", context=3000, seed=2, batch=3)
+    assert {l["lowering"] for l in gpu.layers} == {"triton_window_block"}
+    rel = (gpu.logits - cpu.logits).abs().max() / cpu.logits.abs().max()
+    assert rel < 5e-3 and torch.equal(gpu.tokens, cpu.tokens)  # the kernel may use tf32 dots
