@@ -21,7 +21,7 @@ commands:
   convert  [adapter=NAME] [source=DIR] [out=DIR]            convert (no source: the embedded default)
   draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
   emit     adapter=NAME target=trtllm out=DIR               generate the TensorRT-LLM plugin module
-  docs     [check=true]                                     regenerate (or check) docs from the adapters
+  docs     [check=true] [out=DIR] [adapter_dir=DIR]         regenerate (or check) docs from the adapters
   init     source=DIR out=FILE                              infer a starter adapter spec
   schema   out=FILE                                         export the adapter spec's JSON Schema
 
