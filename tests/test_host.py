@@ -336,7 +336,7 @@ def test_mixed_batch_matches_per_sequence():
     config = make_config()
     weights, target = make_weights(config), make_target()
     model = build(config, weights, target)
-    lens, anchors = [3, 20, 9, 1], [4, 50, 96, 0]
+    lens, anchors = [3, 20, 9, 1, 0], [4, 50, 96, 0, 7]
     hiddens = [rand_hidden(c, seed=c) for c in lens]
     cache = model.make_cache(len(lens), page_size=4, max_context=32)
     for n, h in enumerate(hiddens):
