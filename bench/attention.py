@@ -4,9 +4,10 @@ Shape: Hq 64, Hkv 4, D 128, B 7, window 4096 (non-causal), bf16, page 64, every 
 context ``--ctx`` (32k), ring block tables of ``ceil(4095/64)+1 = 65`` pages.
 
 Rows: ``triton_window_block``; ``window_decode_merge`` (if importable); SDPA with a dense
-boolean mask (GQA packed as ``[N, Hkv, G*B, D]`` queries, so K/V are not repeated), timed
-end to end (gathering the ring's stored keys from the paged cache, then SDPA) and on
-pre-gathered K/V; ``flex_attention`` (compiled) on pre-gathered K/V.
+boolean mask over the ring's stored keys: plainly (``enable_gqa``, queries ``[N, Hq, B, D]``)
+after gathering K/V from the paged cache, and with GQA packed as ``[N, Hkv, G*B, D]``
+queries (K/V not repeated) both after the gather and on pre-gathered K/V;
+``flex_attention`` (compiled) on pre-gathered K/V.
 
 Units: time in microseconds, the median of CUDA-graph replays with L2 flushed before each
 (``triton.testing.do_bench`` median, also L2-flushed, where a row cannot be captured); bandwidth in TB/s of the bytes a window needs: per sequence ``(W-1+B)`` keys x
@@ -182,6 +183,14 @@ class Dense:
     def end_to_end(self):
         return self.sdpa(*self.gather())
 
+    def plain_gqa(self):
+        """The plain form: q ``[N, Hq, B, D]``, gathered K/V, ``enable_gqa``, mask ``[B, L]``."""
+        k, v = self.gather()
+        m = self.mask[:, :, :B]  # rows 0..B-1 of the packed mask are g = 0, j = 0..B-1
+        o = torch.nn.functional.scaled_dot_product_attention(
+            self.q.transpose(1, 2), k, v, attn_mask=m, scale=D ** -0.5, enable_gqa=True)
+        return o.transpose(1, 2)
+
     def pregathered(self):
         return self.sdpa(self.k, self.v)
 
@@ -242,7 +251,8 @@ def main():
         ref = dense.pregathered()
         rows = {
             "triton_window_block": lambda: triton_window_block(q, cache, kb, vb, mask, scale),
-            "sdpa_dense_mask (gather+sdpa)": dense.end_to_end,
+            "sdpa_dense_mask (gather+sdpa, enable_gqa)": dense.plain_gqa,
+            "sdpa_dense_mask (gather+sdpa, GQA packed)": dense.end_to_end,
             "sdpa_dense_mask (pre-gathered K/V)": dense.pregathered,
         }
         if window_decode_merge is not None:

@@ -318,21 +318,26 @@ def choose_config(
 
     ``max_span``: the most context keys one sequence can need (``W - 1`` for a window,
     ``R * P`` for full attention), a static bound; ``ctx_lens`` itself is never read here.
-    Splits: enough programs to give every multiprocessor about two, but no split shorter
-    than 128 keys, and at most 64.
+    Rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``); 64 when a batch is
+    too small to give every multiprocessor a program. Splits: about two programs per
+    multiprocessor, no split shorter than 160 keys, at most 64. Tuned on an H200 at the
+    MiniMax shape (bench/NOTES-attention.md).
     """
     d_pad = max(16, _next_pow2(d))
     rows = b * (hq // hkv)
+    sms = _sm_count(device)
     if block_m is None:
         block_m = min(max(16, _next_pow2(rows)), 64 if d_pad >= 256 else 128)
+        if block_m == 128 and n * hkv * -(-rows // 128) < sms:
+            block_m = 64  # small batch: more, lighter programs (measured faster on H200)
     if block_n is None:
         block_n = 64 if (d_pad >= 256 or block_m < 128) else 128
     num_rb = -(-rows // block_m)
     ctas = n * hkv * num_rb
     if num_splits is None:
-        sms = _sm_count(device)
-        max_splits = max(1, min(64, max_span // 128 if device.type == "cuda" else max_span // block_n))
-        num_splits = 1 if ctas >= sms else min(max_splits, -(-2 * sms // ctas))
+        min_keys = 160 if device.type == "cuda" else block_n
+        max_splits = max(1, min(64, max_span // min_keys))
+        num_splits = 1 if ctas >= sms else min(max_splits, max(1, (2 * sms) // ctas))
     if num_warps is None:
         num_warps = 8 if block_m * d_pad >= 128 * 128 else 4
     if num_stages is None:
