@@ -572,7 +572,7 @@ def test_extends_cycles(n, data, source):
 def test_extends_unknown(base, source):
     d, name = fresh_dir(), fresh_name()
     assume(base != "minimax_dspark")
-    f = write_spec(d, name, text=f"name: {name}\nextends: {base}\n")
+    f = write_spec(d, name, text=f"name: {name}\nextends: '{base}'\n")
     expect_refused(inspect_args(name, d, source), f, key="extends", line=True, contains="unknown adapter")
     record("specs", "extends: unknown adapter", "exit 2, file:line")
 
