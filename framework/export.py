@@ -34,6 +34,13 @@ adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and 
 reverse as ``bf16(float32(w) - 1)``; every other tensor is exact where the target's
 inverse transforms are (not for a re-quantization such as MXFP8).
 
+Keys only the source format's runtime reads are carried as they are (``use_gemma_norm``,
+``hidden_act: swigluoai`` with ``swiglu_*``, ``rotary_dim``, ``qk_norm_type``, ...):
+draftsmith reads them back consistently, the target format's own runtime may not support
+them (speculators' Qwen3 backbone has no ``swigluoai`` MLP, partial rotary or Gemma norms;
+``use_gemma_norm`` stays ``true`` although the norms were re-stored plainly). A draft
+vocabulary smaller than the target's (speculators' ``t2d`` / ``d2t``) is not produced.
+
 The result is checked before anything is written: the target adapter must flatten the
 written config back to the same values (shapes, block size, mask token, target layer
 ids, heads, per-layer windows and causality, ``max_draft_len``), else the export is
