@@ -49,7 +49,12 @@ def shard_files(source: Path) -> list[Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v and "/" not in v and v not in (".", "..")
+                for k, v in weight_map.items()
+            ):
+                raise TypeError("weight_map must map tensor names to shard file names in this folder")
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
             raise UserError(f"{index}: not a safetensors index ({e})") from None
         files = sorted({source / f for f in weight_map.values()})
         for f in files:
@@ -80,6 +85,7 @@ def read_header(path: Path) -> dict[str, TensorMeta]:
         raise UserError(f"{path}: header is not a JSON object")
     header.pop("__metadata__", None)
     out: dict[str, TensorMeta] = {}
+    spans: list[tuple[int, int, str]] = []
     data_len = size - 8 - n
     for name, info in header.items():
         try:
@@ -97,6 +103,16 @@ def read_header(path: Path) -> dict[str, TensorMeta]:
         if end > data_len:
             raise UserError(f"{path}: tensor {name}: data ends at {end} past the file's {data_len} data bytes (truncated)")
         out[name] = meta
+        spans.append((start, end, name))
+    # the data must tile the buffer exactly (what the safetensors library itself demands)
+    pos = 0
+    for start, end, name in sorted(spans):
+        if start != pos:
+            what = "overlaps the previous tensor" if start < pos else f"leaves a gap of {start - pos} bytes before it"
+            raise UserError(f"{path}: tensor {name}: data offsets [{start}, {end}] {what} (corrupt header)")
+        pos = end
+    if pos != data_len:
+        raise UserError(f"{path}: {data_len - pos} bytes after the last tensor's data (corrupt or not safetensors)")
     return out
 
 
@@ -108,4 +124,11 @@ def read_headers(source: Path) -> dict[str, SourceTensor]:
             if name in tensors:
                 raise UserError(f"{file}: tensor {name} also appears in {tensors[name].file.name}")
             tensors[name] = SourceTensor(name, file, meta)
+    index = source / "model.safetensors.index.json"
+    if index.is_file():  # shard_files checked that it parses
+        for name, shard in json.loads(index.read_text(encoding="utf-8"))["weight_map"].items():
+            if name not in tensors:
+                raise UserError(f"{index}: tensor {name}: listed in {shard}, which does not hold it")
+            if tensors[name].file.name != shard:
+                raise UserError(f"{index}: tensor {name}: listed in {shard} but found in {tensors[name].file.name}")
     return tensors

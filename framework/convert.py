@@ -34,7 +34,7 @@ def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor],
             tensors.update(app.transform.forward(app.binding, inputs, ctx))
         except TransformError as e:
             files = sorted({str(plan.sources[s].file) for s in app.sources}) if plan.source else ["<memory>"]
-            raise UserError(f"{', '.join(files)}: {e}") from None
+            raise UserError(f"{', '.join(files)}: {e} (source tensors {', '.join(sorted(app.sources))})") from None
     for name in group.outputs:
         t = tensors[name]
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
@@ -93,7 +93,7 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
 def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
     """Write the converted checkpoint of a complete plan to ``out`` (atomically)."""
     if not plan.complete:
-        raise UserError(*(f"{plan.source}: {l}" for l in plan.report().splitlines()))
+        raise UserError(*plan.problem_lines())
     out = Path(out)
     tmp = atomic_dir(out, overwrite)
     try:
@@ -118,9 +118,9 @@ def _write(plan: Plan, tmp: Path, progress: bool) -> None:
 
         def source(name: str) -> torch.Tensor:
             st = plan.sources[name]
-            if st.file not in handles:
-                handles[st.file] = stack.enter_context(safe_open(str(st.file), framework="pt"))
             try:
+                if st.file not in handles:
+                    handles[st.file] = stack.enter_context(safe_open(str(st.file), framework="pt"))
                 return handles[st.file].get_tensor(name)
             except Exception as e:  # safetensors raises its own error types on bad data
                 raise UserError(f"{st.file}: tensor {name}: cannot be read ({e})") from None

@@ -11,6 +11,7 @@ from pathlib import Path
 from draftsmith.transforms.base import Binding, Context, TensorMeta, Transform, TransformError
 
 from .checkpoint import SourceTensor, read_config, read_headers
+from .errors import UserError
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,19 @@ class Plan:
     def report(self) -> str:
         return format_report(self.problems)
 
+    def problem_lines(self) -> list[str]:
+        """One line per problem, each led by the file(s) holding the tensors involved
+        (the checkpoint folder for a tensor that no file holds)."""
+        out = []
+        for p in self.problems:
+            text = f"{p.name} {p.detail}"
+            srcs = sorted(s for s, r in self.renamed.items() if r == p.name or r in text) or sorted(
+                s for s in self.sources if s in text)
+            files = sorted({str(self.sources[s].file) for s in srcs})
+            where = ", ".join(files) if files else str(self.source)
+            out.append(f"{where}: {p.name} | {p.status}" + (f" | {p.detail}" if p.detail else ""))
+        return out
+
 
 def _layer_key(name: str) -> tuple[str, int | None]:
     m = re.match(r"^(.*?\blayers\.)(\d+)(\..*)$", name)
@@ -101,6 +115,10 @@ def build_plan(adapter, source: Path, raw_config: dict | None = None, headers: d
     """Plan the conversion of ``source`` (reads config.json and headers only)."""
     raw = raw_config if raw_config is not None else read_config(source)
     cfg = adapter.flatten_config(raw, where=str(source / "config.json"))
+    try:
+        Context(cfg).dtype
+    except ValueError as e:
+        raise UserError(f"{source / 'config.json'}: torch_dtype: {e}") from None
     sources = headers if headers is not None else read_headers(source)
     return plan_from_metas(adapter, cfg, sources, source)
 

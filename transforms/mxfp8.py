@@ -56,7 +56,8 @@ def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) ->
     """MXFP8 -> ``dtype``. ``weight`` ``[..., K]`` float8_e4m3fn, ``scale`` ``[..., ceil(K/32)]``."""
     e = scale_exponents(scale)
     if bool((e == 255).any()):
-        raise TransformError("scale byte 255 (NaN in UE8M0)")
+        at = [int(i) for i in (e == 255).nonzero()[0]]
+        raise TransformError(f"scale byte 255 (NaN in UE8M0) at {at}, {int((e == 255).sum())} in all")
     k = weight.shape[-1]
     mult = torch.ldexp(torch.ones((), dtype=torch.float32), (e - 127).to(torch.float32))
     mult = mult.repeat_interleave(BLOCK, dim=-1)[..., :k]
