@@ -59,7 +59,9 @@ def shard_files(source: Path) -> list[Path]:
         files = sorted({source / f for f in weight_map.values()})
         for f in files:
             if not f.is_file():
-                raise UserError(f"{index}: names shard {f.name}, which does not exist")
+                held = sorted(k for k, v in weight_map.items() if v == f.name)
+                raise UserError(f"{index}: names shard {f.name}, which does not exist "
+                                f"(it should hold {len(held)} tensor(s): {', '.join(held[:3])}{', ...' if len(held) > 3 else ''})")
         return files
     files = sorted(source.glob("*.safetensors"))
     if not files:

@@ -77,7 +77,9 @@ class Plan:
                 s for s in self.sources if s in text)
             files = sorted({str(self.sources[s].file) for s in srcs})
             where = ", ".join(files) if files else str(self.source)
-            out.append(f"{where}: {p.name} | {p.status}" + (f" | {p.detail}" if p.detail else ""))
+            named = [s for s in srcs if s not in text]
+            out.append(f"{where}: {p.name} | {p.status}" + (f" | {p.detail}" if p.detail else "")
+                       + (f" (source {', '.join(named)})" if named else ""))
         return out
 
 
