@@ -66,6 +66,10 @@ class GQADFlash:
         if not 0 < cfg["rotary_dim"] <= d or cfg["rotary_dim"] % 2:
             raise UserError(f"config: rotary_dim {cfg['rotary_dim']} must be even and in 1..head_dim ({d})")
 
+    def mirror(self, cfg: dict[str, Any]) -> None:
+        """Copies TensorRT-LLM's DFlash loader reads at the top level (``block_size``)."""
+        cfg["block_size"] = cfg["dflash_config"]["block_size"]
+
     def max_draft_len(self, cfg: dict[str, Any]) -> int:
         b = cfg["dflash_config"]["block_size"]
         return b if cfg["dspark_config"]["sample_from_anchor"] else b - 1

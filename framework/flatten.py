@@ -81,6 +81,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     layers = resolve_layers(spec.attention, out, where)
     write_back(out, layers)
 
+    adapter.family.mirror(out)
     mdl = adapter.family.max_draft_len(out)
     if spec.max_draft_len is not None and spec.max_draft_len != mdl:
         raise UserError(
