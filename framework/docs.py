@@ -200,19 +200,8 @@ def _yaml(data: Any, flow: bool | None = None) -> str:
 
 
 def norm_handling(adapter) -> dict[str, str]:
-    """Norm kind -> ``fold`` (stored ``1 + w``, run plainly), ``keep`` (stored ``w``, run
-    Gemma style) or ``as is`` (no Gemma handling: a plain norm in the checkpoint)."""
-    from draftsmith.transforms.names import NameTemplate
-
-    out = {}
-    for kind, template in adapter.family.norm_kinds.items():
-        name = NameTemplate(template).format({"i": "0"}) if "{i}" in template else template
-        mode = "as is"
-        for t in adapter.transforms:
-            if t.name == "norm_fold_gemma" and t.match.search(name):
-                mode = t.params.mode
-        out[kind] = mode
-    return out
+    """Norm kind -> ``fold``, ``keep`` or ``as is`` (see ``Adapter.norm_modes``)."""
+    return adapter.norm_modes()
 
 
 def _norms_cell(adapter) -> str:

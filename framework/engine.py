@@ -96,17 +96,22 @@ class Adapter:
         mt = self.spec.match.model_type
         return mt is None or raw.get("model_type") == mt
 
-    def norm_styles(self) -> dict[str, str]:
-        """Norm kind -> ``gemma`` (kept ``w``, engine applies ``1 + w``) or ``plain``."""
-        styles = {}
+    def norm_modes(self) -> dict[str, str]:
+        """Norm kind -> ``fold`` (stored ``1 + w``, run plainly), ``keep`` (stored ``w``, run
+        Gemma style) or ``as is`` (no Gemma handling: a plain norm in the checkpoint)."""
+        modes = {}
         for kind, template in self.family.norm_kinds.items():
             name = NameTemplate(template).format({"i": "0"}) if "{i}" in template else template
-            style = "plain"
+            mode = "as is"
             for t in self.transforms:
                 if t.name == "norm_fold_gemma" and t.match.search(name):
-                    style = "gemma" if t.params.mode == "keep" else "plain"
-            styles[kind] = style
-        return styles
+                    mode = t.params.mode
+            modes[kind] = mode
+        return modes
+
+    def norm_styles(self) -> dict[str, str]:
+        """Norm kind -> ``gemma`` (kept ``w``, engine applies ``1 + w``) or ``plain``."""
+        return {k: "gemma" if m == "keep" else "plain" for k, m in self.norm_modes().items()}
 
     def flatten_config(self, raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
         """The flattened config of ``docs/converted-format.md``."""

@@ -60,12 +60,13 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from draftsmith.transforms.base import Context
 from draftsmith.transforms.names import NameTemplate
 
 from .convert import atomic_dir, execute, publish
+from .st_writer import ShardedSaver
+from .synth import run_inverse
 from .errors import UserError
 from .family import get_dotted, pop_dotted, set_dotted
 
@@ -257,20 +258,7 @@ def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles
     index = converted / "model.safetensors.index.json"
     where = ({n: converted / f for n, f in json.loads(index.read_text())["weight_map"].items()}
              if index.is_file() else {n: converted / "model.safetensors" for n in layout})
-    max_bytes = target.spec.weights.max_shard_bytes
-    files: list[str] = []
-    weight_map: dict[str, str] = {}
-    shard: dict[str, torch.Tensor] = {}
-    size = 0
-
-    def flush():
-        nonlocal shard, size
-        if shard:
-            name = f"model-{len(files) + 1:05d}.safetensors"
-            save_file(shard, str(tmp / name), metadata={"format": "pt"})
-            files.append(name)
-            weight_map.update({k: name for k in shard})
-        shard, size = {}, 0
+    saver = ShardedSaver(tmp, target.spec.weights.max_shard_bytes)
 
     with ExitStack() as stack:
         handles: dict[Path, Any] = {}
@@ -289,22 +277,6 @@ def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles
                 if kind is not None:
                     t = restyle_norm(t, src_styles[kind], dst_styles[kind])
                 tensors[n] = t
-            for t, b in reversed(apps):
-                if all(o in tensors for o in b.outputs):
-                    tensors.update(t.inverse(b, {o: tensors.pop(o) for o in b.outputs}, ctx))
-            for name in sorted(tensors):
-                t = tensors[name].contiguous()
-                if size and size + t.numel() * t.element_size() > max_bytes:
-                    flush()
-                shard[target.renamer.inverse(name)] = t
-                size += t.numel() * t.element_size()
-        flush()
-    if len(files) == 1:
-        (tmp / files[0]).rename(tmp / "model.safetensors")
-        return
-    n = len(files)
-    final = {f: f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i, f in enumerate(files)}
-    for f, g in final.items():
-        (tmp / f).rename(tmp / g)
-    idx = {"metadata": {}, "weight_map": {k: final[v] for k, v in sorted(weight_map.items())}}
-    (tmp / "model.safetensors.index.json").write_text(json.dumps(idx, indent=2) + "\n")
+            for name, t in sorted(run_inverse(apps, tensors, ctx).items()):
+                saver.add(target.renamer.inverse(name), t)
+    saver.finish()

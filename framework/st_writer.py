@@ -70,3 +70,42 @@ def shard_names(n: int) -> list[str]:
     if n == 1:
         return ["model.safetensors"]
     return [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+
+
+class ShardedSaver:
+    """Collects tensors into shards of about ``max_bytes`` and saves each as it fills;
+    :meth:`finish` names them ``model.safetensors`` (one shard) or
+    ``model-0000i-of-0000n.safetensors`` with ``model.safetensors.index.json``."""
+
+    def __init__(self, folder: Path, max_bytes: int):
+        self.folder, self.max_bytes = Path(folder), max_bytes
+        self.files: list[str] = []
+        self.weight_map: dict[str, str] = {}
+        self.shard: dict[str, torch.Tensor] = {}
+        self.size = 0
+
+    def add(self, name: str, t: torch.Tensor) -> None:
+        n = t.numel() * t.element_size()
+        if self.shard and self.size + n > self.max_bytes:
+            self.flush()
+        self.shard[name] = t.contiguous()
+        self.size += n
+
+    def flush(self) -> None:
+        from safetensors.torch import save_file
+
+        if self.shard:
+            name = f"part-{len(self.files) + 1:05d}.safetensors"
+            save_file(self.shard, str(self.folder / name), metadata={"format": "pt"})
+            self.files.append(name)
+            self.weight_map.update({k: name for k in self.shard})
+        self.shard, self.size = {}, 0
+
+    def finish(self) -> None:
+        self.flush()
+        final = dict(zip(self.files, shard_names(len(self.files))))
+        for f, g in final.items():
+            (self.folder / f).rename(self.folder / g)
+        if len(self.files) > 1:
+            index = {"metadata": {}, "weight_map": {k: final[v] for k, v in sorted(self.weight_map.items())}}
+            (self.folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")

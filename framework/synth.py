@@ -22,6 +22,7 @@ from draftsmith.transforms.base import Binding, Context, Transform
 from .convert import atomic_dir, publish
 from .errors import UserError
 from .family import set_dotted
+from .st_writer import ShardedSaver
 
 SYNTH_SHARD_BYTES = 1 << 30
 
@@ -97,18 +98,7 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
     tmp = atomic_dir(out, overwrite)
     kept: dict[str, torch.Tensor] = {}
     try:
-        shard: dict[str, torch.Tensor] = {}
-        shard_bytes, files, weight_map = 0, [], {}
-
-        def flush():
-            nonlocal shard, shard_bytes
-            if shard:
-                name = f"model-{len(files) + 1:05d}.safetensors"
-                save_file(shard, str(tmp / name), metadata={"format": "pt"})
-                files.append(name)
-                weight_map.update({k: name for k in shard})
-            shard, shard_bytes = {}, 0
-
+        saver = ShardedSaver(tmp, SYNTH_SHARD_BYTES)
         for group in _groups(layout, apps):
             tensors: dict[str, torch.Tensor] = {}
             for name in group:
@@ -117,26 +107,9 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
                 tensors.update(_draw(adapter, apps, name, layout, gen, ctx))
             if keep_targets:
                 kept.update({n: tensors[n].clone() for n in group})
-            for t, b in reversed(apps):
-                if all(o in tensors for o in b.outputs):
-                    tensors.update(t.inverse(b, {o: tensors.pop(o) for o in b.outputs}, ctx))
-            for name in sorted(tensors):
-                src = adapter.renamer.inverse(name)
-                shard[src] = tensors[name].contiguous()
-                shard_bytes += tensors[name].numel() * tensors[name].element_size()
-            if shard_bytes >= SYNTH_SHARD_BYTES:
-                flush()
-        flush()
-        # the final names: model.safetensors, or model-0000i-of-0000n with an index
-        if len(files) == 1:
-            (tmp / files[0]).rename(tmp / "model.safetensors")
-        else:
-            n = len(files)
-            final = {f: f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i, f in enumerate(files)}
-            for f, g in final.items():
-                (tmp / f).rename(tmp / g)
-            index = {"metadata": {}, "weight_map": {k: final[v] for k, v in sorted(weight_map.items())}}
-            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+            for name, t in sorted(run_inverse(apps, tensors, ctx).items()):
+                saver.add(adapter.renamer.inverse(name), t)
+        saver.finish()
         (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
         _write_target(adapter, cfg, tmp / "target", gen)
         publish(tmp, out, overwrite)
@@ -144,6 +117,15 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SynthResult(out, cfg, kept if keep_targets else None)
+
+
+def run_inverse(apps: list[tuple[Transform, Binding]], tensors: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:
+    """Run the applications backwards over ``tensors`` (target names -> transform-input names)."""
+    tensors = dict(tensors)
+    for t, b in reversed(apps):
+        if all(o in tensors for o in b.outputs):
+            tensors.update(t.inverse(b, {o: tensors.pop(o) for o in b.outputs}, ctx))
+    return tensors
 
 
 def _draw(adapter, apps, name: str, layout: dict, gen, ctx) -> dict[str, torch.Tensor]:

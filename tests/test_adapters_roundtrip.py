@@ -12,17 +12,11 @@ from draftsmith.framework.cli import main
 from draftsmith.framework.convert import execute
 from draftsmith.framework.engine import load_adapter
 from draftsmith.framework.synth import synthesize
+from tests.helpers import read_checkpoint as read_converted
 
 ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
 
 
-def read_converted(d):
-    index = d / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
-    out = {}
-    for f in files:
-        out.update(load_file(d / f))
-    return json.loads((d / "config.json").read_text()), out
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -14,17 +14,11 @@ from draftsmith.framework.convert import execute
 from draftsmith.framework.draft import run_draft
 from draftsmith.framework.engine import load_adapter
 from draftsmith.framework.synth import synthesize
+from tests.helpers import read_checkpoint as load_converted
 
 ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
 
 
-def load_converted(d):
-    index = d / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
-    w = {}
-    for f in files:
-        w.update(load_file(d / f))
-    return json.loads((d / "config.json").read_text()), w
 
 
 def oracle(cfg, w, tgt, hidden, anchor):

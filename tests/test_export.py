@@ -14,15 +14,9 @@ from draftsmith.framework.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.export import _norm_kind, export, resolve_target, source_config_from_flat
 from draftsmith.framework.synth import synthesize
+from tests.helpers import read_checkpoint as read
 
 
-def read(d):
-    index = d / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
-    w = {}
-    for f in files:
-        w.update(load_file(d / f))
-    return json.loads((d / "config.json").read_text()), w
 
 
 def same_bits(a, b):
