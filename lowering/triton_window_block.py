@@ -24,8 +24,9 @@ How it computes it:
 - CUDA-graph capturable: no host syncs (``ctx_lens`` is only read on the device), the grid
   and ``S`` come from tensor shapes and the device's multiprocessor count.
 
-On a CPU tensor it runs only through Triton's interpreter (``TRITON_INTERPRET=1`` at call
-time); kernels are decorated lazily, once per mode, so the flag may be set after import.
+On a CPU tensor it runs only through Triton's interpreter: ``TRITON_INTERPRET=1`` must be
+set before triton is first imported (triton decorates its own library then; this is
+checked). This module's kernels are decorated lazily, once per mode.
 """
 
 import math
@@ -79,7 +80,7 @@ def _attn_kernel(
     PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
-    SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, IEEE: tl.constexpr, EVEN_D: tl.constexpr,
+    SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, F32_DOT: tl.constexpr, EVEN_D: tl.constexpr,
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units."""
     pid = tl.program_id(0)
@@ -161,8 +162,8 @@ def _attn_kernel(
                 ld_mask = t_ok[:, None] & dim_ok[None, :]
                 k = tl.load(k_ptrs, mask=ld_mask, other=0.0)
                 v = tl.load(v_ptrs, mask=ld_mask, other=0.0)
-            if IEEE:
-                qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+            if F32_DOT:
+                qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
             else:
                 qk = tl.dot(q, tl.trans(k))
             qk = qk * qk_scale
@@ -175,8 +176,8 @@ def _attn_kernel(
             alpha = tl.math.exp2(m_i - m_new)
             p = tl.math.exp2(qk - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            if IEEE:
-                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            if F32_DOT:
+                pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
             else:
                 pv = tl.dot(p.to(v.dtype), v)
             acc = acc * alpha[:, None] + pv
@@ -191,8 +192,8 @@ def _attn_kernel(
         vb_off = n64 * s_vbn + jb.to(tl.int64)[:, None] * s_vbb + kvh.to(tl.int64) * s_vbh + dim[None, :]
         kb = tl.load(kb_ptr + kb_off, mask=ldb, other=0.0)
         vb = tl.load(vb_ptr + vb_off, mask=ldb, other=0.0)
-        if IEEE:
-            qk = tl.dot(q, tl.trans(kb), input_precision="ieee")
+        if F32_DOT:
+            qk = tl.dot(q.to(tl.float32), tl.trans(kb.to(tl.float32)), input_precision="ieee")
         else:
             qk = tl.dot(q, tl.trans(kb))
         qk = qk * qk_scale
@@ -207,8 +208,8 @@ def _attn_kernel(
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            pv = tl.dot(p.to(vb.dtype), vb, input_precision="ieee")
+        if F32_DOT:
+            pv = tl.dot(p, vb.to(tl.float32), input_precision="ieee")
         else:
             pv = tl.dot(p.to(vb.dtype), vb)
         acc = acc * alpha[:, None] + pv
@@ -372,8 +373,13 @@ def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
             raise ValueError(f"{name} must have a contiguous last dim")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device}, q on {q.device}")
-    if q.device.type != "cuda" and not _interpret_on():
-        raise RuntimeError("triton_window_block runs on CPU tensors only with TRITON_INTERPRET=1")
+    if q.device.type != "cuda":
+        if not _interpret_on():
+            raise RuntimeError("triton_window_block runs on CPU tensors only with TRITON_INTERPRET=1")
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if not isinstance(tl.zeros, InterpretedFunction):
+            raise RuntimeError("TRITON_INTERPRET=1 was set after triton was imported; set it before")
 
 
 def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float,
@@ -414,7 +420,9 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
     attn, reduce = _kernels()
-    ieee = q.dtype == torch.float32
+    # float32 operands and IEEE dots for float32 inputs, and always in the interpreter, whose
+    # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).
+    f32_dot = q.dtype == torch.float32 or q.device.type != "cuda"
     attn[(n * hkv * num_rb, cfg.num_splits)](
         q, kp, vp, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse,
         q.stride(0), q.stride(1), q.stride(2),
@@ -427,7 +435,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         b, g, hq, hkv, d, ring, w_m1, float(scale) * LOG2E, cfg.num_splits, num_rb,
         PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
-        CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, IEEE=ieee,
+        CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, F32_DOT=f32_dot,
         EVEN_D=(d == d_pad), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:

@@ -275,19 +275,15 @@ def test_interp_window_one():
     run_and_check(*case, causal=False, window=1)
 
 
-# The interpreter (triton 3.9) computes tl.dot wrongly on bfloat16 operands (checked on a
-# bare 16x16 product); half exercises the same
-# low-precision path (P cast to the V dtype before the second dot). bf16 is tested on GPU.
-LOW = torch.float16
-
-
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @interp_test
-def test_interp_half_and_no_lse():
+def test_interp_low_precision_no_lse(dtype):
+    """Half/bf16 inputs, output in the input dtype, no LSE requested."""
     gen = torch.Generator().manual_seed(9)
-    q, cache, kb, vb = make_case(2, 3, 4, 2, 64, P, [5, 17], W, dtype=LOW, gen=gen)
+    q, cache, kb, vb = make_case(2, 3, 4, 2, 64, P, [5, 17], W, dtype=dtype, gen=gen)
     mask = MaskSpec(causal=False, window=W)
     out = triton_window_block(q, cache, kb, vb, mask, 0.125)
-    assert isinstance(out, torch.Tensor) and out.dtype == LOW
+    assert isinstance(out, torch.Tensor) and out.dtype == dtype
     ref, _ = oracle(q, cache.k_pages, cache.v_pages, cache.block_table, cache.ctx_lens, kb, vb, False, W, 0.125)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
 
