@@ -12,7 +12,7 @@ from draftsmith.framework.cli import main
 from draftsmith.framework.convert import execute
 from draftsmith.framework.engine import load_adapter
 from draftsmith.framework.synth import synthesize
-from tests.helpers import read_checkpoint as read_converted
+from helpers import read_checkpoint as read_converted
 
 ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
 

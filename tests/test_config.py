@@ -4,7 +4,7 @@ import pytest
 
 from draftsmith.framework.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
-from tests.helpers import minimax, minimax_raw
+from helpers import minimax, minimax_raw
 
 
 def test_shipped_config_flattens():

@@ -11,7 +11,7 @@ from draftsmith.framework.cli import main
 from draftsmith.framework.convert import execute
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.synth import synthesize
-from tests.helpers import minimax
+from helpers import minimax
 
 P = "language_model.model.dspark."
 

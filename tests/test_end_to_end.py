@@ -14,7 +14,7 @@ from draftsmith.framework.convert import execute
 from draftsmith.framework.draft import run_draft
 from draftsmith.framework.engine import load_adapter
 from draftsmith.framework.synth import synthesize
-from tests.helpers import read_checkpoint as load_converted
+from helpers import read_checkpoint as load_converted
 
 ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
 

@@ -14,7 +14,7 @@ from draftsmith.framework.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.export import _norm_kind, export, resolve_target, source_config_from_flat
 from draftsmith.framework.synth import synthesize
-from tests.helpers import read_checkpoint as read
+from helpers import read_checkpoint as read
 
 
 

@@ -7,7 +7,7 @@ import pytest
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.lowerings import validate_lowerings
 from draftsmith.lowering.base import LOWERINGS, LoweringInfo
-from tests.helpers import minimax, minimax_raw
+from helpers import minimax, minimax_raw
 
 
 def flat(head_dim=128, **kw):
