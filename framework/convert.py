@@ -7,8 +7,10 @@ checkpoint. On any failure nothing exists at the destination.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import signal
 import shutil
 import tempfile
 from contextlib import ExitStack
@@ -55,13 +57,27 @@ def atomic_dir(out: Path, overwrite: bool):
 
 
 def clean_stale_temps(out: Path) -> None:
-    """Remove temp dirs that an earlier, killed run left beside ``out``."""
+    """Tidy what an earlier, killed run left beside ``out``: its temp dirs are removed; an
+    old output it had moved aside is put back if ``out`` is gone, else removed."""
     for p in out.parent.glob(f".{out.name}.tmp-*"):
         pid = p.name[len(f".{out.name}.tmp-"):].split("-")[0]
         if not (pid.isdigit() and _alive(int(pid))):
-            shutil.rmtree(p, ignore_errors=True)
+            _remove(p)
     for p in out.parent.glob(f".{out.name}.old-*"):
+        pid = p.name[len(f".{out.name}.old-"):]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        if not os.path.lexists(out):
+            os.rename(p, out)  # killed between moving the old output aside and publishing
+        else:
+            _remove(p)
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
@@ -72,22 +88,74 @@ def _alive(pid: int) -> bool:
         return False
 
 
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """Linux ``renameat2``; False where the call or the flag is unsupported (then the caller
+    falls back to plain renames). Raises ``FileExistsError`` for NOREPLACE onto an existing path."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        raise FileExistsError(err, os.strerror(err), str(dst))
+    return False
+
+
+_kill_count = 0
+
+
+def _kill_point() -> None:
+    """Test hook (tests/test_interrupt.py): with ``DRAFTSMITH_TEST_KILL_AT=N`` in the
+    environment, the N-th kill point this process reaches SIGKILLs it. Kill points: after
+    each tensor written, after the config/index, and between the steps of :func:`publish`."""
+    at = os.environ.get("DRAFTSMITH_TEST_KILL_AT")
+    if at:
+        global _kill_count
+        _kill_count += 1
+        if _kill_count == int(at):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def publish(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished ``tmp`` to ``out``; an old ``out`` is removed only after that."""
+    """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
+    ``overwrite``, by an atomic exchange where the OS has one (else: moved aside, the new
+    output renamed in, the old removed; :func:`clean_stale_temps` undoes a half-done swap)."""
     for f in sorted(tmp.rglob("*")):
         if not f.is_file():
             continue
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
-    old = None
-    if out.exists():
-        if not overwrite:
-            raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.rename(out, old)
+    _kill_point()
+    if not os.path.lexists(out):
+        try:
+            if _renameat2(tmp, out, _RENAME_NOREPLACE):
+                return
+        except FileExistsError:
+            pass  # appeared meanwhile: handled below
+        else:
+            os.rename(tmp, out)
+            return
+    if not overwrite:
+        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+    if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
+        _kill_point()
+        _remove(tmp)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    os.rename(out, old)
+    _kill_point()
     os.rename(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    _kill_point()
+    _remove(old)
 
 
 def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
@@ -133,6 +201,7 @@ def _write(plan: Plan, tmp: Path, progress: bool) -> None:
                 where[name].write(name, t)
                 bar.update(plan.outputs[name].nbytes)
                 done += 1
+                _kill_point()
             bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}")
             del outs
         bar.close()
@@ -145,3 +214,4 @@ def _write(plan: Plan, tmp: Path, progress: bool) -> None:
         }
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
+    _kill_point()
