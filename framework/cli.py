@@ -212,6 +212,17 @@ COMMANDS = {
 }
 
 
+def set_threads(threads) -> None:
+    """``threads=N``: torch intra-op threads (outputs are bit-identical for any N)."""
+    if threads in (None, ""):
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UserError(f"threads={threads}: expected a positive integer")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -229,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         from .loading import compose
 
         opts, spec, path = compose(args)
+        set_threads(opts.get("threads"))
         return COMMANDS[command](opts, spec, path) or 0
     except IncompleteCheckpoint as e:
         for p in e.problems:
