@@ -63,13 +63,13 @@ def test_dequant_matches_float64_reference(seed, cols):
 
 
 @pytest.mark.parametrize("lo,hi", [(0, 3), (250, 254), (0, 254)])
-def test_dequant_extreme_exponents(lo, hi):
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16", "float16"])
+def test_dequant_extreme_exponents(lo, hi, out_dtype):
     gen = torch.Generator().manual_seed(lo * 7 + hi)
     codes, scales = random_mx(gen, 4, 64, lo, hi)
-    want = reference(codes.numpy(), scales.numpy())
-    got = run(codes, scales).double().numpy()
-    with np.errstate(over="ignore"):
-        np.testing.assert_array_equal(got, want.astype(np.float32).astype(np.float64))
+    want = torch.from_numpy(reference(codes.numpy(), scales.numpy()))  # exact in float32
+    got = run(codes, scales, out_dtype=out_dtype)
+    assert torch.equal(got, want.to(torch.float32).to(got.dtype))
 
 
 @pytest.mark.skipif(not hasattr(torch, "float8_e8m0fnu"), reason="no float8_e8m0fnu in this torch")

@@ -27,6 +27,7 @@ from .base import (
 BLOCK = 32
 SCALE_DTYPES = (torch.uint8,) + ((torch.float8_e8m0fnu,) if hasattr(torch, "float8_e8m0fnu") else ())
 E4M3_MAX = 448.0
+CHUNK_ELEMENTS = 1 << 19  # rows per step in dequantize: about 1 MiB of bf16
 
 
 class MXFP8Params(Params):
@@ -53,17 +54,28 @@ def scale_exponents(scale: torch.Tensor) -> torch.Tensor:
 
 
 def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """MXFP8 -> ``dtype``. ``weight`` ``[..., K]`` float8_e4m3fn, ``scale`` ``[..., ceil(K/32)]``."""
+    """MXFP8 -> ``dtype``. ``weight`` ``[..., K]`` float8_e4m3fn, ``scale`` ``[..., ceil(K/32)]``.
+
+    ``float(e4m3) * 2**(e-127)`` is exact in float32 for every ``e`` in 0..254 (4
+    significant bits, smallest magnitude ``2**-136``), so the only rounding is to ``dtype``.
+    Rows are processed in cache-sized chunks; for bfloat16/float32 the product is formed
+    directly in the output dtype (a power-of-two scale multiplies exactly, rounding once).
+    """
     e = scale_exponents(scale)
     if bool((e == 255).any()):
-        at = [int(i) for i in (e == 255).nonzero()[0]]
-        raise TransformError(f"scale byte 255 (NaN in UE8M0) at {at}, {int((e == 255).sum())} in all")
+        raise TransformError("scale byte 255 (NaN in UE8M0)")
     k = weight.shape[-1]
     mult = torch.ldexp(torch.ones((), dtype=torch.float32), (e - 127).to(torch.float32))
-    mult = mult.repeat_interleave(BLOCK, dim=-1)[..., :k]
-    # float(e4m3) * 2**(e-127) is exact in float32 for every e in 0..254 (4 significant bits,
-    # smallest magnitude 2**-136): the only rounding is the final cast.
-    return (weight.to(torch.float32) * mult).to(dtype)
+    if k % BLOCK or dtype not in (torch.bfloat16, torch.float32):  # general path
+        mult = mult.repeat_interleave(BLOCK, dim=-1)[..., :k]
+        return (weight.to(torch.float32) * mult).to(dtype)
+    w3 = weight.reshape(-1, k // BLOCK, BLOCK)
+    m3 = mult.to(dtype).reshape(-1, k // BLOCK, 1)
+    out = torch.empty(w3.shape, dtype=dtype)
+    step = max(1, CHUNK_ELEMENTS // k)
+    for r in range(0, w3.shape[0], step):
+        out[r : r + step].copy_(w3[r : r + step]).mul_(m3[r : r + step])
+    return out.reshape(weight.shape)
 
 
 def quantize(w: torch.Tensor, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
