@@ -55,7 +55,7 @@ class Adapter:
                 self.transforms.append(cls(params, rule.match))
             except ValidationError as e:
                 raise UserError(*(
-                    f"{where}: {key}.params.{_dotted(err['loc'])}: {err['msg']}" for err in e.errors()
+                    f"{where}: {key}.params.{_dotted(err['loc'])}: {_params_msg(err, cls)}" for err in e.errors()
                 )) from None
             except ValueError as e:
                 raise UserError(f"{where}: {key}: {e}") from None
@@ -143,6 +143,18 @@ class Adapter:
         for g in plan.groups:
             out.update(run_group(plan, g, {s: tensors[s] for s in g.sources}, ctx))
         return {n: out[n] for n in plan.outputs}
+
+
+def _params_msg(err: dict, cls) -> str:
+    """A transform-params error; an unknown key gets a did-you-mean from the op's params."""
+    if err["type"] != "extra_forbidden" or len(err["loc"]) != 1:
+        return err["msg"]
+    import difflib
+
+    known = sorted(cls.Params.model_fields)
+    close = difflib.get_close_matches(str(err["loc"][0]), known, n=1)
+    return f"unknown key of {cls.name} params" + (
+        f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known) or 'none'}")
 
 
 def compile_spec(spec: AdapterSpec, path: Path | None = None) -> Adapter:
