@@ -13,6 +13,7 @@ import copy
 import difflib
 import io
 import re
+import shutil
 import string
 import tempfile
 import time
@@ -44,8 +45,17 @@ def source(tmp_path_factory):
     return d
 
 
+TMP_ROOT = Path(tempfile.mkdtemp(prefix="draftsmith-hostile-specs-"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tidy():
+    yield
+    shutil.rmtree(TMP_ROOT, ignore_errors=True)
+
+
 def fresh_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="hostile-spec-"))
+    return Path(tempfile.mkdtemp(prefix="spec-", dir=TMP_ROOT))
 
 
 def run(args: list[str]) -> tuple[int, str, str]:
@@ -437,40 +447,40 @@ ident = st.text(string.ascii_lowercase, min_size=3, max_size=8)
 
 @st.composite
 def impossible(draw):
-    """(mutation of the spec, key path the error must name, text it must contain)."""
+    """(where, value, key path the error must name, text it must contain, label)."""
     k = draw(st.integers(0, 9))
     w = draw(ident)
     if k == 0:
-        return ("weights", "rename"), {"kind": "regex", "match": f"{w}(.*)", "to": r"\1", "inverse_match": w}, "weights.rename[0]", "go together"
+        return ("weights", "rename"), {"kind": "regex", "match": f"{w}(.*)", "to": r"\1", "inverse_match": w}, "weights.rename[0]", "go together", "inverse_match without inverse_to"
     if k == 1:
         kind = draw(st.sampled_from(["prefix", "template"]))
-        return ("weights", "rename"), {"kind": kind, "match": w, "to": w, "inverse_match": w, "inverse_to": w}, "weights.rename[0]", "regex only"
+        return ("weights", "rename"), {"kind": kind, "match": w, "to": w, "inverse_match": w, "inverse_to": w}, "weights.rename[0]", "regex only", "inverse_* on a prefix/template rule"
     if k == 2:
         n = draw(st.integers(2, 9))
-        return ("weights", "rename"), {"kind": "regex", "match": f"({w})", "to": f"\\{n}"}, "weights.rename[0]", "does not fit"
+        return ("weights", "rename"), {"kind": "regex", "match": f"({w})", "to": f"\\{n}"}, "weights.rename[0]", "does not fit", "regex replacement names a missing group"
     if k == 3:
         a, b = draw(ident), draw(ident)
         assume(a != b)
-        return ("weights", "rename"), {"kind": "template", "match": f"{w}.{{{a}}}", "to": f"x.{{{b}}}"}, "weights.rename", "placeholders"
+        return ("weights", "rename"), {"kind": "template", "match": f"{w}.{{{a}}}", "to": f"x.{{{b}}}"}, "weights.rename", "placeholders", "template output uses an undefined placeholder"
     if k == 4:
         dev, kind = draw(st.sampled_from(["cpu", "sm90"])), draw(st.sampled_from(["windowed", "full"]))
-        return ("attention", "lowering", kind, dev), "trtllm_gen", f"attention.lowering.{kind}.{dev}", "does not run on"
+        return ("attention", "lowering", kind, dev), "trtllm_gen", f"attention.lowering.{kind}.{dev}", "does not run on", "lowering on a device it does not run on"
     if k == 5:
         n = draw(st.integers(1, 50).filter(lambda n: n != 7))
-        return ("max_draft_len",), n, "max_draft_len", "contradicts"
+        return ("max_draft_len",), n, "max_draft_len", "contradicts", "max_draft_len contradicting the derived value"
     if k == 6:
-        return ("family",), w, "family", "unknown family"
+        return ("family",), w, "family", "unknown family", "unknown family"
     if k == 7:
-        return ("weights", "transforms", 0, "op"), w, "weights.transforms[0].op", "unknown transform"
+        return ("weights", "transforms", 0, "op"), w, "weights.transforms[0].op", "unknown transform", "unknown transform op"
     if k == 8:
-        return ("attention", "window"), draw(st.integers(-100, 0)), "attention.window", "greater than or equal to 1"
-    return ("weights", "transforms", 0, "params"), {"dtype": w}, "weights.transforms[0].params.dtype", "unknown dtype"
+        return ("attention", "window"), draw(st.integers(-100, 0)), "attention.window", "greater than or equal to 1", "window < 1"
+    return ("weights", "transforms", 0, "params"), {"dtype": w}, "weights.transforms[0].params.dtype", "unknown dtype", "unknown dtype in transform params"
 
 
 @CASES
 @given(case=impossible())
 def test_impossible_combinations(case, source):
-    path, value, key, text = case
+    path, value, key, text, label = case
     spec = copy.deepcopy(BASE)
     if path == ("weights", "rename"):
         spec["weights"]["rename"].insert(0, value)
@@ -479,7 +489,7 @@ def test_impossible_combinations(case, source):
     d, name = fresh_dir(), fresh_name()
     f = write_spec(d, name, spec)
     expect_refused(inspect_args(name, d, source), f, key=key, contains=text)
-    record("specs", "impossible combination / unknown registry name", "exit 2, names file and key path")
+    record("specs", f"impossible combination: {label}", "exit 2, names file and key path")
 
 
 # ----------------------------------------------------------------------------- 7. no code runs
@@ -583,3 +593,29 @@ def test_valid_extends_still_works(source):
     write_spec(d, name, text=f"name: {name}\nextends: minimax_dspark\ndescription: derived ${{adapter.name}}\n")
     rc, out, err = run(inspect_args(name, d, source))
     assert rc == 0, err
+
+
+@CASES
+@given(data=st.data())
+def test_misspelt_transform_params(data, source):
+    """Transform params are checked by the op's own schema at compile time: same did-you-mean."""
+    from draftsmith.transforms.base import get_transform
+
+    i = data.draw(st.integers(0, len(BASE["weights"]["transforms"]) - 1))
+    rule = BASE["weights"]["transforms"][i]
+    keys = sorted(get_transform(rule["op"]).Params.model_fields)
+    orig = data.draw(st.sampled_from([k for k in keys if len(k) >= 4]))
+    bad = misspell(orig, data.draw(st.integers(0, 3)), data.draw(st.integers(0, 50)),
+                   data.draw(st.sampled_from(string.ascii_lowercase)))
+    assume(bad not in keys)
+    spec = copy.deepcopy(BASE)
+    params = spec["weights"]["transforms"][i].setdefault("params", {})
+    params[bad] = params.pop(orig) if orig in params else 1
+    d, name = fresh_dir(), fresh_name()
+    f = write_spec(d, name, spec)
+    err = expect_refused(inspect_args(name, d, source), f, key=f"weights.transforms[{i}].params.{bad}",
+                         contains="did you mean '")
+    m = re.search(r"did you mean '([^']+)'\?", err)
+    ratio = lambda k: difflib.SequenceMatcher(None, bad, k).ratio()  # noqa: E731
+    assert m.group(1) in keys and ratio(m.group(1)) >= ratio(orig), (bad, orig, m.group(1))
+    record("specs", "misspelt transform params key", "exit 2, file, key path, did-you-mean")
