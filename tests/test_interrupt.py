@@ -239,3 +239,48 @@ def test_random_delay_kills(tmp_path):
     assert rerun["rc"] == 0 and final["out"] == ref_out
     assert final["entries"] == ["out"], f"strays after the rerun: {final['entries']}"
     assert n_killed >= 1, f"no kill landed mid-run (fractions {fracs}, run {res[0]['s']:.2f}s)"
+
+
+def _dead_pid() -> int:
+    pid = 2**22 - 1  # above the usual pid_max; make sure
+    while True:
+        try:
+            os.kill(pid, 0)
+            pid -= 1
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pid -= 1
+
+
+def test_fallback_swap_is_undone(tmp_path, monkeypatch):
+    """Without renameat2: a run killed between moving the old output aside and renaming the
+    new one in leaves ``.out.old-<pid>``; the next run puts it back (or drops it if a new
+    output made it), never losing the only complete copy."""
+    from draftsmith.framework import convert as C
+
+    rng = random.Random(SEED)
+    out = tmp_path / "out"
+    payload = os.urandom(rng.randrange(1, 4096))
+    old = tmp_path / f".out.old-{_dead_pid()}"
+    old.mkdir()
+    (old / "model.safetensors").write_bytes(payload)
+    stale_tmp = tmp_path / f".out.tmp-{_dead_pid()}-x"
+    stale_tmp.mkdir()
+    C.clean_stale_temps(out)
+    assert (out / "model.safetensors").read_bytes() == payload and sorted(os.listdir(tmp_path)) == ["out"]
+    # with out present, a leftover old copy is dropped
+    old.mkdir()
+    C.clean_stale_temps(out)
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    # the fallback publish itself replaces only with overwrite=true
+    monkeypatch.setattr(C, "_renameat2", lambda *a: False)
+    new = tmp_path / ".out.tmp-new"
+    new.mkdir()
+    (new / "model.safetensors").write_bytes(payload[::-1])
+    with pytest.raises(C.UserError):
+        C.publish(new, out, overwrite=False)
+    assert (out / "model.safetensors").read_bytes() == payload
+    C.publish(new, out, overwrite=True)
+    assert (out / "model.safetensors").read_bytes() == payload[::-1] and sorted(os.listdir(tmp_path)) == ["out"]
+    record("interrupt", "half-done swap without renameat2 (old output moved aside)", "restored by the next run")
