@@ -24,7 +24,7 @@ from draftsmith.transforms.base import Context, TransformError
 
 from .errors import UserError
 from .plan import Group, Plan
-from .st_writer import ShardWriter, shard_layout, shard_names
+from .st_writer import ShardWriter, WriteQueue, shard_layout, shard_names
 
 
 def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:
@@ -39,11 +39,21 @@ def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor],
             raise UserError(f"{', '.join(files)}: {e} (source tensors {', '.join(sorted(app.sources))})") from None
     for name in group.outputs:
         t = tensors[name]
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if t.is_floating_point() and not _finite(t):
             srcs = ", ".join(group.sources)
             raise UserError(f"{name}: NaN or Inf after conversion (from {srcs} in {plan.sources[group.sources[0]].file})"
                             if plan.source else f"{name}: NaN or Inf after conversion")
     return {n: tensors[n] for n in group.outputs}
+
+
+def _finite(t: torch.Tensor) -> bool:
+    """No NaN or Inf in ``t`` (a min/max reduction propagates both: one fast pass)."""
+    if t.numel() == 0:
+        return True
+    if t.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        lo, hi = torch.aminmax(t)
+        return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
+    return bool(torch.isfinite(t.float()).all())
 
 
 def atomic_dir(out: Path, overwrite: bool):
@@ -195,15 +205,19 @@ def _write(plan: Plan, tmp: Path, progress: bool) -> None:
 
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=None if progress else True, leave=False)
         done = 0
-        for g in sorted(plan.groups, key=lambda g: list(plan.outputs).index(g.outputs[0])):
-            outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)
-            for name, t in outs.items():
-                where[name].write(name, t)
-                bar.update(plan.outputs[name].nbytes)
-                done += 1
-                _kill_point()
-            bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}")
-            del outs
+        order = {n: i for i, n in enumerate(plan.outputs)}
+        queue = WriteQueue(depth=2, after_write=_kill_point)  # file writes overlap conversion
+        try:
+            for g in sorted(plan.groups, key=lambda g: order[g.outputs[0]]):
+                outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)
+                for name, t in outs.items():
+                    queue.put(where[name], name, t)
+                    bar.update(plan.outputs[name].nbytes)
+                    done += 1
+                bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}")
+                del outs
+        finally:
+            queue.close()
         bar.close()
         for w in writers:
             w.close()

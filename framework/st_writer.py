@@ -109,3 +109,41 @@ class ShardedSaver:
         if len(self.files) > 1:
             index = {"metadata": {}, "weight_map": {k: final[v] for k, v in sorted(self.weight_map.items())}}
             (self.folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+class WriteQueue:
+    """Writes ``(ShardWriter, name, tensor)`` items on one background thread, so that file
+    I/O overlaps the next group's conversion; at most ``depth`` items wait (bounded memory).
+    An error on the writer thread is raised by the next :meth:`put` or by :meth:`close`."""
+
+    def __init__(self, depth: int = 2, after_write=None):
+        import queue
+        import threading
+
+        self.q: "queue.Queue" = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.after_write = after_write
+        self.thread = threading.Thread(target=self._run, name="draftsmith-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (item := self.q.get()) is not None:
+            if self.error is None:
+                try:
+                    writer, name, t = item
+                    writer.write(name, t)
+                    if self.after_write:
+                        self.after_write()
+                except BaseException as e:  # handed to the main thread
+                    self.error = e
+
+    def put(self, writer: ShardWriter, name: str, t: torch.Tensor) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put((writer, name, t))
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
