@@ -2,7 +2,8 @@
 
 Converts the ``full`` synthetic MiniMax DSpark checkpoint (real shapes, ~2.3 GB of MXFP8
 source, ~3.9 GB of bf16 output) and prints, in one run, wall time and peak RSS of each,
-every one in its own subprocess (so peak RSS is its own):
+every one in its own subprocess (peak RSS = its own VmHWM; ru_maxrss would carry the
+parent's high-water mark across fork+exec):
 
 - ``draftsmith``: ``Adapter.plan`` + ``execute`` (streamed, group by group);
 - ``naive``: load the whole file, dequantize in a loop, ``save_file`` everything at once;
@@ -85,7 +86,8 @@ for f in OUT.rglob("*"):
     if f.is_file():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
-print("RESULT", time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))  # kB, this process only
+print("RESULT", time.perf_counter() - t0, hwm)
 """
 
 

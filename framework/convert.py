@@ -174,12 +174,17 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
         raise UserError(*plan.problem_lines())
     out = Path(out)
     tmp = atomic_dir(out, overwrite)
+    threads = torch.get_num_threads()
+    # one core is the writer thread's: oversubscribed OpenMP workers spin and stall
+    torch.set_num_threads(max(1, threads - 1))
     try:
         _write(plan, tmp, progress)
         publish(tmp, out, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
