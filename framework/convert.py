@@ -13,7 +13,6 @@ import os
 import signal
 import shutil
 import tempfile
-from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -194,38 +193,37 @@ def _write(plan: Plan, tmp: Path, progress: bool) -> None:
     names = shard_names(len(shards))
     meta = {"format": "pt", "draftsmith_adapter": plan.config["draftsmith"]["adapter"]}
     total = sum(m.nbytes for m in plan.outputs.values())
-    with ExitStack() as stack:
-        writers = [ShardWriter(tmp / n, s, meta) for n, s in zip(names, shards)]
-        where = {t: w for w in writers for t in w.metas}
+    writers = [ShardWriter(tmp / n, s, meta) for n, s in zip(names, shards)]
+    where = {t: w for w in writers for t in w.metas}
 
-        def source(name: str) -> torch.Tensor:
-            """Read one source tensor into memory of its own. The file is mapped only for
-            the copy, so mapped pages never pile up in RSS across the checkpoint."""
-            st = plan.sources[name]
-            try:
-                with safe_open(str(st.file), framework="pt") as f:
-                    return f.get_tensor(name).clone()
-            except Exception as e:  # safetensors raises its own error types on bad data
-                raise UserError(f"{st.file}: tensor {name}: cannot be read ({e})") from None
-
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=None if progress else True, leave=False)
-        done = 0
-        order = {n: i for i, n in enumerate(plan.outputs)}
-        queue = WriteQueue(depth=2, after_write=_kill_point)  # file writes overlap conversion
+    def source(name: str) -> torch.Tensor:
+        """Read one source tensor into memory of its own. The file is mapped only for
+        the copy, so mapped pages never pile up in RSS across the checkpoint."""
+        st = plan.sources[name]
         try:
-            for g in sorted(plan.groups, key=lambda g: order[g.outputs[0]]):
-                outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)
-                for name, t in outs.items():
-                    queue.put(where[name], name, t)
-                    bar.update(plan.outputs[name].nbytes)
-                    done += 1
-                bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}")
-                del outs
-        finally:
-            queue.close()
-        bar.close()
-        for w in writers:
-            w.close()
+            with safe_open(str(st.file), framework="pt") as f:
+                return f.get_tensor(name).clone()
+        except Exception as e:  # safetensors raises its own error types on bad data
+            raise UserError(f"{st.file}: tensor {name}: cannot be read ({e})") from None
+
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=None if progress else True, leave=False)
+    done = 0
+    order = {n: i for i, n in enumerate(plan.outputs)}
+    queue = WriteQueue(depth=2, after_write=_kill_point)  # file writes overlap conversion
+    try:
+        for g in sorted(plan.groups, key=lambda g: order[g.outputs[0]]):
+            outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)
+            for name, t in outs.items():
+                queue.put(where[name], name, t)
+                bar.update(plan.outputs[name].nbytes)
+                done += 1
+            bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}")
+            del outs
+    finally:
+        queue.close()
+    bar.close()
+    for w in writers:
+        w.close()
     if len(shards) > 1:
         index = {
             "metadata": {"total_size": total},
