@@ -219,8 +219,12 @@ def _write(plan: Plan, tmp: Path, progress: bool) -> None:
                 done += 1
             bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}")
             del outs
-    finally:
-        queue.close()
+    except BaseException:
+        queue.close(check=False)  # drain first: the original error is the one to report
+        for w in writers:
+            w.abort()
+        raise
+    queue.close()
     bar.close()
     for w in writers:
         w.close()

@@ -45,6 +45,11 @@ class ShardWriter:
         self.f.write(memoryview(data))
         self.written.add(name)
 
+    def abort(self) -> None:
+        """Close the file without the completeness check (the caller discards it)."""
+        if not self.f.closed:
+            self.f.close()
+
     def close(self) -> None:
         missing = set(self.metas) - self.written
         self.f.flush()
@@ -142,8 +147,9 @@ class WriteQueue:
             raise self.error
         self.q.put((writer, name, t))
 
-    def close(self) -> None:
+    def close(self, check: bool = True) -> None:
+        """Finish the pending writes; with ``check``, raise the writer thread's error."""
         self.q.put(None)
         self.thread.join()
-        if self.error is not None:
+        if check and self.error is not None:
             raise self.error
