@@ -215,6 +215,9 @@ def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
         raise UserError(f"adapter={chosen}: unknown adapter; known: {', '.join(sorted(files))}")
 
     cs = ConfigStore.instance()
+    # hold only this call's adapter: Hydra deep-copies the whole store on every compose, so
+    # specs left from earlier calls would make each compose slower in a long-lived process
+    cs.repo.pop("adapter", None)
     data, lines, path = ({}, {}, None)
     if chosen is not None:
         data, lines, path = read_spec_data(chosen, files)
