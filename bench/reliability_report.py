@@ -97,7 +97,7 @@ def main() -> int:
     if p.returncode != 0:
         out += ["## Failures in the last run", "", "```", *p.stdout.strip().splitlines()[-40:], "```", ""]
     else:
-        out += ["pytest: " + " / ".join(tail[-1:]), ""] if tail else []
+        out += ["pytest: " + tail[-1].strip("= "), ""] if tail else []
     text = "\n".join(out)
     if args.print:
         print(text)

@@ -619,3 +619,27 @@ def test_misspelt_transform_params(data, source):
     ratio = lambda k: difflib.SequenceMatcher(None, bad, k).ratio()  # noqa: E731
     assert m.group(1) in keys and ratio(m.group(1)) >= ratio(orig), (bad, orig, m.group(1))
     record("specs", "misspelt transform params key", "exit 2, file, key path, did-you-mean")
+
+
+OVERRIDE_LEVELS = {("attention",): S.AttentionSpec, ("weights",): S.WeightsSpec, ("docs",): S.DocsSpec,
+                   ("config",): S.ConfigSpec, ("attention", "lowering", "windowed"): S.LoweringChoice, (): S.AdapterSpec}
+
+
+@CASES
+@given(data=st.data())
+def test_misspelt_adapter_overrides(data, source):
+    """``adapter.<path>.<misspelt>=v`` on the command line: one line naming the spec and key, did-you-mean."""
+    where = data.draw(st.sampled_from(sorted(OVERRIDE_LEVELS, key=str)))
+    keys = known(OVERRIDE_LEVELS[where])
+    orig = data.draw(st.sampled_from([k for k in keys if len(k) >= 4]))
+    bad = misspell(orig, data.draw(st.integers(0, 3)), data.draw(st.integers(0, 50)),
+                   data.draw(st.sampled_from(string.ascii_lowercase)))
+    assume(bad not in keys and bad.isidentifier())
+    key = ".".join(("adapter",) + where + (bad,))
+    rc, out, err = run(["inspect", "adapter=minimax_dspark", f"source={source}", f"{key}=1"])
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and "minimax_dspark.yaml: " in err and f"{'.'.join(where + (bad,))}: unknown key" in err, err
+    m = re.search(r"did you mean '([^']+)'\?", err)
+    ratio = lambda k: difflib.SequenceMatcher(None, bad, k).ratio()  # noqa: E731
+    assert m and m.group(1) in keys and ratio(m.group(1)) >= ratio(orig), (bad, orig, err)
+    record("specs", "misspelt adapter.* override on the command line", "exit 2, one line, spec and key path, did-you-mean")
