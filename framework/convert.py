@@ -13,6 +13,7 @@ import os
 import signal
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -174,10 +175,12 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     out = Path(out)
     tmp = atomic_dir(out, overwrite)
     threads = torch.get_num_threads()
-    # one core is the writer thread's: oversubscribed OpenMP workers spin and stall
-    torch.set_num_threads(max(1, threads - 1))
+    # Python threads instead of OpenMP: a chunk pool (one single-threaded torch op each)
+    # shares the cores with the writer thread, where OpenMP workers would spin and stall.
+    torch.set_num_threads(1)
     try:
-        _write(plan, tmp, progress)
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="draftsmith-chunk") as pool:
+            _write(plan, tmp, progress, pool)
         publish(tmp, out, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -187,8 +190,8 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     return out
 
 
-def _write(plan: Plan, tmp: Path, progress: bool) -> None:
-    ctx = Context(plan.config)
+def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
+    ctx = Context(plan.config, pool)
     shards = shard_layout(plan.outputs, plan.max_shard_bytes)
     names = shard_names(len(shards))
     meta = {"format": "pt", "draftsmith_adapter": plan.config["draftsmith"]["adapter"]}

@@ -111,3 +111,18 @@ def test_scale_shape_must_match():
     metas = {"weight": TensorMeta((4, 64), torch.float8_e4m3fn), "scale": TensorMeta((4, 3), torch.uint8)}
     with pytest.raises(TransformError, match="does not match"):
         t.meta(b, metas, Context({}))
+
+
+def test_chunk_pool_gives_the_same_bits():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from draftsmith.transforms.mxfp8 import CHUNK_ELEMENTS, dequantize
+
+    gen = torch.Generator().manual_seed(13)
+    rows = 3 * CHUNK_ELEMENTS // 64 + 5  # several chunks and a partial one
+    codes, scales = random_mx(gen, rows, 64, 100, 150)
+    want = torch.from_numpy(reference(codes[:7].numpy(), scales[:7].numpy())).float().to(torch.bfloat16)
+    with ThreadPoolExecutor(2) as pool:
+        got = dequantize(codes.view(torch.float8_e4m3fn), scales, torch.bfloat16, pool)
+    assert torch.equal(got, dequantize(codes.view(torch.float8_e4m3fn), scales, torch.bfloat16))
+    assert torch.equal(got[:7], want)

@@ -95,9 +95,11 @@ class Params(BaseModel):
 
 @dataclass
 class Context:
-    """What transforms may read besides their tensors: the flattened config."""
+    """What transforms may read besides their tensors: the flattened config, and an
+    optional thread pool for elementwise work split into chunks (``None``: run inline)."""
 
     config: dict[str, Any] = field(default_factory=dict)
+    pool: Any = None  # a concurrent.futures.Executor, set by the converter
 
     @property
     def dtype(self) -> torch.dtype:

@@ -53,13 +53,14 @@ def scale_exponents(scale: torch.Tensor) -> torch.Tensor:
     return scale.view(torch.uint8).to(torch.int32)
 
 
-def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, pool=None) -> torch.Tensor:
     """MXFP8 -> ``dtype``. ``weight`` ``[..., K]`` float8_e4m3fn, ``scale`` ``[..., ceil(K/32)]``.
 
     ``float(e4m3) * 2**(e-127)`` is exact in float32 for every ``e`` in 0..254 (4
     significant bits, smallest magnitude ``2**-136``), so the only rounding is to ``dtype``.
-    Rows are processed in cache-sized chunks; for bfloat16/float32 the product is formed
-    directly in the output dtype (a power-of-two scale multiplies exactly, rounding once).
+    Rows are processed in cache-sized chunks (on ``pool``'s threads when given); for
+    bfloat16/float32 the product is formed directly in the output dtype (a power-of-two
+    scale multiplies exactly, rounding once).
     """
     e = scale_exponents(scale)
     if bool((e == 255).any()):
@@ -73,8 +74,16 @@ def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) ->
     m3 = mult.to(dtype).reshape(-1, k // BLOCK, 1)
     out = torch.empty(w3.shape, dtype=dtype)
     step = max(1, CHUNK_ELEMENTS // k)
-    for r in range(0, w3.shape[0], step):
+
+    def chunk(r: int) -> None:
         out[r : r + step].copy_(w3[r : r + step]).mul_(m3[r : r + step])
+
+    starts = range(0, w3.shape[0], step)
+    if pool is None:
+        for r in starts:
+            chunk(r)
+    else:
+        list(pool.map(chunk, starts))
     return out.reshape(weight.shape)
 
 
@@ -136,7 +145,7 @@ class DequantMXFP8(Transform):
 
     def forward(self, b, inputs, ctx):
         try:
-            return {b.outputs[0]: dequantize(inputs["weight"], inputs["scale"], self.out_dtype(ctx))}
+            return {b.outputs[0]: dequantize(inputs["weight"], inputs["scale"], self.out_dtype(ctx), ctx.pool)}
         except TransformError as e:
             raise TransformError(f"{b.inputs['scale']}: {e}") from None
 
