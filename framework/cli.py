@@ -7,6 +7,7 @@ found stale docs); 2 bad input (one line per problem, no traceback).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -142,14 +143,23 @@ def cmd_schema(opts, spec, path):
 
 def cmd_draft(opts, spec, path):
     """One draft step; with no checkpoint, on the embedded synthetic default."""
+    scratch: list[Path] = []  # checkpoints made for this step only
+    try:
+        return _draft(opts, spec, path, scratch)
+    finally:
+        for d in scratch:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _draft(opts, spec, path, scratch: list[Path]):
     from .convert import execute
     from .draft import format_report, report_json, run_draft
     from .synth import synthesize
 
-    work = None
     if opts.get("checkpoint") in (None, ""):
         adapter = _adapter(spec, path, opts)
         work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+        scratch.append(work)
         synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"])
         checkpoint = work / "converted"
         execute(adapter.plan(work / "synthetic"), checkpoint, progress=False)
@@ -161,6 +171,7 @@ def cmd_draft(opts, spec, path):
         if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
             adapter = _adapter(spec, path, opts, checkpoint)
             work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+            scratch.append(work)
             execute(adapter.plan(checkpoint), work / "converted", progress=False)
             checkpoint = work / "converted"
         target = Path(opts["target"]) if opts.get("target") else None
@@ -183,8 +194,6 @@ def cmd_draft(opts, spec, path):
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise UserError(f"draftsmith draft: {e}") from None
     print(report_json(report) if opts["format"] == "json" else format_report(report))
-    if work is not None and opts["format"] != "json":
-        print(f"(converted checkpoint used: {checkpoint})")
     return 0
 
 
