@@ -523,3 +523,33 @@ def install_config_route():
     original = engine_config_utils.load_pretrained_config
     engine_config_utils.load_pretrained_config = ADAPTER.routed_config_loader(original)
 '''
+
+
+def register_at_runtime(adapter: str, adapter_dir: Optional[Path] = None, cache_dir: Optional[Path] = None,
+                        **engine: Any):
+    """The run-time registration path: when the engine is importable (``tensorrt_llm`` by
+    default; the module names are the same keywords as :func:`emit`), emit ``adapter``'s
+    package into a cache folder keyed by the adapter file's sha256 and import it, which
+    registers its classes. Returns the imported package, or ``None`` when the engine's
+    registry module cannot be imported (nothing is written then).
+    """
+    import importlib
+    import importlib.util
+    import sys
+
+    from draftsmith.framework.loading import load_spec
+
+    registry = engine.get("registry_module", TRTLLM_REGISTRY_MODULE)
+    try:
+        if importlib.util.find_spec(registry) is None:
+            return None
+    except (ImportError, ValueError):  # a parent package is missing, or a bare stand-in
+        if registry not in sys.modules:
+            return None
+    _, yaml_path = load_spec(adapter, list(engine.get("overrides", ())), adapter_dir=adapter_dir)
+    sha = file_sha256(Path(yaml_path))[:16]
+    root = Path(cache_dir or Path.home() / ".cache" / "draftsmith" / "trtllm") / f"{Path(yaml_path).stem}-{sha}"
+    result = emit(adapter, "trtllm", root, adapter_dir=adapter_dir, **engine)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(result.package)

@@ -429,3 +429,24 @@ def test_cli_records_overrides_and_the_binding_reproduces_them(tmp_path, capsys)
     assert binding.adapter.spec.attention.window == 2048  # spec sha256 checked on load
     assert binding.adapter.spec.attention.lowering["windowed"].sm100 == "trtllm_gen"
     assert main(["emit", "adapter=minimax_dspark", "target=vllm", f"out={tmp_path}"]) == 2
+
+
+def test_register_at_runtime(tmp_path, monkeypatch):
+    """No engine: nothing happens. With one (stand-in registries): emitted, imported, registered."""
+    from draftsmith.framework.emit import register_at_runtime
+
+    assert register_at_runtime("minimax_dspark", cache_dir=tmp_path / "none") is None
+    assert not (tmp_path / "none").exists()
+    names, calls, *_ = install_fake_engine(monkeypatch, "fake_trtllm_rt")
+    pkg = register_at_runtime("minimax_dspark", cache_dir=tmp_path / "cache", base_module="draftsmith.framework.hosts",
+                              base_class="DFlashDraftModel", registry_module=names.registry_module,
+                              spec_mode_module=names.spec_mode_module,
+                              config_utils_module=names.config_utils_module, backbone=None,
+                              package="emitted_rt")
+    try:
+        assert pkg.__name__ == "emitted_rt" and calls["draft"], "the DSpark builder was not registered"
+        assert any(p.name.startswith("minimax_dspark-") for p in (tmp_path / "cache").iterdir())
+    finally:
+        for name in [n for n in sys.modules if n.startswith("emitted_rt")]:
+            monkeypatch.delitem(sys.modules, name)
+        sys.path[:] = [p for p in sys.path if not p.startswith(str(tmp_path))]
