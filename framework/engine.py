@@ -22,7 +22,7 @@ from .attention import DEVICE_CLASSES
 from .errors import UserError
 from .family import get_family
 from .flatten import flatten
-from .loading import _dotted
+from .loading import key_path
 from .rename import Renamer
 from .schema import AdapterSpec
 
@@ -55,7 +55,7 @@ class Adapter:
                 self.transforms.append(cls(params, rule.match))
             except ValidationError as e:
                 raise UserError(*(
-                    f"{where}: {key}.params.{_dotted(err['loc'])}: {_params_msg(err, cls)}" for err in e.errors()
+                    f"{where}: {key}.params.{key_path(err['loc'])}: {_params_msg(err, cls)}" for err in e.errors()
                 )) from None
             except ValueError as e:
                 raise UserError(f"{where}: {key}: {e}") from None

@@ -69,7 +69,8 @@ def _walk(data: Any, path: tuple = ()):
             yield from _walk(v, path + (i,))
 
 
-def _dotted(path: Iterable) -> str:
+def key_path(path: Iterable) -> str:
+    """A spec key path as users write it: ``attention.layers[2].causal``."""
     out = ""
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
@@ -86,10 +87,10 @@ def check_data_only(data: Any, file: Path, lines: dict) -> None:
     problems = []
     for path, value in _walk(data):
         if value == "_target_":
-            problems.append(f"{_where(file, lines, path)}: {_dotted(path)}: `_target_` is refused (a spec is data)")
+            problems.append(f"{_where(file, lines, path)}: {key_path(path)}: `_target_` is refused (a spec is data)")
         elif isinstance(value, str) and _RESOLVER.search(value):
             problems.append(
-                f"{_where(file, lines, path)}: {_dotted(path)}: interpolation resolvers (`${{name:...}}`) "
+                f"{_where(file, lines, path)}: {key_path(path)}: interpolation resolvers (`${{name:...}}`) "
                 "are refused; only plain `${a.b}` references are allowed"
             )
     if problems:
@@ -175,7 +176,7 @@ def validation_problems(err: ValidationError, file: Path, lines: dict) -> list[s
             msg = "unknown key" + (f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known)}")
         elif e["type"] == "missing":
             msg = "required key is missing"
-        out.append(f"{_where(file, lines, loc)}: {_dotted(loc)}: {msg}")
+        out.append(f"{_where(file, lines, loc)}: {key_path(loc)}: {msg}")
     return out
 
 
@@ -251,7 +252,7 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
             value = value.get(p) if isinstance(value, dict) else (
                 value[p] if isinstance(value, list) and isinstance(p, int) and p < len(value) else None)
         if isinstance(value, str) and "${" in value:
-            return f"{_where(path, lines or {}, parts)}: {_dotted(parts)}: {text}"
+            return f"{_where(path, lines or {}, parts)}: {key_path(parts)}: {text}"
         return f"command line: {full_key}: {text}"
     m = re.match(r"Could not override '([^']+)'", text)
     if m:
