@@ -51,7 +51,7 @@ def _import_lowering():
 
 low = _import_lowering()
 from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
-from draftsmith.lowering.triton_window_block import Config, choose_config, triton_window_block  # noqa: E402
+from draftsmith.lowering.triton_window_block import Config, choose_config, tma_fits, triton_window_block  # noqa: E402
 
 try:
     from draftsmith.lowering.window_decode_merge import window_decode_merge
@@ -228,6 +228,9 @@ def main():
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--variants", action="store_true",
+                    help="time TMA / warp-specialized kernel variants against the default config")
+    ap.add_argument("--only-triton", action="store_true", help="skip the baseline rows")
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     args = ap.parse_args()
     mask = MaskSpec(causal=False, window=W)
@@ -262,6 +265,8 @@ def main():
                 rows["flex_attention (pre-gathered K/V)"] = make_flex(dense)
             except Exception as e:  # noqa: BLE001
                 emit({"batch": n, "method": "flex_attention", "error": repr(e)[:300]})
+        if args.only_triton:
+            rows = {k: v for k, v in rows.items() if k == "triton_window_block"}
         for name, fn in rows.items():
             try:
                 err = rel_err(fn(), ref)
@@ -273,10 +278,12 @@ def main():
             table[(name, n)] = (ms * 1e3, tbs, tbs / copy_tbs, how)
             emit({"batch": n, "method": name, "us": ms * 1e3, "TBps": tbs, "frac_copy": tbs / copy_tbs,
                   "rel_err_vs_sdpa": err, "timing": how})
-        cfg = choose_config(n, B, HQ, HKV, D, W - 1, q.device)
+        cfg = choose_config(n, B, HQ, HKV, D, W - 1, q.device, tma_ok=tma_fits(q, cache))
         emit({"batch": n, "default_config": cfg.__dict__})
         if args.sweep:
             sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit)
+        if args.variants:
+            variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit)
         del q, cache, kb, vb, dense, ref
         torch.cuda.empty_cache()
     print_table(table, copy_tbs, gpu, [int(x) for x in args.batches.split(",")])
@@ -294,6 +301,22 @@ def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
     for s in splits:
         c = Config(base.block_m, base.block_n, s, base.num_warps, base.num_stages)
         best = min(best, _time_variant(n, c, q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])
+    emit({"batch": n, "best": best[1].__dict__, "best_us": best[0]})
+
+
+def variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
+    """The default config against TMA tile variants (block_n <= page) and split counts."""
+    base = dict(cfg.__dict__, block_n=PAGE, tma=True)
+    trials = [dict(cfg.__dict__), dict(cfg.__dict__, tma=False, block_m=128, block_n=128, num_warps=8, num_stages=3,
+                                       num_splits=1 if n >= 64 else cfg.num_splits)]
+    trials += [dict(base, block_m=bm, num_warps=nw, num_stages=ns)
+               for bm, nw in ((64, 4), (128, 8), (64, 8)) for ns in (4, 5, 6, 7)]
+    trials += [dict(base, block_n=32, block_m=64, num_warps=4, num_stages=ns) for ns in (6, 8)]
+    if n <= 16:
+        trials += [dict(base, num_splits=s) for s in ((4, 6, 8, 12, 16, 20) if n == 1 else (1, 3, 4))]
+    best = (float("inf"), cfg)
+    for t in trials:
+        best = min(best, _time_variant(n, Config(**t), q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])
     emit({"batch": n, "best": best[1].__dict__, "best_us": best[0]})
 
 

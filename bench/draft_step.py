@@ -180,6 +180,25 @@ def gemm_rate(device: torch.device) -> float:
     return 2 * m**3 / (ms * 1e-3)
 
 
+def profile_step(fn, n: int, top: int = 25) -> None:
+    """Device time per kernel name over 3 eager steps (torch.profiler), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(getattr(e, "device_time_total", 0) / 3, e.count // 3, e.key) for e in prof.key_averages()]
+    rows = [r for r in rows if r[0] > 0]
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"# profile batch {n}: kernel time per step {total / 1e3:.3f} ms")
+    for us, cnt, key in rows[:top]:
+        print(f"#   {us / 1e3:8.3f} ms  x{cnt:<4d} {key[:110]}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
@@ -188,6 +207,7 @@ def main(argv=None) -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--lowering", default=None, help="one lowering for all layers (default: per-layer table)")
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="also print the top kernels of one eager step")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
@@ -214,6 +234,8 @@ def main(argv=None) -> None:
             print(f"# batch {n}: graph vs eager max |dlogits| {(r.logits - e.logits).abs().max().item():.2e}, "
                   f"tokens agree {agree:.3f}")
             del g, r, e
+        if args.profile and dev.type == "cuda":
+            profile_step(lambda: model.draft(anchor, cache), n)
         nbytes, flops = step_bytes(model, n, args.context), step_flops(model, n, args.context)
         mem_ms, cmp_ms = nbytes / bw * 1e3, flops / rate * 1e3
         best = graph if graph == graph else eager  # graph time when there is one

@@ -67,7 +67,7 @@ def available() -> bool:
 
 
 def _attn_kernel(
-    q_ptr, kp_ptr, vp_ptr, bt_ptr, ctx_ptr, kb_ptr, vb_ptr,
+    q_ptr, kp_ptr, vp_ptr, k_desc, v_desc, bt_ptr, ctx_ptr, kb_ptr, vb_ptr,
     out_ptr, lse_ptr, po_ptr, plse_ptr,
     s_qn, s_qb, s_qh,
     s_kpp, s_kpt, s_kph,
@@ -81,8 +81,15 @@ def _attn_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, F32_DOT: tl.constexpr, EVEN_D: tl.constexpr,
+    TMA: tl.constexpr, WS: tl.constexpr,
 ):
-    """One (sequence, KV head, row block, split) program. Scores are in log2 units."""
+    """One (sequence, KV head, row block, split) program. Scores are in log2 units.
+
+    ``TMA``: interior tiles are loaded through the tensor descriptors ``k_desc``/``v_desc``
+    (pages viewed as ``[pages * P, Hkv * D]``, box ``[BLOCK_N, D]``; needs ``BLOCK_N <= P`` and
+    ``D`` a power of 2); otherwise, and always for edge tiles, by gathered pointer loads.
+    ``WS``: ask Triton to warp-specialize the key loop.
+    """
     pid = tl.program_id(0)
     split = tl.program_id(1)
     rb = pid % NUM_RB
@@ -113,9 +120,12 @@ def _attn_kernel(
     else:
         start = ctx * 0
         lo_bound = j * 0
-    span = ctx - start
+    # Tiles start on multiples of BLOCK_N (so, with BLOCK_N <= P, inside one page); keys
+    # of the first tile below ``start`` are masked and never loaded.
+    start_al = (start // BLOCK_N) * BLOCK_N
+    span = ctx - start_al
     chunk = tl.cdiv(tl.cdiv(span, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = start + split * chunk
+    lo = start_al + split * chunk
     hi = tl.minimum(ctx, lo + chunk)
 
     bt_row = bt_ptr + n64 * s_btn
@@ -141,27 +151,32 @@ def _attn_kernel(
         else:
             first = mid_end
             last = n_tiles
-        for i in range(first, last):
-            t = lo + i * BLOCK_N + tl.arange(0, BLOCK_N)
-            if phase == 1:
-                page = tl.load(bt_row + (t // PAGE) % R).to(tl.int64)
-            else:
-                t_ok = t < hi
-                page = tl.load(bt_row + (t // PAGE) % R, mask=t_ok, other=0).to(tl.int64)
-            slot = (t % PAGE).to(tl.int64)
-            k_ptrs = kp_ptr + (page * s_kpp + slot * s_kpt + kv_h_k)[:, None] + dim[None, :]
-            v_ptrs = vp_ptr + (page * s_vpp + slot * s_vpt + kv_h_v)[:, None] + dim[None, :]
-            if phase == 1:
-                if EVEN_D:
+        for i in tl.range(first, last, warp_specialize=WS):
+            t0 = lo + i * BLOCK_N
+            t = t0 + tl.arange(0, BLOCK_N)
+            if phase == 1 and TMA:  # one page holds the whole tile: two descriptor loads
+                row0 = tl.load(bt_row + (t0 // PAGE) % R) * PAGE + t0 % PAGE
+                k = k_desc.load([row0, kvh * D])
+                v = v_desc.load([row0, kvh * D])
+            else:  # gathered: each key's page from the block table
+                if phase == 1:
+                    page = tl.load(bt_row + (t // PAGE) % R).to(tl.int64)
+                else:
+                    t_ok = (t >= start) & (t < hi)
+                    page = tl.load(bt_row + (t // PAGE) % R, mask=t_ok, other=0).to(tl.int64)
+                slot = (t % PAGE).to(tl.int64)
+                k_ptrs = kp_ptr + (page * s_kpp + slot * s_kpt + kv_h_k)[:, None] + dim[None, :]
+                v_ptrs = vp_ptr + (page * s_vpp + slot * s_vpt + kv_h_v)[:, None] + dim[None, :]
+                if phase == 1 and EVEN_D:
                     k = tl.load(k_ptrs)
                     v = tl.load(v_ptrs)
-                else:
+                elif phase == 1:
                     k = tl.load(k_ptrs, mask=dim_ok[None, :], other=0.0)
                     v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
-            else:
-                ld_mask = t_ok[:, None] & dim_ok[None, :]
-                k = tl.load(k_ptrs, mask=ld_mask, other=0.0)
-                v = tl.load(v_ptrs, mask=ld_mask, other=0.0)
+                else:
+                    ld_mask = t_ok[:, None] & dim_ok[None, :]
+                    k = tl.load(k_ptrs, mask=ld_mask, other=0.0)
+                    v = tl.load(v_ptrs, mask=ld_mask, other=0.0)
             if F32_DOT:
                 qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
             else:
@@ -292,6 +307,8 @@ class Config:
     num_splits: int
     num_warps: int
     num_stages: int
+    tma: bool = False  # interior tiles through tensor descriptors (needs block_n <= P, D a power of 2)
+    warp_specialize: bool = False  # Triton's warp specialization of the key loop
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -313,20 +330,27 @@ def _next_pow2(x: int) -> int:
 def choose_config(
     n: int, b: int, hq: int, hkv: int, d: int, max_span: int, device: torch.device,
     num_splits: Optional[int] = None, block_n: Optional[int] = None, block_m: Optional[int] = None,
-    num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+    num_warps: Optional[int] = None, num_stages: Optional[int] = None, tma_ok: bool = False,
 ) -> Config:
     """Pick tiles and the split count from static shapes.
 
     ``max_span``: the most context keys one sequence can need (``W - 1`` for a window,
     ``R * P`` for full attention), a static bound; ``ctx_lens`` itself is never read here.
-    Rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``); 64 when a batch is
-    too small to give every multiprocessor a program. Splits: about two programs per
-    multiprocessor, no split shorter than 160 keys, at most 64. Tuned on an H200 at the
-    MiniMax shape (bench/NOTES-attention.md).
+    ``tma_ok``: the caller has checked that tensor-descriptor tiles fit (see
+    :func:`tma_fits`); then tiles are 64 rows x 64 keys, 4 warps, 5 stages, interior tiles
+    through TMA. Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
+    64 when a batch is too small to give every multiprocessor a program. Splits: about two
+    programs per multiprocessor, at most 64, none shorter than 160 keys (320 with TMA).
+    Tuned on an H200 at the MiniMax shape (bench/NOTES-attention.md).
     """
     d_pad = max(16, _next_pow2(d))
     rows = b * (hq // hkv)
     sms = _sm_count(device)
+    if tma_ok:
+        block_m = block_m or min(64, max(16, _next_pow2(rows)))
+        block_n = block_n or 64
+        num_warps = num_warps or 4
+        num_stages = num_stages or 5
     if block_m is None:
         block_m = min(max(16, _next_pow2(rows)), 64 if d_pad >= 256 else 128)
         if block_m == 128 and n * hkv * -(-rows // 128) < sms:
@@ -336,14 +360,23 @@ def choose_config(
     num_rb = -(-rows // block_m)
     ctas = n * hkv * num_rb
     if num_splits is None:
-        min_keys = 160 if device.type == "cuda" else block_n
+        min_keys = (320 if tma_ok else 160) if device.type == "cuda" else block_n
         max_splits = max(1, min(64, max_span // min_keys))
         num_splits = 1 if ctas >= sms else min(max_splits, max(1, (2 * sms) // ctas))
     if num_warps is None:
         num_warps = 8 if block_m * d_pad >= 128 * 128 else 4
     if num_stages is None:
         num_stages = 2 if d_pad >= 256 else 3
-    return Config(block_m, block_n, max(1, num_splits), num_warps, num_stages)
+    return Config(block_m, block_n, max(1, num_splits), num_warps, num_stages, tma=tma_ok)
+
+
+def tma_fits(q: torch.Tensor, cache: PagedKV) -> bool:
+    """Tensor-descriptor (TMA) tiles of 64 keys apply: a Hopper-or-newer GPU, a power-of-2
+    head dim of at most 128, pages of at least 64 tokens, contiguous page tensors."""
+    kp, vp = cache.k_pages, cache.v_pages
+    d = q.shape[-1]
+    return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9 and d == _next_pow2(d)
+            and 16 <= d <= 128 and kp.shape[1] >= 64 and kp.is_contiguous() and vp.is_contiguous())
 
 
 # --------------------------------------------------------------------------------------
@@ -382,6 +415,22 @@ def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
             raise RuntimeError("TRITON_INTERPRET=1 was set after triton was imported; set it before")
 
 
+def _descriptors(kp, vp, cfg: Config, d: int, d_pad: int):
+    """Tensor descriptors over the K and V pages viewed as ``[pages * P, Hkv * D]``, box
+    ``[block_n, D]``: one tile, one page, one KV head."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    page = kp.shape[1]
+    if d != d_pad or cfg.block_n > page:
+        raise ValueError(f"tma tiles need a power-of-2 head dim and block_n <= page size; got D={d}, "
+                         f"block_n={cfg.block_n}, page={page}")
+    if not (kp.is_contiguous() and vp.is_contiguous()):
+        raise ValueError("tma tiles need contiguous k_pages/v_pages")
+    rows = kp.shape[0] * page
+    return (TensorDescriptor.from_tensor(kp.view(rows, -1), [cfg.block_n, d]),
+            TensorDescriptor.from_tensor(vp.view(rows, -1), [cfg.block_n, d]))
+
+
 def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float,
                         return_lse: bool = False, config: Optional[Config] = None):
     """Block attention of section 2 over the paged context and the block's own keys.
@@ -402,7 +451,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     windowed = mask.window is not None
     w_m1 = (mask.window - 1) if windowed else 0
     max_span = min(w_m1, ring * page) if windowed else ring * page
-    cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device)
+    cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device, tma_ok=tma_fits(q, cache))
     d_pad = max(16, _next_pow2(d))
     num_rb = -(-(b * g) // cfg.block_m)
     block_b = max(16, _next_pow2(b))
@@ -419,12 +468,13 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     bt_i32 = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
+    k_desc, v_desc = _descriptors(kp, vp, cfg, d, d_pad) if cfg.tma else (kp, vp)  # unused when off
     attn, reduce = _kernels()
     # float32 operands and IEEE dots for float32 inputs, and always in the interpreter, whose
     # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).
     f32_dot = q.dtype == torch.float32 or q.device.type != "cuda"
     attn[(n * hkv * num_rb, cfg.num_splits)](
-        q, kp, vp, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse,
+        q, kp, vp, k_desc, v_desc, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse,
         q.stride(0), q.stride(1), q.stride(2),
         kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2),
@@ -436,7 +486,8 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
         CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, F32_DOT=f32_dot,
-        EVEN_D=(d == d_pad), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:
         rows_total = n * b * hq

@@ -225,6 +225,30 @@ def test_interp_interior_tiles(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("ws", [False, True])
+@interp_test
+def test_interp_tma_interior_tiles(causal, ws):
+    """Interior tiles through tensor descriptors (tile = 16 keys of a 16-key page), edge tiles
+    gathered; the first tile starts below the window (its keys there are NaN-poisoned)."""
+    gen = torch.Generator().manual_seed(31 + causal + 2 * ws)
+    page, window = 16, 80
+    ctx = [0, 10, 79, 80, 200, 97, 161]
+    case = make_case(len(ctx), 5, 4, 2, 64, page, ctx, window, gen=gen, poison_unreachable=True)
+    for splits in (1, 2, 3):
+        cfg = Config(block_m=32, block_n=16, num_splits=splits, num_warps=4, num_stages=2, tma=True,
+                     warp_specialize=ws)
+        run_and_check(*case, causal=causal, window=window, config=cfg)
+
+
+def test_tma_refused_on_unfit_shapes():
+    q, cache, kb, vb = make_case(1, 2, 2, 1, 64, P, [3], W)
+    cfg = Config(block_m=16, block_n=16, num_splits=1, num_warps=4, num_stages=2, tma=True)
+    with pytest.raises(ValueError, match="block_n <= page"):
+        from draftsmith.lowering.triton_window_block import _descriptors
+        _descriptors(cache.k_pages, cache.v_pages, cfg, 64, 64)
+
+
+@pytest.mark.parametrize("causal", [False, True])
 @interp_test
 def test_interp_block_longer_than_window(causal):
     gen = torch.Generator().manual_seed(7 + causal)
@@ -312,16 +336,21 @@ def test_bad_shapes_refused():
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
 
 
+TMA_CONFIGS = [None] + [Config(block_m=bm, block_n=64, num_splits=s, num_warps=w, num_stages=3, tma=True)
+                        for bm, w, s in ((128, 8, 1), (128, 8, 3), (64, 4, 5))]
+
+
 @pytest.mark.gpu
 @gpu
-def test_gpu_minimax_shape():
+@pytest.mark.parametrize("cfg", TMA_CONFIGS, ids=["auto", "tma128", "tma128s3", "tma64s5"])
+def test_gpu_minimax_shape(cfg):
     """Hq 64, Hkv 4, D 128, B 7, W 4096, bf16, page 64, mixed lengths incl. wrapped rings."""
     gen = torch.Generator().manual_seed(1)
     case = make_case(4, 7, 64, 4, 128, 64, [9000, 4095, 100, 0], 4096, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
     case = tuple(x.cuda() for x in case[:1]) + (_cache_to(case[1], "cuda"),) + tuple(x.cuda() for x in case[2:])
     for causal in (False, True):
-        run_and_check(*case, causal=causal, window=4096, tol=1e-2, lse_tol=2e-2)
+        run_and_check(*case, causal=causal, window=4096, config=cfg, tol=1e-2, lse_tol=2e-2)
 
 
 def _cache_to(cache, device):
@@ -379,17 +408,18 @@ def test_gpu_long_context(window):
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_cuda_graph():
+@pytest.mark.parametrize("cfg", TMA_CONFIGS[:2], ids=["auto", "tma128"])
+def test_gpu_cuda_graph(cfg):
     """Capture once, then change q and ctx_lens in place and replay: same as the oracle."""
     gen = torch.Generator().manual_seed(77)
     q, cache, kb, vb = _gpu_case(3, 7, 64, 4, 128, 64, [5000, 4000, 10], 4096, dtype=torch.bfloat16, gen=gen)
     mask = MaskSpec(causal=False, window=4096)
     scale = 128 ** -0.5
-    triton_window_block(q, cache, kb, vb, mask, scale, return_lse=True)  # compile outside capture
+    triton_window_block(q, cache, kb, vb, mask, scale, return_lse=True, config=cfg)  # compile outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out, lse = triton_window_block(q, cache, kb, vb, mask, scale, return_lse=True)
+        out, lse = triton_window_block(q, cache, kb, vb, mask, scale, return_lse=True, config=cfg)
     for ctx in ([5000, 4000, 10], [5003, 4001, 0], [6000, 100, 4096]):
         q.copy_(torch.randn_like(q))
         cache.ctx_lens.copy_(torch.tensor(ctx, dtype=torch.int32))

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run GPU tests and benchmarks on a machine with torch + triton but without this package
+# installed (the lent H200): the package is mapped by symlinks into a scratch site dir.
+# Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-gpu, variants,
+# attention, draft-profile, draft
+set -u
+OUT=${1:?out dir}; shift
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SITE=$(mktemp -d)
+mkdir -p "$SITE/draftsmith" "$OUT"
+cp "$ROOT"/draftsmith/*.py "$SITE/draftsmith/"
+for d in framework transforms lowering adapters; do ln -s "$ROOT/$d" "$SITE/draftsmith/$d"; done
+export PYTHONPATH="$SITE:$ROOT/tests"
+cd "$ROOT"
+for step in "$@"; do
+  echo "=== $step $(date -u +%H:%M:%S)"
+  case $step in
+    tests-kernel) timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
+                    -k "${KSEL:-minimax or cuda_graph}" 2>&1 | tail -15 ;;
+    tests-gpu) timeout 500 python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
+    variants) timeout 400 python3 bench/attention.py --variants --only-triton --no-flex \
+                --batches "${BATCHES:-1,16,64,256}" --log "$OUT/variants.jsonl" > "$OUT/variants.txt" 2>&1
+              tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;
+    attention) timeout 500 python3 bench/attention.py --log "$OUT/attention.jsonl" > "$OUT/attention.txt" 2>&1
+               tail -20 "$OUT/attention.txt" ;;
+    draft-profile) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-64} --profile \
+                     > "$OUT/draft_profile.txt" 2>&1; tail -40 "$OUT/draft_profile.txt" ;;
+    draft) timeout 400 python3 bench/draft_step.py > "$OUT/draft.txt" 2>&1; tail -12 "$OUT/draft.txt" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
