@@ -30,7 +30,6 @@ checked). This module's kernels are decorated lazily, once per mode.
 """
 
 import math
-import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional
@@ -38,6 +37,7 @@ from typing import Optional
 import torch
 
 from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
+from .jit import check_interpreter, interpret_on, jitted
 
 try:  # Triton is optional: the lowering registers either way and reports itself unavailable.
     import triton
@@ -50,15 +50,11 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-def _interpret_on() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
-
-
 def available() -> bool:
     """Triton importable and either CUDA present or the interpreter switched on."""
     if triton is None:
         return False
-    return torch.cuda.is_available() or _interpret_on()
+    return torch.cuda.is_available() or interpret_on()
 
 
 # --------------------------------------------------------------------------------------
@@ -282,15 +278,9 @@ def _reduce_kernel(
             tl.store(lse_ptr + row, (m + tl.math.log2(den)) * 0.6931471805599453)
 
 
-_JITTED: dict[bool, tuple] = {}
-
-
 def _kernels():
     """(attention kernel, reduce kernel), decorated for the current interpreter mode."""
-    mode = _interpret_on()
-    if mode not in _JITTED:
-        _JITTED[mode] = (triton.jit(_attn_kernel), triton.jit(_reduce_kernel))
-    return _JITTED[mode]
+    return jitted(_attn_kernel, _reduce_kernel)
 
 
 # --------------------------------------------------------------------------------------
@@ -407,12 +397,7 @@ def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device}, q on {q.device}")
     if q.device.type != "cuda":
-        if not _interpret_on():
-            raise RuntimeError("triton_window_block runs on CPU tensors only with TRITON_INTERPRET=1")
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if not isinstance(tl.zeros, InterpretedFunction):
-            raise RuntimeError("TRITON_INTERPRET=1 was set after triton was imported; set it before")
+        check_interpreter()
 
 
 def _descriptors(kp, vp, cfg: Config, d: int, d_pad: int):

@@ -1,21 +1,10 @@
 """Tests of the ``triton_window_block`` lowering against a float64 oracle written here.
 
-CPU tests (``test_interp_*``) run the kernels through Triton's interpreter on CPU tensors.
-Triton decides interpreter mode when its own library is imported, so this module never
-sets ``TRITON_INTERPRET`` for the pytest process (other modules would be affected): if the
-interpreter is not already active in-process, the first CPU test runs all of them once in a
-child pytest with ``TRITON_INTERPRET=1`` and no visible GPU, and each test reports its own
-outcome from there. GPU tests (``-m gpu``) are skipped without CUDA.
+CPU tests (``test_interp_*``) run the kernels through Triton's interpreter on CPU tensors,
+in a child pytest (see ``interp.py``). GPU tests (``-m gpu``) are skipped without CUDA.
 """
 
-import functools
-import inspect
 import math
-import os
-import subprocess
-import sys
-import tempfile
-import xml.etree.ElementTree as ET
 
 import pytest
 import torch
@@ -24,57 +13,12 @@ triton = pytest.importorskip("triton")
 
 from draftsmith.lowering.base import LOWERINGS, MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, triton_window_block  # noqa: E402
+from interp import interpreter_suite  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 
 
-def _interpreter_active() -> bool:
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return os.environ.get("TRITON_INTERPRET") == "1" and isinstance(triton.language.zeros, InterpretedFunction)
-
-
-@pytest.fixture(scope="module")
-def _child_results():
-    """Outcomes of this module's interpreter tests, run once in a child pytest."""
-    with tempfile.TemporaryDirectory() as tmp:
-        xml_path = os.path.join(tmp, "junit.xml")
-        env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", __file__, "-k", "interp", "-q", "-p", "no:cacheprovider",
-             f"--junitxml={xml_path}"],
-            env=env, capture_output=True, text=True, timeout=1200,
-        )
-        if not os.path.exists(xml_path):
-            raise RuntimeError(f"child pytest produced no report:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-        results = {}
-        for case in ET.parse(xml_path).getroot().iter("testcase"):
-            bad = case.find("failure")
-            if bad is None:
-                bad = case.find("error")
-            results[case.get("name")] = None if bad is None else (bad.get("message") or "") + "\n" + (bad.text or "")
-        return results
-
-
-def interp_test(fn):
-    """Mark a CPU test that needs the interpreter: run it here, or report the child's outcome."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        request = kwargs.pop("request")
-        if _interpreter_active():
-            return fn(*args, **kwargs)
-        results = request.getfixturevalue("_child_results")
-        name = request.node.name
-        if name not in results:
-            pytest.fail(f"{name} did not run in the interpreter child")
-        if results[name] is not None:
-            pytest.fail(f"in the interpreter child:\n{results[name][-6000:]}")
-
-    sig = inspect.signature(fn)
-    params = list(sig.parameters.values()) + [inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY)]
-    wrapper.__signature__ = sig.replace(parameters=params)
-    return wrapper
+_child_results, interp_test = interpreter_suite(__file__)
 
 
 # ----------------------------------------------------------------------------- oracle

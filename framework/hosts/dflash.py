@@ -224,18 +224,19 @@ class DFlashDraftModel(nn.Module):
             raise RuntimeError("call load_weights_from_target_model(target) before drafting")
         anchor = anchor.to(self.device, torch.long)
         z = self.forward(*self.block_inputs(anchor, cache), cache)[:, self.cfg.first_slot:]
-        logits = self.lm_head(z).float()
+        # Slot-major logits [K, N, V]: each slot's bias add and argmax run on contiguous rows.
+        logits = self.lm_head(z.transpose(0, 1)).float()
         prev, toks, confs = anchor, [], []
         for k in range(self.cfg.max_draft_len):
             emb = self.markov_head.embed(prev) if self.markov_head is not None else None
             if emb is not None:
-                logits[:, k] += self.markov_head.bias(emb)
+                logits[k] += self.markov_head.bias(emb)  # promoted to float32 by the add
             if self.confidence_head is not None:
                 confs.append(self.confidence_head(z[:, k], emb))
-            prev = logits[:, k].argmax(-1)
+            prev = logits[k].argmax(-1)
             toks.append(prev)
         conf = torch.stack(confs, 1) if confs else None
-        return DraftOutput(torch.stack(toks, 1), logits, conf)
+        return DraftOutput(torch.stack(toks, 1), logits.transpose(0, 1), conf)
 
 
 def _copy_module(mod: nn.Module, name: str, device, dtype) -> nn.Module:

@@ -33,8 +33,9 @@ class MarkovHead(nn.Module):
         return F.embedding(prev, self.markov_w1.weight)
 
     def bias(self, prev_emb: torch.Tensor) -> torch.Tensor:
-        """``w2 @ w1[prev]``: ``prev_emb [N, r]`` -> ``[N, V]`` float32."""
-        return self.markov_w2(prev_emb).float()
+        """``w2 @ w1[prev]``: ``prev_emb [N, r]`` -> ``[N, V]`` in the weights' dtype (add it to
+        float32 logits: the add promotes, with no float32 copy of the bias)."""
+        return self.markov_w2(prev_emb)
 
 
 class ConfidenceHead(nn.Module):

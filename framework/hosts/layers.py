@@ -14,6 +14,7 @@ from torch import nn
 
 from draftsmith.lowering.base import MaskSpec, PagedKV
 
+from . import fused
 from .modules import GatedMLP, PartialNeoxRope, RMSNorm
 
 
@@ -60,13 +61,20 @@ class DFlashAttention(nn.Module):
         Returns ``k = rope(k_norm(k_proj(y)))``, ``v = v_proj(y)``, each ``[..., T, Hkv, D]``.
         """
         shp = y.shape[:-1] + (self.kv_heads, self.head_dim)
-        k = self.rope(self.k_norm(self.k_proj(y).view(shp)), pos)
+        k = self.norm_rope(self.k_norm, self.k_proj(y).view(shp), pos)
         return k, self.v_proj(y).view(shp)
+
+    def norm_rope(self, norm: RMSNorm, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """``rope(norm(x), pos)`` for ``x [..., T, H, D]``, as one kernel on CUDA."""
+        if fused.enabled(x):
+            return fused.norm_rope(x, norm.weight, norm.eps, norm.gemma, pos.expand(x.shape[:-2]),
+                                   self.rope.inv_freq, self.rope.rotary_dim)
+        return self.rope(norm(x), pos)
 
     def forward(self, y: torch.Tensor, pos: torch.Tensor, cache: PagedKV, mask: MaskSpec, lowering) -> torch.Tensor:
         """``y [N, B, hidden]`` (already input-normed) at ``pos [N, B]`` -> ``o_proj(attn) [N, B, hidden]``."""
         n, b, _ = y.shape
-        q = self.rope(self.q_norm(self.q_proj(y).view(n, b, self.heads, self.head_dim)), pos)
+        q = self.norm_rope(self.q_norm, self.q_proj(y).view(n, b, self.heads, self.head_dim), pos)
         k, v = self.kv(y, pos)
         out = lowering(q, cache, k, v, mask, self.scale)
         return self.o_proj(out.reshape(n, b, self.heads * self.head_dim))

@@ -1,6 +1,7 @@
 """Building blocks of the GQA DFlash/DSpark drafter (drafter reference, section 1).
 
-Every block computes its nonlinear parts in float32 and returns the input dtype.
+Every block computes its nonlinear parts in float32 and returns the input dtype. On CUDA
+the same math runs as fused Triton kernels (:mod:`.fused`); the code here is the reference.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from . import fused
 
 
 class RMSNorm(nn.Module):
@@ -23,6 +26,8 @@ class RMSNorm(nn.Module):
         self.gemma = gemma
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused.enabled(x):
+            return fused.rms_norm(x, self.weight, self.eps, self.gemma)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         w = self.weight.float()
@@ -83,6 +88,8 @@ class GatedMLP(nn.Module):
         self.kind, self.alpha, self.limit = kind, float(alpha), float(limit)
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
+        if fused.enabled(y):
+            return self.down_proj(fused.gated_act(self.gate_proj(y), self.up_proj(y), self.kind, self.alpha, self.limit))
         g = self.gate_proj(y).float()
         u = self.up_proj(y).float()
         if self.kind == "swiglu":

@@ -1,0 +1,159 @@
+"""Fused host kernels (``framework/hosts/fused.py``) against float64 oracles written here.
+
+``test_interp_*`` run the Triton kernels through the interpreter on CPU (in a child pytest,
+see ``interp.py``); ``test_gpu_*`` run them on CUDA and check that the host uses them.
+Outputs are poisoned with NaN before each kernel runs (``torch.empty`` is patched).
+"""
+
+import math
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from draftsmith.framework.hosts import fused  # noqa: E402
+from interp import interpreter_suite  # noqa: E402
+
+_child_results, interp_test = interpreter_suite(__file__)
+HAS_CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def _poisoned_empty(monkeypatch):
+    real_empty, real_like = torch.empty, torch.empty_like
+
+    def empty(*a, **k):
+        t = real_empty(*a, **k)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    def empty_like(*a, **k):
+        t = real_like(*a, **k)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(fused.torch, "empty", empty)
+    monkeypatch.setattr(fused.torch, "empty_like", empty_like)
+
+
+# ----------------------------------------------------------------------------- oracles (float64)
+
+
+def rms_ref(x, w, eps, gemma):
+    x = x.double()
+    w = w.double() + (1.0 if gemma else 0.0)
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_ref(x, pos, theta, rot):
+    """NeoX rotation of dims 0..rot-1 of ``x [T, H, D]`` (float64) at ``pos [T]``."""
+    half = rot // 2
+    freq = torch.tensor([theta ** (-2.0 * i / rot) for i in range(half)], dtype=torch.float64)
+    ang = pos.double()[:, None] * freq  # [T, half]
+    c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:rot]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, x[..., rot:]], -1), freq
+
+
+def act_ref(g, u, kind, alpha, limit):
+    g, u = g.double(), u.double()
+    if kind == "swiglu":
+        return g / (1 + torch.exp(-g)) * u
+    g = g.clamp(max=limit)
+    u = u.clamp(-limit, limit)
+    return g / (1 + torch.exp(-alpha * g)) * (u + 1)
+
+
+def rel(a, b):
+    return ((a.double() - b).norm() / b.norm()).item()
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_rms(device, dtype, tol):
+    gen = torch.Generator().manual_seed(1)
+    for shape, gemma in (((3, 5, 200), True), ((7, 64), False), ((2, 6144), True)):
+        x = (torch.randn(*shape, generator=gen) * 3).to(device, dtype)
+        w = (0.2 * torch.randn(shape[-1], generator=gen)).to(device, dtype)
+        out = fused.rms_norm(x, w, 1e-6, gemma)
+        assert out.shape == x.shape and out.dtype == dtype
+        assert rel(out.cpu(), rms_ref(x.cpu(), w.cpu(), 1e-6, gemma)) < tol
+
+
+def check_norm_rope(device, dtype, tol):
+    gen = torch.Generator().manual_seed(2)
+    for (n, b, h, d, rot, gemma) in ((2, 3, 5, 64, 32, True), (1, 7, 8, 128, 64, False), (2, 2, 3, 80, 80, True)):
+        x = torch.randn(n, b, h, d, generator=gen).to(device, dtype)
+        w = (0.3 * torch.randn(d, generator=gen)).to(device, dtype)
+        pos = torch.randint(0, 300_000, (n, b), generator=gen)
+        theta = 5e6
+        freq = torch.tensor([theta ** (-2.0 * i / rot) for i in range(rot // 2)], dtype=torch.float64)
+        out = fused.norm_rope(x, w, 1e-6, gemma, pos.to(device), freq.to(device), rot)
+        assert out.shape == x.shape and out.dtype == dtype
+        normed = rms_ref(x.cpu(), w.cpu(), 1e-6, gemma).reshape(-1, h, d)
+        ref, _ = rope_ref(normed, pos.reshape(-1), theta, rot)
+        assert rel(out.cpu().reshape(-1, h, d), ref) < tol
+
+
+def check_act(device, dtype, tol):
+    gen = torch.Generator().manual_seed(3)
+    for kind in ("swiglu", "swiglu_oai"):
+        gu = (torch.randn(5, 3, 2 * 700, generator=gen) * 5).to(device, dtype)
+        g, u = gu[..., :700], gu[..., 700:]  # strided rows, as from a fused gate/up output
+        out = fused.gated_act(g, u, kind, 1.702, 7.0)
+        assert out.shape == g.shape and out.dtype == dtype
+        assert rel(out.cpu(), act_ref(g.cpu(), u.cpu(), kind, 1.702, 7.0)) < tol
+
+
+CHECKS = {"rms": check_rms, "norm_rope": check_norm_rope, "act": check_act}
+
+
+@pytest.mark.parametrize("what", list(CHECKS))
+@interp_test
+def test_interp_fused_float32(what):
+    CHECKS[what]("cpu", torch.float32, 1e-6)
+
+
+@pytest.mark.parametrize("what", list(CHECKS))
+@interp_test
+def test_interp_fused_bfloat16(what):
+    CHECKS[what]("cpu", torch.bfloat16, 8e-3)
+
+
+def test_disabled_on_cpu_and_by_env(monkeypatch):
+    x = torch.ones(2)
+    assert not fused.enabled(x)
+    if HAS_CUDA:
+        assert fused.enabled(x.cuda())
+        monkeypatch.setenv("DRAFTSMITH_FUSED", "0")
+        assert not fused.enabled(x.cuda())
+
+
+gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("what", list(CHECKS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_fused(what, dtype):
+    CHECKS[what]("cuda", dtype, 1e-5 if dtype == torch.float32 else 8e-3)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_fused_equals_eager_modules(monkeypatch):
+    """The host's modules give the same bf16 values fused (CUDA) as eager (DRAFTSMITH_FUSED=0)."""
+    from draftsmith.framework.hosts.modules import GatedMLP, RMSNorm
+
+    gen = torch.Generator().manual_seed(4)
+    norm = RMSNorm(512, 1e-6, True).cuda().to(torch.bfloat16)
+    norm.weight.data.copy_(0.1 * torch.randn(512, generator=gen))
+    mlp = GatedMLP(512, 1024, "swiglu_oai").cuda().to(torch.bfloat16)
+    x = torch.randn(4, 7, 512, generator=gen).cuda().to(torch.bfloat16)
+    with torch.no_grad():
+        got = (norm(x), mlp(x))
+        monkeypatch.setenv("DRAFTSMITH_FUSED", "0")
+        want = (norm(x), mlp(x))
+    for a, b in zip(got, want):
+        assert rel(a.float(), b.double()) < 4e-3
