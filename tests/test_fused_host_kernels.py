@@ -105,7 +105,29 @@ def check_act(device, dtype, tol):
         assert rel(out.cpu(), act_ref(g.cpu(), u.cpu(), kind, 1.702, 7.0)) < tol
 
 
-CHECKS = {"rms": check_rms, "norm_rope": check_norm_rope, "act": check_act}
+def check_bias_argmax(device, dtype, tol):
+    """Rows over several vocab blocks (V not a multiple of the block), a planted tie (the
+    first index must win) and a maximum in the last, partial block; with and without bias."""
+    gen = torch.Generator().manual_seed(5)
+    n, v = 6, 10_007
+    lm = torch.randn(n, v, generator=gen).to(dtype)
+    bias = torch.randn(n, v, generator=gen).to(dtype)
+    lm[1, 9000] = lm[1, 17] = 40.0  # tie across blocks, no bias: index 17
+    lm[2, 10_006] = 50.0  # in the last block
+    for b in (None, bias):
+        want = lm.double() + (0 if b is None else b.double())
+        if b is None:
+            assert want[1].argmax().item() == 17
+        out = torch.full((n, v), float("nan"), dtype=torch.float32, device=device)
+        idx = fused.bias_argmax(lm.to(device), None if b is None else b.to(device), out)
+        assert idx.dtype == torch.int64 and idx.shape == (n,)
+        assert (out.cpu().double() - want).abs().max().item() < 1e-5 * want.abs().max().item()
+        # expected index: the first column holding the row's maximum, found without argmax
+        first = [int(((want[r] == want[r].max()).nonzero())[0]) for r in range(n)]
+        assert idx.cpu().tolist() == first
+
+
+CHECKS = {"rms": check_rms, "norm_rope": check_norm_rope, "act": check_act, "bias_argmax": check_bias_argmax}
 
 
 @pytest.mark.parametrize("what", list(CHECKS))

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from . import fused
 from .config import DraftConfig
 from .heads import ConfidenceHead, MarkovHead
 from .kv_cache import PagedKVCache
@@ -225,15 +226,21 @@ class DFlashDraftModel(nn.Module):
         anchor = anchor.to(self.device, torch.long)
         z = self.forward(*self.block_inputs(anchor, cache), cache)[:, self.cfg.first_slot:]
         # Slot-major logits [K, N, V]: each slot's bias add and argmax run on contiguous rows.
-        logits = self.lm_head(z.transpose(0, 1)).float()
+        lm = self.lm_head(z.transpose(0, 1).contiguous())
+        use_fused = fused.enabled(lm)
+        logits = torch.empty(lm.shape, dtype=torch.float32, device=lm.device) if use_fused else lm.float()
         prev, toks, confs = anchor, [], []
         for k in range(self.cfg.max_draft_len):
             emb = self.markov_head.embed(prev) if self.markov_head is not None else None
-            if emb is not None:
-                logits[k] += self.markov_head.bias(emb)  # promoted to float32 by the add
+            bias = self.markov_head.bias(emb) if emb is not None else None
+            if use_fused:  # add, store float32 and argmax in one pass over the row
+                prev = fused.bias_argmax(lm[k], bias, logits[k])
+            else:
+                if bias is not None:
+                    logits[k] += bias  # promoted to float32 by the add
+                prev = logits[k].argmax(-1)
             if self.confidence_head is not None:
                 confs.append(self.confidence_head(z[:, k], emb))
-            prev = logits[k].argmax(-1)
             toks.append(prev)
         conf = torch.stack(confs, 1) if confs else None
         return DraftOutput(torch.stack(toks, 1), logits.transpose(0, 1), conf)

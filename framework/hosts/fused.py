@@ -109,6 +109,24 @@ def _gated_act_kernel(g_ptr, u_ptr, out_ptr, numel, cols, s_g, s_u, alpha, limit
     tl.store(out_ptr + i, a.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+def _bias_argmax_kernel(lm_ptr, bias_ptr, out_ptr, pmax_ptr, pidx_ptr, V, NB, s_lm, s_b, s_o,
+                        HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """Row ``n``, vocab block ``vb``: ``out = float(lm) + float(bias)`` (float32, stored), and
+    the block's maximum and its first index (``pmax``/``pidx [N, NB]``)."""
+    n = tl.program_id(0).to(tl.int64)
+    vb = tl.program_id(1)
+    cols = vb * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < V
+    x = tl.load(lm_ptr + n * s_lm + cols, mask=ok, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x = x + tl.load(bias_ptr + n * s_b + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + n * s_o + cols, x, mask=ok)
+    x = tl.where(ok, x, float("-inf"))
+    m, i = tl.max(x, 0, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(pmax_ptr + n * NB + vb, m)
+    tl.store(pidx_ptr + n * NB + vb, vb.to(tl.int64) * BLOCK + i.to(tl.int64))
+
+
 def _check(x: torch.Tensor) -> None:
     if triton is None:
         raise RuntimeError("fused host kernels need triton")
@@ -176,3 +194,27 @@ def gated_act(g: torch.Tensor, u: torch.Tensor, kind: str, alpha: float, limit: 
         kern[(triton.cdiv(numel, block),)](g2, u2, out, numel, cols, g2.stride(0), u2.stride(0), float(alpha),
                                            float(limit), OAI=(kind == "swiglu_oai"), BLOCK=block, num_warps=4)
     return out.view(g.shape)
+
+
+def bias_argmax(lm: torch.Tensor, bias, out: torch.Tensor) -> torch.Tensor:
+    """One draft slot's head: ``out[:] = float(lm) + float(bias)`` (``bias`` may be ``None``)
+    and the first index of each row's maximum. ``lm``, ``bias`` ``[N, V]`` (any float dtype,
+    unit column stride), ``out`` ``[N, V]`` float32. Returns ``[N]`` int64 (``torch.argmax``'s
+    choice for finite rows)."""
+    _check(lm)
+    n, v = lm.shape
+    if out.dtype != torch.float32 or out.shape != lm.shape or (bias is not None and bias.shape != lm.shape):
+        raise ValueError("bias_argmax: lm, bias [N, V]; out [N, V] float32")
+    for name, t in (("lm", lm), ("bias", bias), ("out", out)):
+        if t is not None and t.stride(-1) != 1:
+            raise ValueError(f"bias_argmax: {name} needs a unit column stride")
+    block = 4096
+    nb = triton.cdiv(v, block)
+    pmax = torch.empty((n, nb), dtype=torch.float32, device=lm.device)
+    pidx = torch.empty((n, nb), dtype=torch.int64, device=lm.device)
+    if n:
+        b = bias if bias is not None else lm
+        (kern,) = jitted(_bias_argmax_kernel)
+        kern[(n, nb)](lm, b, out, pmax, pidx, v, nb, lm.stride(0), b.stride(0), out.stride(0),
+                      HAS_BIAS=bias is not None, BLOCK=block, num_warps=8)
+    return pidx.gather(1, pmax.argmax(1, keepdim=True)).squeeze(1)
