@@ -226,7 +226,10 @@ class DFlashDraftModel(nn.Module):
         anchor = anchor.to(self.device, torch.long)
         z = self.forward(*self.block_inputs(anchor, cache), cache)[:, self.cfg.first_slot:]
         # Slot-major logits [K, N, V]: each slot's bias add and argmax run on contiguous rows.
-        lm = self.lm_head(z.transpose(0, 1).contiguous())
+        # (2-D rows with standard strides: cuBLAS picked a 7x slower kernel for a [K, 1, h]
+        # input whose size-1 dim had a non-standard stride, seen on an H200.)
+        k_slots, n = z.shape[1], z.shape[0]
+        lm = self.lm_head(z.transpose(0, 1).reshape(k_slots * n, -1)).view(k_slots, n, -1)
         use_fused = fused.enabled(lm)
         logits = torch.empty(lm.shape, dtype=torch.float32, device=lm.device) if use_fused else lm.float()
         prev, toks, confs = anchor, [], []
