@@ -27,7 +27,8 @@ for step in "$@"; do
                tail -20 "$OUT/attention.txt" ;;
     draft-profile) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-64} --profile \
                      > "$OUT/draft_profile.txt" 2>&1; tail -40 "$OUT/draft_profile.txt" ;;
-    draft) timeout 400 python3 bench/draft_step.py > "$OUT/draft.txt" 2>&1; tail -12 "$OUT/draft.txt" ;;
+    draft) timeout 400 python3 bench/draft_step.py --iters ${DRAFT_ITERS:-20} > "$OUT/draft.txt" 2>&1
+           tail -12 "$OUT/draft.txt" ;;
     *) echo "unknown step $step" ;;
   esac
 done
