@@ -14,6 +14,7 @@ triton = pytest.importorskip("triton")
 
 from draftsmith.framework.hosts import fused  # noqa: E402
 from interp import interpreter_suite  # noqa: E402
+from poison import poison_torch_empty  # noqa: E402
 
 _child_results, interp_test = interpreter_suite(__file__)
 HAS_CUDA = torch.cuda.is_available()
@@ -21,18 +22,8 @@ HAS_CUDA = torch.cuda.is_available()
 
 @pytest.fixture(autouse=True)
 def _poisoned_empty(monkeypatch):
-    real_empty, real_like = torch.empty, torch.empty_like
-
-    def empty(*a, **k):
-        t = real_empty(*a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    def empty_like(*a, **k):
-        t = real_like(*a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(fused.torch, "empty", empty)
-    monkeypatch.setattr(fused.torch, "empty_like", empty_like)
+    """Every torch.empty during a test returns NaN-filled memory (unwritten -> NaN)."""
+    poison_torch_empty(monkeypatch)
 
 
 # ----------------------------------------------------------------------------- oracles (float64)

@@ -14,6 +14,7 @@ triton = pytest.importorskip("triton")
 from draftsmith.lowering.base import LOWERINGS, MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, triton_window_block  # noqa: E402
 from interp import interpreter_suite  # noqa: E402
+from poison import poison_torch_empty  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -121,22 +122,8 @@ def run_and_check(q, cache, k_blk, v_blk, causal, window, config=None, tol=1e-5,
 
 @pytest.fixture(autouse=True)
 def _poisoned_empty(monkeypatch):
-    """Every torch.empty in the lowering returns NaN-filled memory (unwritten -> NaN)."""
-    import draftsmith.lowering.triton_window_block as mod
-
-    real_empty, real_like = torch.empty, torch.empty_like
-
-    def empty(*a, **k):
-        t = real_empty(*a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    def empty_like(*a, **k):
-        t = real_like(*a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(mod.torch, "empty", empty)
-    monkeypatch.setattr(mod.torch, "empty_like", empty_like)
-    yield
+    """Every torch.empty during a test returns NaN-filled memory (unwritten -> NaN)."""
+    poison_torch_empty(monkeypatch)
 
 
 # ----------------------------------------------------------------------------- CPU (interpreter)
