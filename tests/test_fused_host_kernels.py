@@ -163,6 +163,9 @@ def test_gpu_fused_equals_eager_modules(monkeypatch):
     norm = RMSNorm(512, 1e-6, True).cuda().to(torch.bfloat16)
     norm.weight.data.copy_(0.1 * torch.randn(512, generator=gen))
     mlp = GatedMLP(512, 1024, "swiglu_oai").cuda().to(torch.bfloat16)
+    mlp.stack_weights()  # gate and up as one GEMM
+    for lin in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+        lin.weight.data.copy_(torch.randn(lin.weight.shape, generator=gen) * 512 ** -0.5)
     x = torch.randn(4, 7, 512, generator=gen).cuda().to(torch.bfloat16)
     with torch.no_grad():
         got = (norm(x), mlp(x))
@@ -170,3 +173,38 @@ def test_gpu_fused_equals_eager_modules(monkeypatch):
         want = (norm(x), mlp(x))
     for a, b in zip(got, want):
         assert rel(a.float(), b.double()) < 4e-3
+
+
+def test_stacked_projection_weights(monkeypatch):
+    """q/k/v (and gate/up) weights are row blocks of one tensor after loading; the one-GEMM
+    projection equals the separate ones; a dtype change un-stacks them (separate GEMMs)."""
+    from draftsmith.framework.hosts import layers as layers_mod
+    from draftsmith.framework.hosts.layers import DFlashAttention, LayerShape
+    from draftsmith.framework.hosts.modules import GatedMLP, PartialNeoxRope, stacked_weight
+
+    s = LayerShape(hidden=48, heads=4, kv_heads=2, head_dim=16, rotary_dim=8, rope_theta=1e4, eps=1e-6,
+                   inter=40, mlp="swiglu", alpha=1.0, limit=7.0)
+    gen = torch.Generator().manual_seed(6)
+    attn = DFlashAttention(s, False, False, PartialNeoxRope(16, 8, 1e4))
+    attn.stack_weights()
+    with torch.no_grad():
+        for lin in (attn.q_proj, attn.k_proj, attn.v_proj):
+            lin.weight.copy_(torch.randn(lin.weight.shape, generator=gen))
+    assert stacked_weight(attn.qkv, attn.q_proj, attn.k_proj, attn.v_proj) is attn.qkv
+    assert torch.equal(attn.qkv[64:96], attn.k_proj.weight)
+    y = torch.randn(2, 3, 48, generator=gen)
+    monkeypatch.setattr(layers_mod.fused, "enabled", lambda x: True)  # the stacked path on CPU
+    q, k, v = attn.project(y)
+    _, k2, v2 = attn.project(y, with_q=False)
+    with torch.no_grad():
+        for got, lin in ((q, attn.q_proj), (k, attn.k_proj), (v, attn.v_proj), (k2, attn.k_proj), (v2, attn.v_proj)):
+            want = y.double() @ lin.weight.double().T
+            assert (got.double() - want).abs().max().item() < 1e-4
+    attn.double()
+    assert stacked_weight(attn.qkv, attn.q_proj, attn.k_proj, attn.v_proj) is None
+    q3, _, _ = attn.project(y.double())  # falls back to separate GEMMs, still right
+    assert (q3 - y.double() @ attn.q_proj.weight.T).abs().max().item() < 1e-10
+    mlp = GatedMLP(48, 40, "swiglu")
+    mlp.stack_weights()
+    assert stacked_weight(mlp.gate_up, mlp.gate_proj, mlp.up_proj) is mlp.gate_up
+    assert stacked_weight(mlp.gate_up, mlp.up_proj, mlp.gate_proj) is None  # order matters

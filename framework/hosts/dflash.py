@@ -76,6 +76,8 @@ class DFlashDraftModel(nn.Module):
                 ConfidenceHead(s.hidden, cfg.markov_rank, cfg.confidence_with_markov) if cfg.confidence else None
             )
         self.to(self.dtype).to_empty(device=self.device)
+        for layer in self.layers:
+            layer.stack_weights()
         self.rope = rope
         self.__dict__["embed_tokens"] = None  # borrowed from the target, not drafter parameters
         self.__dict__["lm_head"] = None

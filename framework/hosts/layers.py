@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.lowering.base import MaskSpec, PagedKV
 
 from . import fused
-from .modules import GatedMLP, PartialNeoxRope, RMSNorm
+from .modules import GatedMLP, PartialNeoxRope, RMSNorm, share_rows, stacked_weight
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,32 @@ class DFlashAttention(nn.Module):
         self.k_norm = RMSNorm(s.head_dim, s.eps, k_gemma)
         self.scale = s.head_dim**-0.5
         self.rope = rope  # shared by all layers; holds no parameters
+        self.qkv = None  # set by stack_weights()
 
-    def kv(self, y: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def stack_weights(self) -> None:
+        """q/k/v_proj as row blocks of one weight (one GEMM on CUDA); call before loading."""
+        self.qkv = share_rows(self.q_proj, self.k_proj, self.v_proj)
+
+    def project(self, y: torch.Tensor, with_q: bool = True):
+        """``(q_proj(y) or None, k_proj(y), v_proj(y))``; one GEMM on CUDA when stacked."""
+        w = stacked_weight(self.qkv, self.q_proj, self.k_proj, self.v_proj) if fused.enabled(y) else None
+        if w is None:
+            return (self.q_proj(y) if with_q else None), self.k_proj(y), self.v_proj(y)
+        nq, nkv = self.q_proj.weight.shape[0], self.k_proj.weight.shape[0]
+        if not with_q:
+            k, v = F.linear(y, w[nq:]).split(nkv, dim=-1)
+            return None, k, v
+        return F.linear(y, w).split((nq, nkv, nkv), dim=-1)
+
+    def kv(self, y: torch.Tensor, pos: torch.Tensor, kv_proj=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values of ``y [..., T, hidden]`` at positions ``pos [..., T]``.
 
         Returns ``k = rope(k_norm(k_proj(y)))``, ``v = v_proj(y)``, each ``[..., T, Hkv, D]``.
+        ``kv_proj``: ``(k_proj(y), v_proj(y))`` when already computed.
         """
         shp = y.shape[:-1] + (self.kv_heads, self.head_dim)
-        k = self.norm_rope(self.k_norm, self.k_proj(y).view(shp), pos)
-        return k, self.v_proj(y).view(shp)
+        k, v = kv_proj if kv_proj is not None else self.project(y, with_q=False)[1:]
+        return self.norm_rope(self.k_norm, k.view(shp), pos), v.view(shp)
 
     def norm_rope(self, norm: RMSNorm, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """``rope(norm(x), pos)`` for ``x [..., T, H, D]``, as one kernel on CUDA."""
@@ -74,8 +92,9 @@ class DFlashAttention(nn.Module):
     def forward(self, y: torch.Tensor, pos: torch.Tensor, cache: PagedKV, mask: MaskSpec, lowering) -> torch.Tensor:
         """``y [N, B, hidden]`` (already input-normed) at ``pos [N, B]`` -> ``o_proj(attn) [N, B, hidden]``."""
         n, b, _ = y.shape
-        q = self.norm_rope(self.q_norm, self.q_proj(y).view(n, b, self.heads, self.head_dim), pos)
-        k, v = self.kv(y, pos)
+        q, k, v = self.project(y)
+        q = self.norm_rope(self.q_norm, q.view(n, b, self.heads, self.head_dim), pos)
+        k, v = self.kv(y, pos, (k, v))
         out = lowering(q, cache, k, v, mask, self.scale)
         return self.o_proj(out.reshape(n, b, self.heads * self.head_dim))
 
@@ -90,6 +109,11 @@ class DFlashDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(s.hidden, s.eps, g("post_attention_layernorm"))
         self.self_attn = DFlashAttention(s, g("q_norm"), g("k_norm"), rope)
         self.mlp = GatedMLP(s.hidden, s.inter, s.mlp, s.alpha, s.limit)
+
+    def stack_weights(self) -> None:
+        """Stack q/k/v and gate/up weights (one GEMM each on CUDA); call before loading."""
+        self.self_attn.stack_weights()
+        self.mlp.stack_weights()
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cache: PagedKV, mask: MaskSpec, lowering) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), pos, cache, mask, lowering)

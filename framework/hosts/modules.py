@@ -69,6 +69,36 @@ class PartialNeoxRope:
         return out.to(x.dtype)
 
 
+def share_rows(*linears: nn.Linear) -> torch.Tensor:
+    """Re-point the weights of ``linears`` (same in-features, no bias) at consecutive row blocks
+    of one new ``[sum(out), in]`` tensor, returned: one GEMM then computes all of them. The
+    parameters keep their names and shapes (loading copies into them in place); their
+    values are not kept, so call this before loading."""
+    w0 = linears[0].weight
+    stacked = torch.empty(sum(l.weight.shape[0] for l in linears), w0.shape[1], dtype=w0.dtype, device=w0.device)
+    off = 0
+    for l in linears:
+        rows = l.weight.shape[0]
+        l.weight = nn.Parameter(stacked[off:off + rows], requires_grad=l.weight.requires_grad)
+        off += rows
+    return stacked
+
+
+def stacked_weight(stacked, *linears: nn.Linear):
+    """``stacked`` if the weights of ``linears`` are still its consecutive row blocks (they stop
+    being after, e.g., ``module.to(other_dtype)``), else ``None``."""
+    if stacked is None:
+        return None
+    off = 0
+    for l in linears:
+        w = l.weight
+        if (w.dtype != stacked.dtype or w.device != stacked.device or w.shape[1] != stacked.shape[1]
+                or w.data_ptr() != stacked.data_ptr() + off * stacked.stride(0) * stacked.element_size()):
+            return None
+        off += w.shape[0]
+    return stacked if off == stacked.shape[0] else None
+
+
 class GatedMLP(nn.Module):
     """``down(act(gate(y), up(y)))`` with ``act`` one of:
 
@@ -86,10 +116,21 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
         self.kind, self.alpha, self.limit = kind, float(alpha), float(limit)
+        self.gate_up = None  # set by stack_weights()
+
+    def stack_weights(self) -> None:
+        """gate_proj and up_proj as row blocks of one weight (one GEMM on CUDA); before loading."""
+        self.gate_up = share_rows(self.gate_proj, self.up_proj)
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
         if fused.enabled(y):
-            return self.down_proj(fused.gated_act(self.gate_proj(y), self.up_proj(y), self.kind, self.alpha, self.limit))
+            w = stacked_weight(self.gate_up, self.gate_proj, self.up_proj)
+            if w is None:
+                g, u = self.gate_proj(y), self.up_proj(y)
+            else:
+                gu = F.linear(y, w)
+                g, u = gu.split(self.gate_proj.weight.shape[0], dim=-1)
+            return self.down_proj(fused.gated_act(g, u, self.kind, self.alpha, self.limit))
         g = self.gate_proj(y).float()
         u = self.up_proj(y).float()
         if self.kind == "swiglu":
