@@ -312,7 +312,8 @@ def variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
     """The default config against TMA tile variants (block_n <= page) and split counts."""
     base = dict(cfg.__dict__, block_n=PAGE, tma=True)
     trials = [dict(cfg.__dict__)]
-    trials += [dict(base, block_m=bm, num_warps=nw, num_stages=ns) for bm, nw in ((64, 4), (128, 8)) for ns in (4, 5, 6)]
+    trials += [dict(base, block_m=bm, num_warps=nw, num_stages=ns)
+               for bm, nw in ((64, 4), (128, 8)) for ns in (4, 5, 6)]
     if n <= 16:
         trials += [dict(base, num_splits=s) for s in ((8, 12, 16) if n == 1 else (1, 2, 3))]
     best = (float("inf"), cfg)

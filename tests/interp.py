@@ -52,7 +52,8 @@ def interpreter_suite(test_file: str):
                 bad = case.find("failure")
                 if bad is None:
                     bad = case.find("error")
-                results[case.get("name")] = None if bad is None else (bad.get("message") or "") + "\n" + (bad.text or "")
+                text = None if bad is None else (bad.get("message") or "") + "\n" + (bad.text or "")
+                results[case.get("name")] = text
             return results
 
     def interp_test(fn):
