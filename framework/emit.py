@@ -21,11 +21,13 @@ from __future__ import annotations
 import json
 import py_compile
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 from typing import Any, Optional, Sequence
 
+from draftsmith.framework.convert import atomic_dir, publish
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.hosts.trtllm import file_sha256
 
@@ -321,25 +323,34 @@ def write_package(
         spec_sha256_repr=repr(getattr(adapter, "spec_sha256", None)),
         architecture_repr=repr(architecture),
     )
-    pkg_dir = Path(out) / package
-    pkg_dir.mkdir(parents=True, exist_ok=True)
-    drafter_py = pkg_dir / "drafter.py"
-    drafter_py.write_text(render(values))
-    init_py = pkg_dir / "__init__.py"
-    init_py.write_text(Template(INIT_TEMPLATE).substitute(values))
-    for path in (drafter_py, init_py):
-        py_compile.compile(str(path), doraise=True)
-
     serving = getattr(getattr(getattr(adapter, "spec", None), "docs", None), "serving", None)
     snippet = speculative_config_snippet(max_draft_len, package, serving)
     arch_row = f'"{architecture}": "modeling_{package}",'
     telemetry = f'"{architecture}",'
-    (pkg_dir / "speculative_config.yaml").write_text(snippet)
-    (pkg_dir / "PASTE.md").write_text(_paste_text(package, arch_row, telemetry))
+    files = {
+        "__init__.py": Template(INIT_TEMPLATE).substitute(values),
+        "drafter.py": render(values),
+        "speculative_config.yaml": snippet,
+        "PASTE.md": _paste_text(package, arch_row, telemetry),
+    }
+    # Written and compiled in a temp dir beside the package, then renamed into place (a
+    # re-emit replaces the package whole; a failure leaves the old one untouched).
+    pkg_dir = Path(out) / package
+    tmp = atomic_dir(pkg_dir, overwrite=True)
+    try:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+            if name.endswith(".py"):
+                py_compile.compile(str(tmp / name), cfile=str(tmp / "__pycache__" / f"{name}c"), doraise=True)
+        shutil.rmtree(tmp / "__pycache__", ignore_errors=True)
+        publish(tmp, pkg_dir, overwrite=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return EmitResult(
         package_dir=pkg_dir,
         package=package,
-        files=[init_py, drafter_py, pkg_dir / "speculative_config.yaml", pkg_dir / "PASTE.md"],
+        files=[pkg_dir / name for name in files],
         adapter=adapter.name,
         adapter_file=yaml_path,
         sha256=sha,

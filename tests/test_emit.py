@@ -13,6 +13,7 @@ import enum
 import hashlib
 import importlib
 import json
+import py_compile
 import re
 import sys
 import types
@@ -212,6 +213,28 @@ def test_emitted_text_header_compiles_and_snippet(tmp_path):
     assert res.speculative_config == snippet and snippet.rstrip() in res.summary()
     paste = (res.package_dir / "PASTE.md").read_text()
     assert f'"{ARCH}": "modeling_draftsmith_tiny_dspark",' in paste and f'"{ARCH}",' in paste
+
+
+def test_re_emit_replaces_whole_and_a_failed_emit_leaves_the_old_package(tmp_path, monkeypatch):
+    import draftsmith.framework.emit as emit_mod
+
+    yaml, out = adapter_file(tmp_path), tmp_path / "out"
+    res = write_package(FakeAdapter(make_config()), yaml, out, TRTLLM)
+    (res.package_dir / "stray.txt").write_text("left by hand")
+    before = {p.name: p.read_bytes() for p in res.package_dir.iterdir()}
+    assert "stray.txt" in before and "__pycache__" not in before
+
+    def broken(*a, **k):
+        raise py_compile.PyCompileError(SyntaxError, SyntaxError("poisoned"), "drafter.py")
+
+    monkeypatch.setattr(emit_mod.py_compile, "compile", broken)
+    with pytest.raises(py_compile.PyCompileError):
+        write_package(FakeAdapter(make_config()), yaml, out, TRTLLM)
+    assert {p.name: p.read_bytes() for p in res.package_dir.iterdir()} == before
+    assert sorted(p.name for p in out.iterdir()) == [res.package_dir.name]  # no temp dir left
+    monkeypatch.undo()
+    res2 = write_package(FakeAdapter(make_config()), yaml, out, TRTLLM)
+    assert sorted(p.name for p in res2.package_dir.iterdir()) == sorted(f.name for f in res2.files)
 
 
 def test_emitted_module_uses_only_documented_trtllm_names(tmp_path):

@@ -280,9 +280,6 @@ def test_scale_shape_mismatch(data, base, work):
     shape = data.draw(st.sampled_from([
         (rows, cols - 1), (rows, cols + 1), (rows - 1, cols), (rows * 2, cols), (rows, cols, 1), (rows * cols,), (cols, rows)]))
     assume(tuple(shape) != (rows, cols) and shape[0] > 0 and shape[-1] > 0)
-    n = 1
-    for x in shape:
-        n *= x
     t[name] = torch.full(shape, 127, dtype=torch.uint8)
     save(src, t)
     convert_refused(src, str(src / ST), name, "scale shape")
