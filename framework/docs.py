@@ -715,26 +715,27 @@ def targets(out: str | Path | None = None, adapter_dir: str | Path | None = None
     return files
 
 
-def check(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[str]:
-    """Problems (unified diffs of stale files, adapters missing the schema line); empty if fresh."""
-    problems = []
+def _stale(out, adapter_dir):
+    """``(path, current text or None, generated text)`` of each generated file that differs."""
     for path, new in targets(out, adapter_dir).items():
         old = path.read_text(encoding="utf-8") if path.is_file() else None
         if old != new:
-            problems.append(_diff(path, old, new))
-    problems += [l + "\n" for l in missing_schema_lines()]
-    return problems
+            yield path, old, new
+
+
+def check(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[str]:
+    """Problems (unified diffs of stale files, adapters missing the schema line); empty if fresh."""
+    problems = [_diff(path, old, new) for path, old, new in _stale(out, adapter_dir)]
+    return problems + [l + "\n" for l in missing_schema_lines()]
 
 
 def write(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[Path]:
     """Write the stale generated files; return those written."""
     written = []
-    for path, new in targets(out, adapter_dir).items():
-        old = path.read_text(encoding="utf-8") if path.is_file() else None
-        if old != new:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(new, encoding="utf-8")
-            written.append(path)
+    for path, _, new in _stale(out, adapter_dir):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new, encoding="utf-8")
+        written.append(path)
     return written
 
 
