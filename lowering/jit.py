@@ -23,6 +23,11 @@ def interpret_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
+def next_pow2(x: int) -> int:
+    """Smallest power of 2 >= ``x`` (1 for ``x <= 1``): Triton block sizes."""
+    return 1 << max(0, (x - 1).bit_length())
+
+
 def jitted(*fns):
     """``triton.jit`` of each of ``fns`` for the current interpreter mode (cached)."""
     key = (interpret_on(),) + fns

@@ -37,7 +37,7 @@ from typing import Optional
 import torch
 
 from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
-from .jit import check_interpreter, interpret_on, jitted
+from .jit import check_interpreter, interpret_on, jitted, next_pow2
 
 try:  # Triton is optional: the lowering registers either way and reports itself unavailable.
     import triton
@@ -313,10 +313,6 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[idx]
 
 
-def _next_pow2(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
-
-
 def choose_config(
     n: int, b: int, hq: int, hkv: int, d: int, max_span: int, device: torch.device,
     num_splits: Optional[int] = None, block_n: Optional[int] = None, block_m: Optional[int] = None,
@@ -333,16 +329,16 @@ def choose_config(
     programs per multiprocessor, at most 64, none shorter than 160 keys (320 with TMA).
     Tuned on an H200 at the MiniMax shape (bench/NOTES-attention.md).
     """
-    d_pad = max(16, _next_pow2(d))
+    d_pad = max(16, next_pow2(d))
     rows = b * (hq // hkv)
     sms = _sm_count(device)
     if tma_ok:
-        block_m = block_m or min(64, max(16, _next_pow2(rows)))
+        block_m = block_m or min(64, max(16, next_pow2(rows)))
         block_n = block_n or 64
         num_warps = num_warps or 4
         num_stages = num_stages or 5
     if block_m is None:
-        block_m = min(max(16, _next_pow2(rows)), 64 if d_pad >= 256 else 128)
+        block_m = min(max(16, next_pow2(rows)), 64 if d_pad >= 256 else 128)
         if block_m == 128 and n * hkv * -(-rows // 128) < sms:
             block_m = 64  # small batch: more, lighter programs (measured faster on H200)
     if block_n is None:
@@ -365,7 +361,7 @@ def tma_fits(q: torch.Tensor, cache: PagedKV) -> bool:
     head dim of at most 128, pages of at least 64 tokens, contiguous page tensors."""
     kp, vp = cache.k_pages, cache.v_pages
     d = q.shape[-1]
-    return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9 and d == _next_pow2(d)
+    return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9 and d == next_pow2(d)
             and 16 <= d <= 128 and kp.shape[1] >= 64 and kp.is_contiguous() and vp.is_contiguous())
 
 
@@ -437,9 +433,9 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     w_m1 = (mask.window - 1) if windowed else 0
     max_span = min(w_m1, ring * page) if windowed else ring * page
     cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device, tma_ok=tma_fits(q, cache))
-    d_pad = max(16, _next_pow2(d))
+    d_pad = max(16, next_pow2(d))
     num_rb = -(-(b * g) // cfg.block_m)
-    block_b = max(16, _next_pow2(b))
+    block_b = max(16, next_pow2(b))
     split = cfg.num_splits > 1
 
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -481,7 +477,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
             po, plse, out, lse_arg,
             out.stride(0), out.stride(1), out.stride(2),
             b, hq, d, cfg.num_splits,
-            S_PAD=max(2, _next_pow2(cfg.num_splits)), D_PAD=d_pad,
+            S_PAD=max(2, next_pow2(cfg.num_splits)), D_PAD=d_pad,
             ROWS=rows_per, RETURN_LSE=return_lse, num_warps=4,
         )
     return (out, lse) if return_lse else out

@@ -74,7 +74,8 @@ def check_rms(device, dtype, tol):
 def check_norm_rope(device, dtype, tol):
     gen = torch.Generator().manual_seed(2)
     for (n, b, h, d, rot, gemma) in ((2, 3, 5, 64, 32, True), (1, 7, 8, 128, 64, False), (2, 2, 3, 80, 80, True)):
-        x = torch.randn(n, b, h, d, generator=gen).to(device, dtype)
+        wide = torch.randn(n, b, h * d + 24, generator=gen).to(device, dtype)
+        x = wide[..., : h * d].view(n, b, h, d)  # token rows strided, as q of a fused q/k/v output
         w = (0.3 * torch.randn(d, generator=gen)).to(device, dtype)
         pos = torch.randint(0, 300_000, (n, b), generator=gen)
         theta = 5e6

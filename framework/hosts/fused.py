@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from draftsmith.lowering.jit import check_interpreter, jitted, triton
+from draftsmith.lowering.jit import check_interpreter, jitted, next_pow2, triton
 
 if triton is not None:
     import triton.language as tl
@@ -27,10 +27,6 @@ else:  # pragma: no cover - depends on the environment
 def enabled(x: torch.Tensor) -> bool:
     """Use the fused kernels for ``x``: on CUDA, with Triton, unless ``DRAFTSMITH_FUSED=0``."""
     return x.is_cuda and triton is not None and os.environ.get("DRAFTSMITH_FUSED", "1") != "0"
-
-
-def _next_pow2(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
 
 
 # --------------------------------------------------------------------------------------
@@ -51,12 +47,14 @@ def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, D, eps, s_x, s_o, GEMMA: tl.constexp
     tl.store(out_ptr + row * s_o + cols, (x * r * w).to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def _norm_rope_kernel(x_ptr, w_ptr, pos_ptr, freq_ptr, out_ptr, H, D, eps, HALF, ROT,
+def _norm_rope_kernel(x_ptr, w_ptr, pos_ptr, freq_ptr, out_ptr, H, D, s_xt, eps, HALF, ROT,
                       GEMMA: tl.constexpr, HB: tl.constexpr, D_PAD: tl.constexpr):
     """Token ``t``, heads ``hb*HB ..``: per-head RMSNorm (rounded to the output dtype, as the
     eager norm returns it), then NeoX RoPE on dims ``0..ROT-1`` with angles formed in float64.
 
-    ``x``/``out`` are ``[T, H, D]`` contiguous; ``pos [T]`` int64; ``freq [ROT/2]`` float64.
+    ``x`` is ``[T, H, D]`` with token stride ``s_xt`` (heads and dims packed; e.g. the q columns
+    of a fused q/k/v projection), ``out`` ``[T, H, D]`` contiguous; ``pos [T]`` int64;
+    ``freq [ROT/2]`` float64.
     The rotation partner of dim ``i`` is ``i + HALF`` (``i < HALF``) or ``i - HALF``; it is
     re-loaded and normalised with the same row scale instead of shuffled in registers.
     """
@@ -67,7 +65,7 @@ def _norm_rope_kernel(x_ptr, w_ptr, pos_ptr, freq_ptr, out_ptr, H, D, eps, HALF,
     lower = dim < HALF
     partner = tl.where(rot, tl.where(lower, dim + HALF, dim - HALF), dim)
     ok = (heads < H)[:, None] & (dim < D)[None, :]
-    base = x_ptr + t * H * D + heads.to(tl.int64)[:, None] * D
+    base = x_ptr + t * s_xt + heads.to(tl.int64)[:, None] * D
     x = tl.load(base + dim[None, :], mask=ok, other=0.0).to(tl.float32)
     xp = tl.load(base + partner[None, :], mask=ok, other=0.0).to(tl.float32)
     r = tl.math.rsqrt(tl.sum(x * x, 1) / D + eps)[:, None]
@@ -148,7 +146,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool) -> 
         x2 = x2.contiguous()
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     if x2.shape[0]:
-        block = max(16, _next_pow2(d))
+        block = max(16, next_pow2(d))
         (kern,) = jitted(_rms_norm_kernel)
         kern[(x2.shape[0],)](x2, weight, out, d, float(eps), x2.stride(0), out.stride(0), GEMMA=bool(gemma),
                              BLOCK=block, num_warps=8 if block >= 4096 else 4)
@@ -161,18 +159,21 @@ def norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, po
     ``inv_freq [rotary_dim / 2]`` float64. Returns ``x.dtype``, shape of ``x``."""
     _check(x)
     h, d = x.shape[-2], x.shape[-1]
-    xc = x.reshape(-1, h, d).contiguous()
+    xc = x.reshape(-1, h, d)  # a view for column slices of a fused projection: no copy
+    if xc.stride(2) != 1 or xc.stride(1) != d:
+        xc = xc.contiguous()
     t = xc.shape[0]
-    out = torch.empty_like(xc)
+    out = torch.empty(xc.shape, dtype=x.dtype, device=x.device)
     if t:
         posc = pos.reshape(-1).to(torch.int64).contiguous()
         if posc.numel() != t:
             raise ValueError(f"pos has {posc.numel()} positions for {t} tokens")
-        d_pad = max(16, _next_pow2(d))
-        hb = max(1, min(_next_pow2(h), 4096 // d_pad))
+        d_pad = max(16, next_pow2(d))
+        hb = max(1, min(next_pow2(h), 4096 // d_pad))
         (kern,) = jitted(_norm_rope_kernel)
-        kern[(t, -(-h // hb))](xc, weight, posc, inv_freq.to(torch.float64).contiguous(), out, h, d, float(eps),
-                               rotary_dim // 2, rotary_dim, GEMMA=bool(gemma), HB=hb, D_PAD=d_pad, num_warps=4)
+        freq = inv_freq.to(torch.float64).contiguous()
+        kern[(t, -(-h // hb))](xc, weight, posc, freq, out, h, d, xc.stride(0), float(eps), rotary_dim // 2,
+                               rotary_dim, GEMMA=bool(gemma), HB=hb, D_PAD=d_pad, num_warps=4)
     return out.view(x.shape)
 
 
