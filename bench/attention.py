@@ -21,35 +21,11 @@ import argparse
 import datetime
 import json
 import math
-import sys
-from pathlib import Path
 
 import torch
 
 
-def _import_lowering():
-    """``draftsmith.lowering`` from an install, else from this checkout (package-dir shim)."""
-    try:
-        import draftsmith.lowering  # noqa: F401
-    except ImportError:
-        import importlib.util
-        import types
-
-        root = Path(__file__).resolve().parents[1]
-        pkg = types.ModuleType("draftsmith")
-        pkg.__path__ = [str(root / "draftsmith")]
-        sys.modules["draftsmith"] = pkg
-        spec = importlib.util.spec_from_file_location(
-            "draftsmith.lowering", root / "lowering" / "__init__.py", submodule_search_locations=[str(root / "lowering")])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["draftsmith.lowering"] = mod
-        spec.loader.exec_module(mod)
-    import draftsmith.lowering as low
-
-    return low
-
-
-low = _import_lowering()
+import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
 from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, choose_config, tma_fits, triton_window_block  # noqa: E402
 

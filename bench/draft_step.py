@@ -20,37 +20,15 @@ Usage: ``python bench/draft_step.py [--batches 1 16 64] [--context 32768] [--tin
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _import_shim() -> None:
-    """Map ``draftsmith.*`` onto the repo dirs when the package is not installed."""
-    try:
-        import draftsmith.framework.hosts  # noqa: F401
-        return
-    except ImportError:
-        pass
-    sys.path.insert(0, str(ROOT))
-    import draftsmith  # noqa: F401  (ROOT/draftsmith)
-
-    for sub in ("lowering", "framework"):
-        spec = importlib.util.spec_from_file_location(
-            f"draftsmith.{sub}", ROOT / sub / "__init__.py", submodule_search_locations=[str(ROOT / sub)])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[f"draftsmith.{sub}"] = mod
-        spec.loader.exec_module(mod)
-
-
-_import_shim()
+import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
 from draftsmith.framework.hosts import DFlashDraftModel, DraftStepGraph  # noqa: E402
 
 
