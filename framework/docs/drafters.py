@@ -1,0 +1,236 @@
+"""``supported-drafters.md`` and the README excerpt: one row per compiled adapter."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .markdown import (DEVICES, GUIDE_FILE, SCHEMA_FILE, SPEC_FILE, SUPPORTED_FILE, TRTLLM_STATUS, _banner, _code,
+                       _table, _yaml, per_layer)
+
+# --------------------------------------------------------------------------------------
+# paths and adapters
+
+
+def repo_root() -> Path:
+    """The repository (or install) root: the parent of the shipped ``adapters/`` folder."""
+    from draftsmith.adapters import ADAPTER_DIR
+
+    return Path(ADAPTER_DIR).parent
+
+
+def default_docs_dir() -> Path:
+    return repo_root() / "docs"
+
+
+@dataclass
+class Drafter:
+    """One compiled adapter plus what the docs derive from it."""
+
+    adapter: Any  # engine.Adapter
+    config: dict  # flattened full-size config
+
+    @property
+    def spec(self):
+        return self.adapter.spec
+
+    @property
+    def name(self) -> str:
+        return self.adapter.name
+
+
+def load_drafters(adapter_dir: str | Path | None = None) -> list[Drafter]:
+    """Every adapter in ``adapters/`` (and in ``adapter_dir`` when given, which wins on a
+    name clash), compiled, with its flattened full-size config; sorted by name."""
+    from ..loading import adapter_files
+
+    files = adapter_files(adapter_dir)
+    # the result is a pure function of the spec files' bytes: cache on them
+    key = (None if adapter_dir is None else str(Path(adapter_dir).resolve()),
+           tuple((n, str(p), hashlib.sha256(p.read_bytes()).hexdigest()) for n, p in sorted(files.items())))
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = _load(sorted(files), adapter_dir)
+    return list(_CACHE[key])
+
+
+_CACHE: dict[tuple, list[Drafter]] = {}
+
+
+def _load(names: list[str], adapter_dir) -> list[Drafter]:
+    from ..engine import load_adapter
+    from ..synth import source_config
+
+    out = []
+    for name in names:
+        a = load_adapter(name, adapter_dir=adapter_dir)
+        cfg = a.flatten_config(source_config(a, "full"), where=f"{a.path}: synth.config")
+        out.append(Drafter(a, cfg))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# supported-drafters.md
+
+
+def norm_handling(adapter) -> dict[str, str]:
+    """Norm kind -> ``fold``, ``keep`` or ``as is`` (see ``Adapter.norm_modes``)."""
+    return adapter.norm_modes()
+
+
+def _norms_cell(adapter) -> str:
+    modes = norm_handling(adapter)
+    label = {"fold": "fold `1 + w`", "keep": "keep `w` (Gemma)", "as is": "plain"}
+    by: dict[str, list[str]] = {}
+    for kind, mode in modes.items():
+        by.setdefault(mode, []).append(kind)
+    order = ["fold", "keep", "as is"]
+    return "; ".join(f"{label[m]}: {', '.join(_code(k) for k in by[m])}" for m in order if m in by)
+
+
+def _dequant_cell(d: Drafter) -> str:
+    quants = sorted({(t.quant_method, t.name) for t in d.adapter.transforms if t.quant_method})
+    if not quants:
+        return "none (plain weights)"
+    return ", ".join(f"{q} (`{op}`) -> {d.config['torch_dtype']}" for q, op in quants)
+
+
+def serving_config(d: Drafter) -> dict[str, Any]:
+    """The ``speculative_config`` to serve ``d`` in TensorRT-LLM.
+
+    ``decoding_type``: from ``docs.serving`` (else DSpark when the drafter has a Markov
+    head, else DFlash); ``speculative_model``: ``docs.serving`` or ``<checkpoint>`` plus
+    the drafter folder named in ``docs.example_checkpoint`` ("(the dspark/ folder)");
+    ``max_draft_len``: from the flattened config, never from the spec's prose.
+    """
+    serving = dict(d.spec.docs.serving)
+    decoding = serving.pop("decoding_type", None)
+    if decoding is None:
+        decoding = "DSpark" if d.config["dspark_config"].get("markov_rank") else "DFlash"
+    model = serving.pop("speculative_model", None)
+    if model is None:
+        m = re.search(r"\(the ([\w.-]+)/ folder\)", d.spec.docs.example_checkpoint)
+        model = f"<checkpoint>/{m.group(1)}" if m else "<checkpoint>"
+    serving.pop("max_draft_len", None)  # derived, below
+    out = {"decoding_type": decoding, "speculative_model": model,
+           "max_draft_len": d.config["draftsmith"]["max_draft_len"]}
+    out.update(dict(sorted(serving.items())))
+    return out
+
+
+def _footnotes(d: Drafter) -> list[str]:
+    """The footnote texts of one adapter (each may span several lines)."""
+    notes = list(d.spec.docs.notes)
+    snippet = _yaml({"speculative_config": serving_config(d)}, flow=False)
+    dc = d.config["dflash_config"]
+    notes.append(
+        f"Serving in TensorRT-LLM (`max_draft_len` {d.config['draftsmith']['max_draft_len']} is derived from the "
+        f"converted config: block size {dc['block_size']}, `sample_from_anchor` "
+        f"{str(d.config['dspark_config']['sample_from_anchor']).lower()}):\n\n"
+        + "\n".join(("    " + l) if l else "" for l in ["```yaml", *snippet.splitlines(), "```"])
+    )
+    notes += [f"Known limitation: {l}" for l in d.spec.docs.limitations]
+    return notes
+
+
+def _supported_rows(drafters: list[Drafter]) -> tuple[list[tuple[str, Drafter]], dict[str, list[int]], list[str]]:
+    """(architecture, drafter) rows sorted by architecture; footnote numbers per adapter;
+    the footnote texts in number order (numbered by first appearance in the table)."""
+    rows = sorted(((arch, d) for d in drafters for arch in d.spec.match.architectures), key=lambda r: (r[0], r[1].name))
+    numbers: dict[str, list[int]] = {}
+    texts: list[str] = []
+    for _, d in rows:
+        if d.name in numbers:
+            continue
+        numbers[d.name] = []
+        for t in _footnotes(d):
+            texts.append(t)
+            numbers[d.name].append(len(texts))
+    return rows, numbers, texts
+
+
+def supported_table(drafters: list[Drafter], footnotes: bool = True, limit: int | None = None) -> list[str]:
+    rows, numbers, _ = _supported_rows(drafters)
+    shown = rows if limit is None else rows[:limit]
+    out = []
+    for arch, d in shown:
+        marks = " ".join(f"[^{n}]" for n in numbers[d.name]) if footnotes else ""
+        out.append([f"`{arch}`" + (f" {marks}" if marks else ""), d.spec.docs.model, d.spec.docs.example_checkpoint])
+    return _table(["Architecture", "Model", "Example checkpoint"], out)
+
+
+def feature_rows(d: Drafter) -> list[Any]:
+    cfg = d.config
+    layers = cfg["draftsmith"]["layers"]
+    window = per_layer([l["window"] for l in layers], lambda w: "full" if w is None else str(w))
+    causal = per_layer([l["causal"] for l in layers], lambda c: "causal" if c else "non-causal")
+    lowering = [per_layer([l["lowering"][dev] for l in layers], _code) for dev, _ in DEVICES]
+    limits = "; ".join(d.spec.docs.limitations) or "none known"
+    return [
+        _code(d.name), _code(d.spec.family),
+        f"{cfg['dflash_config']['block_size']} / {cfg['draftsmith']['max_draft_len']}",
+        window, causal, _dequant_cell(d), _norms_cell(d.adapter), *lowering, TRTLLM_STATUS, limits,
+    ]
+
+
+def supported_drafters_md(drafters: list[Drafter]) -> str:
+    rows, numbers, texts = _supported_rows(drafters)
+    lines = [
+        _banner("the adapter specs in `adapters/`"),
+        "",
+        "# Supported drafters",
+        "",
+        "Drafter checkpoints that draftsmith converts into the DFlash target layout "
+        "([converted-format.md](converted-format.md)) and serves on TensorRT-LLM, one row per "
+        "architecture that an adapter spec in `adapters/` matches. To add one, see "
+        f"[{GUIDE_FILE}]({GUIDE_FILE}); every spec field is described in [{SPEC_FILE}]({SPEC_FILE}).",
+        "",
+        *supported_table(drafters),
+        "",
+        "## Feature matrix",
+        "",
+        "Derived from each compiled adapter and its flattened full-size config (`synth.config`): "
+        "block size and `max_draft_len` from `dflash_config` and the family, windows and causality per "
+        "layer as resolved by the attention table, dequantized formats from the weight transforms' "
+        "`quant_method`, norm handling from the `norm_fold_gemma` transforms (fold: stored `1 + w` and run "
+        "plainly; keep: stored `w` and run Gemma style), lowerings per device class.",
+        "",
+        *_table(
+            ["Adapter", "Family", "Block size / `max_draft_len`", "Window", "Causality", "Dequant",
+             "Norms", "Lowering SM100", "Lowering SM90", "Lowering CPU", "TensorRT-LLM path", "Known limitations"],
+            [feature_rows(d) for d in drafters],
+        ),
+        "",
+        "TensorRT-LLM path: TensorRT-LLM cannot be installed in this project's environment, so the plugin "
+        "module (`draftsmith emit`) is generated and the drafter is run against the torch reference host "
+        "only; no row here has been served by TensorRT-LLM itself yet.",
+        "",
+    ]
+    for n, text in enumerate(texts, 1):
+        # continuation lines of a footnote are indented (spec notes may span lines)
+        text = "\n".join(l if (i == 0 or not l or l.startswith("    ")) else "    " + l
+                         for i, l in enumerate(text.strip().split("\n")))
+        lines.append(f"[^{n}]: {text}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def readme_table_excerpt(adapter_dir: str | Path | None = None, rows: int = 3,
+                         drafters: list[Drafter] | None = None, prefix: str = "docs/") -> str:
+    """The README's docs snippet: links, then the first ``rows`` rows of the supported
+    table (footnote markers dropped: their definitions live in the full page)."""
+    drafters = load_drafters(adapter_dir) if drafters is None else drafters
+    all_rows, _, _ = _supported_rows(drafters)
+    lines = [
+        f"Docs: [supported drafters]({prefix}{SUPPORTED_FILE}) (table, feature matrix, serving snippets) · "
+        f"[adapter spec reference]({prefix}{SPEC_FILE}) ([JSON Schema]({prefix}{SCHEMA_FILE})) · "
+        f"[writing an adapter]({prefix}{GUIDE_FILE}) · [converted checkpoint format]({prefix}converted-format.md)",
+        "",
+        *supported_table(drafters, footnotes=False, limit=rows),
+    ]
+    if len(all_rows) > rows:
+        lines += ["", f"... and {len(all_rows) - rows} more in [supported drafters]({prefix}{SUPPORTED_FILE})."]
+    return "\n".join(lines) + "\n"
