@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Optional
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 # safetensors dtype strings <-> torch dtypes (the subset drafters use).
 ST_TO_TORCH: dict[str, torch.dtype] = {
@@ -59,6 +59,16 @@ def dtype_from_name(name: str) -> torch.dtype:
     if key in ST_TO_TORCH:
         return ST_TO_TORCH[key]
     raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(DTYPE_NAMES))}")
+
+
+def _known_dtype_name(v: Optional[str]) -> Optional[str]:
+    if v is not None:
+        dtype_from_name(v)  # ValueError naming the known dtypes
+    return v
+
+
+#: A transform parameter naming a dtype (``None`` allowed): validated by :func:`dtype_from_name`.
+DtypeName = Annotated[Optional[str], AfterValidator(_known_dtype_name)]
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import torch
-from pydantic import field_validator
-
-from .base import Binding, Context, Params, TensorMeta, Transform, TransformError, dtype_from_name, register_transform
+from .base import (Binding, Context, DtypeName, Params, TensorMeta, Transform, TransformError, dtype_from_name,
+                   register_transform)
 
 
 class CastParams(Params):
-    dtype: str | None = None
+    dtype: DtypeName = None
     """Target dtype; None = the config's torch_dtype."""
-    synth_dtype: str | None = None
+    synth_dtype: DtypeName = None
     """Source dtype written by synthetic checkpoints; None = same as the target."""
-
-    @field_validator("dtype", "synth_dtype")
-    @classmethod
-    def _known_dtype(cls, v):
-        if v is not None:
-            dtype_from_name(v)  # ValueError naming the known dtypes
-        return v
 
 
 @register_transform
