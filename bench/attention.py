@@ -82,6 +82,38 @@ def bench_graph(fn, reps=60):
     return times[len(times) // 2]
 
 
+def kernel_us(fn, calls=20, per_kernel=False):
+    """Mean device microseconds per call of ``fn``'s kernels (torch.profiler / CUPTI), L2
+    flushed before each call; the flush's own kernels are left out.
+
+    This is the time the kernels occupy the GPU, as inside a larger CUDA graph (a draft
+    step), without the replay's launch cost that :func:`bench_graph` includes.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+
+    def device_us(work):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            work()
+            torch.cuda.synchronize()
+        return {e.key: getattr(e, "device_time_total", 0) for e in prof.key_averages()}
+
+    fn()
+    torch.cuda.synchronize()
+    flush_names = set(device_us(lambda: _FLUSH.zero_()))
+
+    def calls_with_flush():
+        for _ in range(calls):
+            _FLUSH.zero_()
+            fn()
+
+    times = {k: t / calls for k, t in device_us(calls_with_flush).items() if k not in flush_names and t > 0}
+    return times if per_kernel else sum(times.values())
+
+
 def timed(fn, rep=100, warmup=25):
     """(milliseconds, how): a graph replay if capturable, else ``do_bench``."""
     ms = bench_graph(fn)
@@ -257,6 +289,12 @@ def main():
             table[(name, n)] = (ms * 1e3, tbs, tbs / copy_tbs, how)
             emit({"batch": n, "method": name, "us": ms * 1e3, "TBps": tbs, "frac_copy": tbs / copy_tbs,
                   "rel_err_vs_sdpa": err, "timing": how})
+            if name == "triton_window_block":
+                kus = kernel_us(fn)
+                ktbs = needed_bytes(n) / (kus * 1e-6) / 1e12
+                table[("triton_window_block (kernel time)", n)] = (kus, ktbs, ktbs / copy_tbs, "kernel")
+                emit({"batch": n, "method": name, "kernel_us": kus, "TBps": ktbs, "frac_copy": ktbs / copy_tbs,
+                      "timing": "profiler: device time of its kernels, L2 flushed"})
         cfg = choose_config(n, B, HQ, HKV, D, W - 1, q.device, tma_ok=tma_fits(q, cache))
         emit({"batch": n, "default_config": cfg.__dict__})
         if args.sweep:
@@ -287,15 +325,21 @@ def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
 def variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
     """The default config against TMA tile variants (block_n <= page) and split counts."""
     base = dict(cfg.__dict__, block_n=PAGE, tma=True)
-    trials = [dict(cfg.__dict__)]
-    trials += [dict(base, block_m=bm, num_warps=nw, num_stages=ns)
-               for bm, nw in ((64, 4), (128, 8)) for ns in (4, 5, 6)]
+    trials = [dict(cfg.__dict__), dict(cfg.__dict__, fold_scale=True)]
+    trials += [dict(base, block_m=128, num_warps=8, num_stages=ns, fold_scale=f) for ns in (3, 4) for f in (False, True)]
+    trials += [dict(base, num_stages=ns, fold_scale=True) for ns in (4, 6)]
     if n <= 16:
-        trials += [dict(base, num_splits=s) for s in ((8, 12, 16) if n == 1 else (1, 2, 3))]
+        splits = (8, 16, 24, 32) if n == 1 else (1, 2, 3)
+        trials += [dict(base, num_splits=s, fold_scale=True) for s in splits]
+        trials += [dict(base, num_splits=s, fold_scale=True, fused_merge=True) for s in splits if s > 1]
+        trials += [dict(base, num_splits=s, reduce_rows=1, fold_scale=True) for s in ((12, 24) if n == 1 else (2,))]
     best = (float("inf"), cfg)
     for t in trials:
         best = min(best, _time_variant(n, Config(**t), q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])
     emit({"batch": n, "best": best[1].__dict__, "best_us": best[0]})
+    for c in (cfg, best[1]):
+        per = kernel_us(lambda: triton_window_block(q, cache, kb, vb, mask, scale, config=c), per_kernel=True)
+        emit({"batch": n, "config": c.__dict__, "kernel_us": {k[:60]: round(v, 2) for k, v in per.items()}})
 
 
 def _time_variant(n, c, q, cache, kb, vb, mask, scale, ref, emit):
@@ -321,7 +365,7 @@ def print_table(table, copy_tbs, gpu, batches):
         for n in batches:
             if (name, n) in table:
                 us, tbs, frac, how = table[(name, n)]
-                cells.append(f"{us:.1f} us / {tbs:.2f} / {frac:.0%}" + ("" if how == "graph" else " (no graph)"))
+                cells.append(f"{us:.1f} us / {tbs:.2f} / {frac:.0%}" + ("" if how in ("graph", "kernel") else " (no graph)"))
             else:
                 cells.append("n/a")
         print(f"| {name} | " + " | ".join(cells) + " |")

@@ -29,7 +29,6 @@ set before triton is first imported (triton decorates its own library then; this
 checked). This module's kernels are decorated lazily, once per mode.
 """
 
-import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional
@@ -64,7 +63,7 @@ def available() -> bool:
 
 def _attn_kernel(
     q_ptr, kp_ptr, vp_ptr, k_desc, v_desc, bt_ptr, ctx_ptr, kb_ptr, vb_ptr,
-    out_ptr, lse_ptr, po_ptr, plse_ptr,
+    out_ptr, lse_ptr, po_ptr, plse_ptr, cnt_ptr,
     s_qn, s_qb, s_qh,
     s_kpp, s_kpt, s_kph,
     s_vpp, s_vpt, s_vph,
@@ -77,7 +76,8 @@ def _attn_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, F32_DOT: tl.constexpr, EVEN_D: tl.constexpr,
-    TMA: tl.constexpr, WS: tl.constexpr,
+    TMA: tl.constexpr, WS: tl.constexpr, FOLD: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, S_PAD: tl.constexpr,
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units.
 
@@ -177,16 +177,21 @@ def _attn_kernel(
                 qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
             else:
                 qk = tl.dot(q, tl.trans(k))
-            qk = qk * qk_scale
+            if not FOLD:
+                qk = qk * qk_scale
             if phase != 1:
                 allowed = t_ok[None, :]
                 if WINDOWED:
                     allowed = allowed & (t[None, :] >= lo_bound[:, None])
                 qk = tl.where(allowed, qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            if FOLD:  # raw scores; the scale rides in one fused multiply-add per score
+                m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+                p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            else:
+                m_new = tl.maximum(m_i, tl.max(qk, 1))
+                p = tl.math.exp2(qk - m_new[:, None])
             alpha = tl.math.exp2(m_i - m_new)
             acc = acc * alpha[:, None]
-            p = tl.math.exp2(qk - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
             if F32_DOT:
@@ -237,6 +242,36 @@ def _attn_kernel(
         po_off = (prow * NUM_SPLITS + split)[:, None] * D_PAD + dim[None, :]
         tl.store(po_ptr + po_off, o, mask=st_mask)
         tl.store(plse_ptr + prow * NUM_SPLITS + split, lse2, mask=row_ok)
+        if FUSED_MERGE:
+            # The last split program of this (sequence, KV head, row block) to finish merges
+            # all partials; the counter is left at zero again (graph replays).
+            tl.debug_barrier()  # every thread's partial is stored before the release below
+            done = tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel")
+            if done == NUM_SPLITS - 1:
+                tl.debug_barrier()
+                sp = tl.arange(0, S_PAD)
+                lse_all = tl.load(plse_ptr + prow[:, None] * NUM_SPLITS + sp[None, :],
+                                  mask=row_ok[:, None] & (sp < NUM_SPLITS)[None, :], other=float("-inf"),
+                                  cache_modifier=".cg")
+                mx = tl.max(lse_all, 1)
+                mx = tl.where(mx == float("-inf"), 0.0, mx)
+                den = tl.sum(tl.math.exp2(lse_all - mx[:, None]), 1)
+                acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
+                for s in range(NUM_SPLITS):
+                    w = tl.math.exp2(tl.load(plse_ptr + prow * NUM_SPLITS + s, mask=row_ok, other=float("-inf"),
+                                             cache_modifier=".cg") - mx)
+                    o_s = tl.load(po_ptr + (prow * NUM_SPLITS + s)[:, None] * D_PAD + dim[None, :], mask=st_mask,
+                                  other=0.0, cache_modifier=".cg")
+                    acc += w[:, None] * o_s
+                den_ok = den > 0.0
+                den = tl.where(den_ok, den, 1.0)
+                o_off = n64 * s_on + j.to(tl.int64)[:, None] * s_ob + head.to(tl.int64)[:, None] * s_oh + dim[None, :]
+                tl.store(out_ptr + o_off, (acc / den[:, None]).to(out_ptr.dtype.element_ty), mask=st_mask)
+                if RETURN_LSE:
+                    lrow = (n64 * B + j.to(tl.int64)) * HQ + head.to(tl.int64)
+                    lse_m = tl.where(den_ok, mx + tl.math.log2(den), float("-inf"))
+                    tl.store(lse_ptr + lrow, lse_m * 0.6931471805599453, mask=row_ok)
+                tl.atomic_xchg(cnt_ptr + pid, 0)
     else:
         o_off = n64 * s_on + j.to(tl.int64)[:, None] * s_ob + head.to(tl.int64)[:, None] * s_oh + dim[None, :]
         tl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=st_mask)
@@ -299,6 +334,9 @@ class Config:
     num_stages: int
     tma: bool = False  # interior tiles through tensor descriptors (needs block_n <= P, D a power of 2)
     warp_specialize: bool = False  # Triton's warp specialization of the key loop
+    fold_scale: bool = False  # context tiles: scale folded into the exp2 argument (one FMA per score)
+    fused_merge: bool = False  # with splits: the last split program of a tile merges (one kernel, no second launch)
+    reduce_rows: Optional[int] = None  # rows per program of the split merge (None: 4, 2 or 1 by divisibility)
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -446,6 +484,9 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     else:
         po = plse = out  # unused by the kernel when SPLIT is off
     lse_arg = lse if lse is not None else out
+    fused = split and cfg.fused_merge
+    # arrival counters of the fused merge, one per (sequence, KV head, row block)
+    cnt = torch.zeros(n * hkv * num_rb, dtype=torch.int32, device=q.device) if fused else bt
     bt_i32 = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
@@ -455,7 +496,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).
     f32_dot = q.dtype == torch.float32 or q.device.type != "cuda"
     attn[(n * hkv * num_rb, cfg.num_splits)](
-        q, kp, vp, k_desc, v_desc, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse,
+        q, kp, vp, k_desc, v_desc, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse, cnt,
         q.stride(0), q.stride(1), q.stride(2),
         kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2),
@@ -467,12 +508,15 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
         CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, F32_DOT=f32_dot,
-        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize,
+        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize, FOLD=cfg.fold_scale,
+        FUSED_MERGE=fused, S_PAD=max(2, next_pow2(cfg.num_splits)),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if split:
+    if split and not fused:
         rows_total = n * b * hq
-        rows_per = 4 if rows_total % 4 == 0 else (2 if rows_total % 2 == 0 else 1)
+        rows_per = cfg.reduce_rows or (4 if rows_total % 4 == 0 else (2 if rows_total % 2 == 0 else 1))
+        if rows_total % rows_per:
+            raise ValueError(f"reduce_rows={rows_per} does not divide the {rows_total} output rows")
         reduce[(rows_total // rows_per,)](
             po, plse, out, lse_arg,
             out.stride(0), out.stride(1), out.stride(2),
