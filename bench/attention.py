@@ -325,14 +325,12 @@ def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
 def variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
     """The default config against TMA tile variants (block_n <= page) and split counts."""
     base = dict(cfg.__dict__, block_n=PAGE, tma=True)
-    trials = [dict(cfg.__dict__), dict(cfg.__dict__, fold_scale=True)]
-    trials += [dict(base, block_m=128, num_warps=8, num_stages=ns, fold_scale=f) for ns in (3, 4) for f in (False, True)]
-    trials += [dict(base, num_stages=ns, fold_scale=True) for ns in (4, 6)]
+    trials = [dict(cfg.__dict__), dict(cfg.__dict__, prefetch_pages=True)]
+    if n >= 64:
+        trials += [dict(base, block_m=128, num_warps=4, num_stages=ns) for ns in (4, 5)]
     if n <= 16:
-        splits = (8, 16, 24, 32) if n == 1 else (1, 2, 3)
-        trials += [dict(base, num_splits=s, fold_scale=True) for s in splits]
-        trials += [dict(base, num_splits=s, fold_scale=True, fused_merge=True) for s in splits if s > 1]
-        trials += [dict(base, num_splits=s, reduce_rows=1, fold_scale=True) for s in ((12, 24) if n == 1 else (2,))]
+        splits = (8, 16) if n == 1 else (1, 3)
+        trials += [dict(base, num_splits=s, prefetch_pages=p) for s in splits for p in (False, True)]
     best = (float("inf"), cfg)
     for t in trials:
         best = min(best, _time_variant(n, Config(**t), q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])

@@ -63,7 +63,7 @@ def available() -> bool:
 
 def _attn_kernel(
     q_ptr, kp_ptr, vp_ptr, k_desc, v_desc, bt_ptr, ctx_ptr, kb_ptr, vb_ptr,
-    out_ptr, lse_ptr, po_ptr, plse_ptr, cnt_ptr,
+    out_ptr, lse_ptr, po_ptr, plse_ptr,
     s_qn, s_qb, s_qh,
     s_kpp, s_kpt, s_kph,
     s_vpp, s_vpt, s_vph,
@@ -76,8 +76,7 @@ def _attn_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, F32_DOT: tl.constexpr, EVEN_D: tl.constexpr,
-    TMA: tl.constexpr, WS: tl.constexpr, FOLD: tl.constexpr,
-    FUSED_MERGE: tl.constexpr, S_PAD: tl.constexpr,
+    TMA: tl.constexpr, WS: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units.
 
@@ -147,11 +146,18 @@ def _attn_kernel(
         else:
             first = mid_end
             last = n_tiles
+        if phase == 1 and TMA and PREFETCH:  # page of the first interior tile
+            pg_next = tl.load(bt_row + ((lo + first * BLOCK_N) // PAGE) % R, mask=first < last, other=0)
         for i in tl.range(first, last, warp_specialize=WS):
             t0 = lo + i * BLOCK_N
             t = t0 + tl.arange(0, BLOCK_N)
             if phase == 1 and TMA:  # one page holds the whole tile: two descriptor loads
-                row0 = tl.load(bt_row + (t0 // PAGE) % R) * PAGE + t0 % PAGE
+                if PREFETCH:  # the next tile's page is read one tile ahead
+                    pg = pg_next
+                    pg_next = tl.load(bt_row + ((t0 + BLOCK_N) // PAGE) % R, mask=i + 1 < last, other=0)
+                else:
+                    pg = tl.load(bt_row + (t0 // PAGE) % R)
+                row0 = pg * PAGE + t0 % PAGE
                 k = k_desc.load([row0, kvh * D])
                 v = v_desc.load([row0, kvh * D])
             else:  # gathered: each key's page from the block table
@@ -177,21 +183,16 @@ def _attn_kernel(
                 qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
             else:
                 qk = tl.dot(q, tl.trans(k))
-            if not FOLD:
-                qk = qk * qk_scale
+            qk = qk * qk_scale
             if phase != 1:
                 allowed = t_ok[None, :]
                 if WINDOWED:
                     allowed = allowed & (t[None, :] >= lo_bound[:, None])
                 qk = tl.where(allowed, qk, float("-inf"))
-            if FOLD:  # raw scores; the scale rides in one fused multiply-add per score
-                m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-                p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-            else:
-                m_new = tl.maximum(m_i, tl.max(qk, 1))
-                p = tl.math.exp2(qk - m_new[:, None])
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.math.exp2(m_i - m_new)
             acc = acc * alpha[:, None]
+            p = tl.math.exp2(qk - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
             if F32_DOT:
@@ -242,36 +243,6 @@ def _attn_kernel(
         po_off = (prow * NUM_SPLITS + split)[:, None] * D_PAD + dim[None, :]
         tl.store(po_ptr + po_off, o, mask=st_mask)
         tl.store(plse_ptr + prow * NUM_SPLITS + split, lse2, mask=row_ok)
-        if FUSED_MERGE:
-            # The last split program of this (sequence, KV head, row block) to finish merges
-            # all partials; the counter is left at zero again (graph replays).
-            tl.debug_barrier()  # every thread's partial is stored before the release below
-            done = tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel")
-            if done == NUM_SPLITS - 1:
-                tl.debug_barrier()
-                sp = tl.arange(0, S_PAD)
-                lse_all = tl.load(plse_ptr + prow[:, None] * NUM_SPLITS + sp[None, :],
-                                  mask=row_ok[:, None] & (sp < NUM_SPLITS)[None, :], other=float("-inf"),
-                                  cache_modifier=".cg")
-                mx = tl.max(lse_all, 1)
-                mx = tl.where(mx == float("-inf"), 0.0, mx)
-                den = tl.sum(tl.math.exp2(lse_all - mx[:, None]), 1)
-                acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
-                for s in range(NUM_SPLITS):
-                    w = tl.math.exp2(tl.load(plse_ptr + prow * NUM_SPLITS + s, mask=row_ok, other=float("-inf"),
-                                             cache_modifier=".cg") - mx)
-                    o_s = tl.load(po_ptr + (prow * NUM_SPLITS + s)[:, None] * D_PAD + dim[None, :], mask=st_mask,
-                                  other=0.0, cache_modifier=".cg")
-                    acc += w[:, None] * o_s
-                den_ok = den > 0.0
-                den = tl.where(den_ok, den, 1.0)
-                o_off = n64 * s_on + j.to(tl.int64)[:, None] * s_ob + head.to(tl.int64)[:, None] * s_oh + dim[None, :]
-                tl.store(out_ptr + o_off, (acc / den[:, None]).to(out_ptr.dtype.element_ty), mask=st_mask)
-                if RETURN_LSE:
-                    lrow = (n64 * B + j.to(tl.int64)) * HQ + head.to(tl.int64)
-                    lse_m = tl.where(den_ok, mx + tl.math.log2(den), float("-inf"))
-                    tl.store(lse_ptr + lrow, lse_m * 0.6931471805599453, mask=row_ok)
-                tl.atomic_xchg(cnt_ptr + pid, 0)
     else:
         o_off = n64 * s_on + j.to(tl.int64)[:, None] * s_ob + head.to(tl.int64)[:, None] * s_oh + dim[None, :]
         tl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=st_mask)
@@ -284,33 +255,31 @@ def _reduce_kernel(
     po_ptr, plse_ptr, out_ptr, lse_ptr,
     s_on, s_ob, s_oh,
     B, HQ, D, NUM_SPLITS,
-    S_PAD: tl.constexpr, D_PAD: tl.constexpr,
-    ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
+    S_PAD: tl.constexpr, D_PAD: tl.constexpr, RETURN_LSE: tl.constexpr,
 ):
-    """Merge the split partials of ROWS consecutive (n, j, head) rows by log-sum-exp."""
-    pid = tl.program_id(0)
+    """Merge the split partials of one (n, j, head) row by log-sum-exp (one row per program:
+    measured 2x faster at batch 1 than 4 rows per program, bench/NOTES-attention.md)."""
+    row = tl.program_id(0).to(tl.int64)
     sp = tl.arange(0, S_PAD)
     sp_ok = sp < NUM_SPLITS
     dim = tl.arange(0, D_PAD)
     dim_ok = dim < D
     total = B * HQ  # rows per sequence
-    for r in range(ROWS):
-        row = pid.to(tl.int64) * ROWS + r
-        n = row // total
-        rem = row % total
-        j = rem // HQ
-        h = rem % HQ
-        lse_s = tl.load(plse_ptr + row * NUM_SPLITS + sp, mask=sp_ok, other=float("-inf"))
-        m = tl.max(lse_s, 0)
-        w = tl.math.exp2(lse_s - m)
-        w = tl.where(sp_ok, w, 0.0)
-        den = tl.sum(w, 0)
-        po = tl.load(po_ptr + (row * NUM_SPLITS + sp)[:, None] * D_PAD + dim[None, :],
-                     mask=sp_ok[:, None] & dim_ok[None, :], other=0.0)
-        o = tl.sum(po * w[:, None], 0) / den
-        tl.store(out_ptr + n * s_on + j * s_ob + h * s_oh + dim, o.to(out_ptr.dtype.element_ty), mask=dim_ok)
-        if RETURN_LSE:
-            tl.store(lse_ptr + row, (m + tl.math.log2(den)) * 0.6931471805599453)
+    n = row // total
+    rem = row % total
+    j = rem // HQ
+    h = rem % HQ
+    lse_s = tl.load(plse_ptr + row * NUM_SPLITS + sp, mask=sp_ok, other=float("-inf"))
+    m = tl.max(lse_s, 0)
+    w = tl.math.exp2(lse_s - m)
+    w = tl.where(sp_ok, w, 0.0)
+    den = tl.sum(w, 0)
+    po = tl.load(po_ptr + (row * NUM_SPLITS + sp)[:, None] * D_PAD + dim[None, :],
+                 mask=sp_ok[:, None] & dim_ok[None, :], other=0.0)
+    o = tl.sum(po * w[:, None], 0) / den
+    tl.store(out_ptr + n * s_on + j * s_ob + h * s_oh + dim, o.to(out_ptr.dtype.element_ty), mask=dim_ok)
+    if RETURN_LSE:
+        tl.store(lse_ptr + row, (m + tl.math.log2(den)) * 0.6931471805599453)
 
 
 def _kernels():
@@ -334,9 +303,7 @@ class Config:
     num_stages: int
     tma: bool = False  # interior tiles through tensor descriptors (needs block_n <= P, D a power of 2)
     warp_specialize: bool = False  # Triton's warp specialization of the key loop
-    fold_scale: bool = False  # context tiles: scale folded into the exp2 argument (one FMA per score)
-    fused_merge: bool = False  # with splits: the last split program of a tile merges (one kernel, no second launch)
-    reduce_rows: Optional[int] = None  # rows per program of the split merge (None: 4, 2 or 1 by divisibility)
+    prefetch_pages: bool = False  # TMA tiles: block-table entry loaded one tile ahead
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -484,9 +451,6 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     else:
         po = plse = out  # unused by the kernel when SPLIT is off
     lse_arg = lse if lse is not None else out
-    fused = split and cfg.fused_merge
-    # arrival counters of the fused merge, one per (sequence, KV head, row block)
-    cnt = torch.zeros(n * hkv * num_rb, dtype=torch.int32, device=q.device) if fused else bt
     bt_i32 = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
@@ -496,7 +460,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).
     f32_dot = q.dtype == torch.float32 or q.device.type != "cuda"
     attn[(n * hkv * num_rb, cfg.num_splits)](
-        q, kp, vp, k_desc, v_desc, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse, cnt,
+        q, kp, vp, k_desc, v_desc, bt_i32, ctx_i32, k_blk, v_blk, out, lse_arg, po, plse,
         q.stride(0), q.stride(1), q.stride(2),
         kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2),
@@ -508,21 +472,15 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
         CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, F32_DOT=f32_dot,
-        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize, FOLD=cfg.fold_scale,
-        FUSED_MERGE=fused, S_PAD=max(2, next_pow2(cfg.num_splits)),
+        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize, PREFETCH=cfg.prefetch_pages,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if split and not fused:
-        rows_total = n * b * hq
-        rows_per = cfg.reduce_rows or (4 if rows_total % 4 == 0 else (2 if rows_total % 2 == 0 else 1))
-        if rows_total % rows_per:
-            raise ValueError(f"reduce_rows={rows_per} does not divide the {rows_total} output rows")
-        reduce[(rows_total // rows_per,)](
+    if split:
+        reduce[(n * b * hq,)](
             po, plse, out, lse_arg,
             out.stride(0), out.stride(1), out.stride(2),
             b, hq, d, cfg.num_splits,
-            S_PAD=max(2, next_pow2(cfg.num_splits)), D_PAD=d_pad,
-            ROWS=rows_per, RETURN_LSE=return_lse, num_warps=4,
+            S_PAD=max(2, next_pow2(cfg.num_splits)), D_PAD=d_pad, RETURN_LSE=return_lse, num_warps=4,
         )
     return (out, lse) if return_lse else out
 
