@@ -325,12 +325,11 @@ def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
 def variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
     """The default config against TMA tile variants (block_n <= page) and split counts."""
     base = dict(cfg.__dict__, block_n=PAGE, tma=True)
-    trials = [dict(cfg.__dict__), dict(cfg.__dict__, prefetch_pages=True)]
-    if n >= 64:
-        trials += [dict(base, block_m=128, num_warps=4, num_stages=ns) for ns in (4, 5)]
+    trials = [dict(cfg.__dict__)]
+    trials += [dict(base, block_m=bm, num_warps=nw, num_stages=ns)
+               for bm, nw in ((64, 4), (128, 8), (128, 4)) for ns in (4, 5, 6)]
     if n <= 16:
-        splits = (8, 16) if n == 1 else (1, 3)
-        trials += [dict(base, num_splits=s, prefetch_pages=p) for s in splits for p in (False, True)]
+        trials += [dict(base, num_splits=s) for s in ((8, 12, 16) if n == 1 else (1, 2, 3))]
     best = (float("inf"), cfg)
     for t in trials:
         best = min(best, _time_variant(n, Config(**t), q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])

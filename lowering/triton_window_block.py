@@ -76,7 +76,7 @@ def _attn_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, F32_DOT: tl.constexpr, EVEN_D: tl.constexpr,
-    TMA: tl.constexpr, WS: tl.constexpr, PREFETCH: tl.constexpr,
+    TMA: tl.constexpr, WS: tl.constexpr,
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units.
 
@@ -146,18 +146,11 @@ def _attn_kernel(
         else:
             first = mid_end
             last = n_tiles
-        if phase == 1 and TMA and PREFETCH:  # page of the first interior tile
-            pg_next = tl.load(bt_row + ((lo + first * BLOCK_N) // PAGE) % R, mask=first < last, other=0)
         for i in tl.range(first, last, warp_specialize=WS):
             t0 = lo + i * BLOCK_N
             t = t0 + tl.arange(0, BLOCK_N)
             if phase == 1 and TMA:  # one page holds the whole tile: two descriptor loads
-                if PREFETCH:  # the next tile's page is read one tile ahead
-                    pg = pg_next
-                    pg_next = tl.load(bt_row + ((t0 + BLOCK_N) // PAGE) % R, mask=i + 1 < last, other=0)
-                else:
-                    pg = tl.load(bt_row + (t0 // PAGE) % R)
-                row0 = pg * PAGE + t0 % PAGE
+                row0 = tl.load(bt_row + (t0 // PAGE) % R) * PAGE + t0 % PAGE
                 k = k_desc.load([row0, kvh * D])
                 v = v_desc.load([row0, kvh * D])
             else:  # gathered: each key's page from the block table
@@ -303,7 +296,6 @@ class Config:
     num_stages: int
     tma: bool = False  # interior tiles through tensor descriptors (needs block_n <= P, D a power of 2)
     warp_specialize: bool = False  # Triton's warp specialization of the key loop
-    prefetch_pages: bool = False  # TMA tiles: block-table entry loaded one tile ahead
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -472,7 +464,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
         CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, F32_DOT=f32_dot,
-        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize, PREFETCH=cfg.prefetch_pages,
+        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:

@@ -167,7 +167,7 @@ def test_interp_tma_interior_tiles(causal, ws):
     case = make_case(len(ctx), 5, 4, 2, 64, page, ctx, window, gen=gen, poison_unreachable=True)
     for splits in (1, 2, 3):
         cfg = Config(block_m=32, block_n=16, num_splits=splits, num_warps=4, num_stages=2, tma=True,
-                     warp_specialize=ws, prefetch_pages=splits != 2)
+                     warp_specialize=ws)
         run_and_check(*case, causal=causal, window=window, config=cfg)
 
 
@@ -269,9 +269,8 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
 
 TMA_CONFIGS = [None] + [Config(block_m=bm, block_n=64, num_splits=s, num_warps=w, num_stages=3, tma=True)
                         for bm, w, s in ((128, 8, 1), (128, 8, 3), (64, 4, 5))]
-TMA_CONFIGS += [Config(block_m=64, block_n=64, num_splits=s, num_warps=4, num_stages=5, tma=True, prefetch_pages=True)
-                for s in (1, 12)]
-TMA_IDS = ["auto", "tma128", "tma128s3", "tma64s5", "prefetch", "prefetch_s12"]
+TMA_CONFIGS.append(Config(block_m=64, block_n=64, num_splits=12, num_warps=4, num_stages=5, tma=True))
+TMA_IDS = ["auto", "tma128", "tma128s3", "tma64s5", "tma64s12"]
 
 
 @pytest.mark.gpu
