@@ -234,21 +234,23 @@ class DFlashDraftModel(nn.Module):
         lm = self.lm_head(z.transpose(0, 1).reshape(k_slots * n, -1)).view(k_slots, n, -1)
         use_fused = fused.enabled(lm)
         logits = torch.empty(lm.shape, dtype=torch.float32, device=lm.device) if use_fused else lm.float()
-        prev, toks, confs = anchor, [], []
+        prev, toks = anchor, []
         for k in range(self.cfg.max_draft_len):
-            emb = self.markov_head.embed(prev) if self.markov_head is not None else None
-            bias = self.markov_head.bias(emb) if emb is not None else None
+            bias = self.markov_head.bias(self.markov_head.embed(prev)) if self.markov_head is not None else None
             if use_fused:  # add, store float32 and argmax in one pass over the row
                 prev = fused.bias_argmax(lm[k], bias, logits[k])
             else:
                 if bias is not None:
                     logits[k] += bias  # promoted to float32 by the add
                 prev = logits[k].argmax(-1)
-            if self.confidence_head is not None:
-                confs.append(self.confidence_head(z[:, k], emb))
             toks.append(prev)
-        conf = torch.stack(confs, 1) if confs else None
-        return DraftOutput(torch.stack(toks, 1), logits.transpose(0, 1), conf)
+        tokens = torch.stack(toks, 1)
+        conf = None
+        if self.confidence_head is not None:  # all slots at once: draft k's head sees the token before it
+            before = torch.cat([anchor[:, None], tokens[:, :-1]], 1)
+            emb = self.markov_head.embed(before) if self.markov_head is not None else None
+            conf = self.confidence_head(z[:, : tokens.shape[1]], emb)
+        return DraftOutput(tokens, logits.transpose(0, 1), conf)
 
 
 def _copy_module(mod: nn.Module, name: str, device, dtype) -> nn.Module:

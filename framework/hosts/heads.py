@@ -50,7 +50,7 @@ class ConfidenceHead(nn.Module):
         self.proj = nn.Linear(hidden + (rank if with_markov else 0), 1, bias=True)
 
     def forward(self, z: torch.Tensor, prev_emb: Optional[torch.Tensor]) -> torch.Tensor:
-        """``z [N, hidden]`` (final-normed), ``prev_emb [N, r]`` -> ``[N]`` float32 in (0, 1)."""
+        """``z [..., hidden]`` (final-normed), ``prev_emb [..., r]`` -> ``[...]`` float32 in (0, 1)."""
         if self.with_markov:
             z = torch.cat([z, prev_emb.to(z.dtype)], dim=-1)
         return torch.sigmoid(self.proj(z).float()).squeeze(-1)
