@@ -26,6 +26,7 @@ import torch
 
 
 import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
+import read_ceiling  # noqa: E402
 from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, choose_config, tma_fits, triton_window_block  # noqa: E402
 
@@ -253,6 +254,7 @@ def main():
 
     gpu = torch.cuda.get_device_name()
     copy_tbs = copy_bandwidth()
+    emit(dict(read_ceiling.ceilings(bench_graph), what="read-only streams: 2 GiB once (HBM), 16 MiB x 64 (L2)"))
     one = torch.zeros(1, device="cuda")
     launch_us = bench_graph(lambda: one.add_(1.0)) * 1e3  # the timing method's floor: one tiny kernel
     emit({"launch_floor_us": launch_us, "what": "CUDA-graph replay of one 1-element kernel, L2 flushed"})

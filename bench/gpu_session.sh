@@ -2,7 +2,7 @@
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
 # installed (the lent H200): the package is mapped by symlinks into a scratch site dir.
 # Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-gpu, variants,
-# attention, draft-profile, draft
+# attention, attention-triton, ceiling, ncu, draft-profile, draft
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +25,15 @@ for step in "$@"; do
               tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;
     attention) timeout 500 python3 bench/attention.py --log "$OUT/attention.jsonl" > "$OUT/attention.txt" 2>&1
                tail -20 "$OUT/attention.txt" ;;
+    ceiling) timeout 120 python3 bench/read_ceiling.py 2>&1 | tail -3 ;;
+    attention-triton) timeout 300 python3 bench/attention.py --only-triton --no-flex --batches "${BATCHES:-1,64,256}" \
+                        --log "$OUT/attention_triton.jsonl" > "$OUT/attention_triton.txt" 2>&1
+                      grep -E 'TBps"|kernel_us' "$OUT/attention_triton.txt" | head -3; tail -8 "$OUT/attention_triton.txt" ;;
+    ncu) if command -v ncu > /dev/null; then
+           timeout 300 ncu --kernel-name regex:_attn_kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+             --section MemoryWorkloadAnalysis python3 bench/attention.py --only-triton --no-flex --batches 64 \
+             > "$OUT/ncu.txt" 2>&1; grep -v '^{' "$OUT/ncu.txt" | tail -60
+         else echo "no ncu on this machine"; ls /usr/local/cuda*/bin 2>/dev/null | head; fi ;;
     draft-profile) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-64} --profile \
                      > "$OUT/draft_profile.txt" 2>&1; tail -40 "$OUT/draft_profile.txt" ;;
     draft) timeout 400 python3 bench/draft_step.py --iters ${DRAFT_ITERS:-20} > "$OUT/draft.txt" 2>&1
