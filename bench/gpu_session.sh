@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
 # installed (the lent H200): the package is mapped by symlinks into a scratch site dir.
-# Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-gpu, variants,
+# Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
 # attention, attention-triton, ceiling, ncu, draft-profile, draft
 set -u
 OUT=${1:?out dir}; shift
@@ -19,6 +19,8 @@ for step in "$@"; do
                     -k "${KSEL:-minimax or cuda_graph}" 2>&1 | tail -15 ;;
     tests-core) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
                   tests/test_fused_host_kernels.py tests/test_host.py 2>&1 | tail -25 ;;
+    tests-host) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_fused_host_kernels.py \
+                  tests/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
     variants) timeout 400 python3 bench/attention.py --variants --only-triton --no-flex \
                 --batches "${BATCHES:-1,16,64,256}" --log "$OUT/variants.jsonl" > "$OUT/variants.txt" 2>&1
