@@ -235,14 +235,13 @@ class DFlashDraftModel(nn.Module):
         use_fused = fused.enabled(lm)
         logits = torch.empty(lm.shape, dtype=torch.float32, device=lm.device) if use_fused else lm.float()
         prev, toks = anchor, []
-        w2 = self.markov_head.markov_w2.weight if self.markov_head is not None else None
         for k in range(self.cfg.max_draft_len):
-            emb = self.markov_head.embed(prev) if self.markov_head is not None else None
-            if use_fused:  # Markov bias GEMM, add, float32 store and argmax in one kernel
-                prev = fused.head_argmax(lm[k], logits[k], emb, w2)
+            bias = self.markov_head.bias(self.markov_head.embed(prev)) if self.markov_head is not None else None
+            if use_fused:  # add, store float32 and argmax in one pass over the row
+                prev = fused.bias_argmax(lm[k], bias, logits[k])
             else:
-                if emb is not None:
-                    logits[k] += self.markov_head.bias(emb)  # promoted to float32 by the add
+                if bias is not None:
+                    logits[k] += bias  # promoted to float32 by the add
                 prev = logits[k].argmax(-1)
             toks.append(prev)
         tokens = torch.stack(toks, 1)

@@ -2,10 +2,8 @@
 
 Each function computes exactly what the eager modules of :mod:`.modules` compute (same
 float32 math, same rounding to the input dtype at the same points) in one kernel instead of
-five to ten: RMSNorm, per-head RMSNorm followed by partial NeoX RoPE, the gated MLP
-activation, and a draft slot's head (the Markov bias GEMM, accumulated in float32 in another
-order than cuBLAS and rounded where it rounds, the add, the float32 logits and the argmax).
-:func:`enabled` says whether the host uses them: CUDA tensors, Triton present,
+five to ten: RMSNorm, per-head RMSNorm followed by partial NeoX RoPE, and the gated MLP
+activation. :func:`enabled` says whether the host uses them: CUDA tensors, Triton present,
 and ``DRAFTSMITH_FUSED`` not ``0``. On CPU tensors they run only through Triton's
 interpreter (tests); the host keeps its eager code there.
 """
@@ -109,45 +107,22 @@ def _gated_act_kernel(g_ptr, u_ptr, out_ptr, numel, cols, s_g, s_u, alpha, limit
     tl.store(out_ptr + i, a.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def _head_argmax_kernel(lm_ptr, e_ptr, w_ptr, out_ptr, pmax_ptr, pidx_ptr, N, V, R, NB, s_lm, s_e, s_w, s_o,
-                        MARKOV: tl.constexpr, F32_DOT: tl.constexpr,
-                        BN: tl.constexpr, BV: tl.constexpr, BR: tl.constexpr):
-    """Rows ``nb * BN ..``, vocab columns ``vb * BV ..`` of one draft slot's head:
-    ``out = float(lm) + float(bias)`` (float32, stored) with ``bias = e @ w2^T`` accumulated in
-    float32 and rounded to the weights' dtype, as the eager Markov head's GEMM does; then each
-    row's maximum over the block and its first index (``pmax``/``pidx [N, NB]``)."""
-    nb = tl.program_id(0)  # fastest: the row blocks of one vocab tile share its w2 rows in L2
+def _bias_argmax_kernel(lm_ptr, bias_ptr, out_ptr, pmax_ptr, pidx_ptr, V, NB, s_lm, s_b, s_o,
+                        HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """Row ``n``, vocab block ``vb``: ``out = float(lm) + float(bias)`` (float32, stored), and
+    the block's maximum and its first index (``pmax``/``pidx [N, NB]``)."""
+    n = tl.program_id(0).to(tl.int64)
     vb = tl.program_id(1)
-    rows = (nb * BN + tl.arange(0, BN)).to(tl.int64)
-    cols = (vb * BV + tl.arange(0, BV)).to(tl.int64)
-    r_ok = rows < N
-    c_ok = cols < V
-    ok = r_ok[:, None] & c_ok[None, :]
-    x = tl.load(lm_ptr + rows[:, None] * s_lm + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-    if MARKOV:
-        acc = tl.zeros([BN, BV], dtype=tl.float32)
-        for k0 in range(0, R, BR):
-            ks = k0 + tl.arange(0, BR)
-            k_ok = ks < R
-            e = tl.load(e_ptr + rows[:, None] * s_e + ks[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(w_ptr + cols[:, None] * s_w + ks[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
-            if F32_DOT:
-                acc = tl.dot(e.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(e, tl.trans(w), acc)
-        if w_ptr.dtype.element_ty == tl.bfloat16:
-            # round to nearest even by hand: Triton's interpreter truncates float32 -> bfloat16
-            bits = acc.to(tl.uint32, bitcast=True)
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-            acc = bits.to(tl.float32, bitcast=True)
-        else:
-            acc = acc.to(w_ptr.dtype.element_ty).to(tl.float32)
-        x = x + acc
-    tl.store(out_ptr + rows[:, None] * s_o + cols[None, :], x, mask=ok)
-    x = tl.where(c_ok[None, :], x, float("-inf"))
-    m, i = tl.max(x, 1, return_indices=True, return_indices_tie_break_left=True)
-    tl.store(pmax_ptr + rows * NB + vb, m, mask=r_ok)
-    tl.store(pidx_ptr + rows * NB + vb, vb.to(tl.int64) * BV + i.to(tl.int64), mask=r_ok)
+    cols = vb * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < V
+    x = tl.load(lm_ptr + n * s_lm + cols, mask=ok, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x = x + tl.load(bias_ptr + n * s_b + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + n * s_o + cols, x, mask=ok)
+    x = tl.where(ok, x, float("-inf"))
+    m, i = tl.max(x, 0, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(pmax_ptr + n * NB + vb, m)
+    tl.store(pidx_ptr + n * NB + vb, vb.to(tl.int64) * BLOCK + i.to(tl.int64))
 
 
 def _check(x: torch.Tensor) -> None:
@@ -222,34 +197,25 @@ def gated_act(g: torch.Tensor, u: torch.Tensor, kind: str, alpha: float, limit: 
     return out.view(g.shape)
 
 
-def head_argmax(lm: torch.Tensor, out: torch.Tensor, emb=None, w2=None) -> torch.Tensor:
-    """One draft slot's head in one kernel: ``out[:] = float(lm) + float(w2 @ emb)`` (the Markov
-    bias, rounded to ``w2.dtype`` as the eager head's GEMM rounds it; none when ``emb`` is
-    ``None``) and the first index of each row's maximum.
-
-    ``lm [N, V]`` (any float dtype), ``emb [N, r]``, ``w2 [V, r]``, ``out [N, V]`` float32; unit
-    column strides. Returns ``[N]`` int64 (``torch.argmax``'s choice for finite rows).
-    """
+def bias_argmax(lm: torch.Tensor, bias, out: torch.Tensor) -> torch.Tensor:
+    """One draft slot's head: ``out[:] = float(lm) + float(bias)`` (``bias`` may be ``None``)
+    and the first index of each row's maximum. ``lm``, ``bias`` ``[N, V]`` (any float dtype,
+    unit column stride), ``out`` ``[N, V]`` float32. Returns ``[N]`` int64 (``torch.argmax``'s
+    choice for finite rows)."""
     _check(lm)
     n, v = lm.shape
-    markov = emb is not None
-    if out.dtype != torch.float32 or out.shape != lm.shape:
-        raise ValueError("head_argmax: lm [N, V]; out [N, V] float32")
-    if markov and (w2 is None or emb.shape[0] != n or w2.shape != (v, emb.shape[1]) or emb.dtype != w2.dtype):
-        raise ValueError("head_argmax: emb [N, r] and w2 [V, r] of one dtype")
-    for name, t in (("lm", lm), ("emb", emb), ("w2", w2), ("out", out)):
+    if out.dtype != torch.float32 or out.shape != lm.shape or (bias is not None and bias.shape != lm.shape):
+        raise ValueError("bias_argmax: lm, bias [N, V]; out [N, V] float32")
+    for name, t in (("lm", lm), ("bias", bias), ("out", out)):
         if t is not None and t.stride(-1) != 1:
-            raise ValueError(f"head_argmax: {name} needs a unit column stride")
-    bn, bv = min(64, max(16, next_pow2(n))), 128
-    nb = triton.cdiv(v, bv)
+            raise ValueError(f"bias_argmax: {name} needs a unit column stride")
+    block = 4096
+    nb = triton.cdiv(v, block)
     pmax = torch.empty((n, nb), dtype=torch.float32, device=lm.device)
     pidx = torch.empty((n, nb), dtype=torch.int64, device=lm.device)
     if n:
-        e, w = (emb, w2) if markov else (lm, lm)
-        r = emb.shape[1] if markov else 1
-        (kern,) = jitted(_head_argmax_kernel)
-        kern[(triton.cdiv(n, bn), nb)](
-            lm, e, w, out, pmax, pidx, n, v, r, nb, lm.stride(0), e.stride(0), w.stride(0), out.stride(0),
-            MARKOV=markov, F32_DOT=not lm.is_cuda or w.dtype == torch.float32,
-            BN=bn, BV=bv, BR=min(64, max(16, next_pow2(r))), num_warps=8)
+        b = bias if bias is not None else lm
+        (kern,) = jitted(_bias_argmax_kernel)
+        kern[(n, nb)](lm, b, out, pmax, pidx, v, nb, lm.stride(0), b.stride(0), out.stride(0),
+                      HAS_BIAS=bias is not None, BLOCK=block, num_warps=8)
     return pidx.gather(1, pmax.argmax(1, keepdim=True)).squeeze(1)
