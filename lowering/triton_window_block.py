@@ -11,12 +11,9 @@ How it computes it:
   context is read once per KV head, not once per query head.
 - Context keys are read from the paged ring cache through the block table: token ``t`` at
   page ``block_table[n, (t // P) % R]``, slot ``t % P``. Only keys the mask can reach are
-  used: ``max(0, C - (W - 1)) .. C - 1`` for a window ``W`` (the lowest window bound over the
-  block's queries; never a recycled ring slot), ``0 .. C - 1`` for full attention. Gathered
-  tiles load only those keys; TMA tiles (Hopper) load whole 64-key tile slots of the pages
-  holding them and give the others no weight, with their V rows zeroed (whatever they hold,
-  NaN included). The block's own keys come from ``k_blk``/``v_blk`` and are masked per
-  (query, key) pair.
+  read: ``max(0, C - (W - 1)) .. C - 1`` for a window ``W`` (the lowest window bound over the
+  block's queries; never a recycled ring slot), ``0 .. C - 1`` for full attention. The
+  block's own keys come from ``k_blk``/``v_blk`` and are masked per (query, key) pair.
 - Online softmax in float32 with base-2 exponentials (scores pre-multiplied by
   ``scale * log2(e)``). LSE is returned in natural log.
 - Split-KV: the context range of each sequence is cut into ``S`` equal chunks (``S`` picked
@@ -83,10 +80,9 @@ def _attn_kernel(
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units.
 
-    ``TMA``: all tiles are loaded through the tensor descriptors ``k_desc``/``v_desc`` (pages
-    viewed as ``[pages * P, Hkv * D]``, box ``[BLOCK_N, D]``; needs ``BLOCK_N <= P`` and ``D`` a
-    power of 2) in one pipelined loop, edge tiles masked in registers; otherwise by gathered
-    pointer loads in three loops (masked leading tiles, unmasked interior, masked tail).
+    ``TMA``: interior tiles are loaded through the tensor descriptors ``k_desc``/``v_desc``
+    (pages viewed as ``[pages * P, Hkv * D]``, box ``[BLOCK_N, D]``; needs ``BLOCK_N <= P`` and
+    ``D`` a power of 2); otherwise, and always for edge tiles, by gathered pointer loads.
     ``WS``: ask Triton to warp-specialize the key loop (no effect measured on an H200).
     """
     pid = tl.program_id(0)
@@ -112,8 +108,92 @@ def _attn_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
 
-    # The block's own keys, once per sequence: the last split takes them, first (their loads
-    # overlap the q and ctx loads; the online softmax does not depend on the order).
+    # Context keys this sequence's block can reach, cut into NUM_SPLITS chunks.
+    if WINDOWED:
+        start = tl.maximum(ctx - W_M1, 0)
+        lo_bound = ctx + j - W_M1  # per row: lowest key position allowed
+    else:
+        start = ctx * 0
+        lo_bound = j * 0
+    # Tiles start on multiples of BLOCK_N (so, with BLOCK_N <= P, inside one page); keys
+    # of the first tile below ``start`` are masked and never loaded.
+    start_al = (start // BLOCK_N) * BLOCK_N
+    span = ctx - start_al
+    chunk = tl.cdiv(tl.cdiv(span, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = start_al + split * chunk
+    hi = tl.minimum(ctx, lo + chunk)
+
+    bt_row = bt_ptr + n64 * s_btn
+    kv_h_k = kvh.to(tl.int64) * s_kph
+    kv_h_v = kvh.to(tl.int64) * s_vph
+    # Three phases of tiles: 0 = leading tiles a window's lower edge can cut (masked),
+    # 1 = interior tiles (no mask, unpredicated loads), 2 = the trailing partial tile.
+    n_keys = tl.maximum(hi - lo, 0)
+    n_tiles = tl.cdiv(n_keys, BLOCK_N)
+    n_full = n_keys // BLOCK_N
+    if WINDOWED:
+        n_pre = tl.minimum(tl.maximum(tl.cdiv(ctx + B - 1 - W_M1 - lo, BLOCK_N), 0), n_tiles)
+    else:
+        n_pre = n_tiles * 0
+    mid_end = tl.maximum(n_pre, n_full)
+    for phase in tl.static_range(3):
+        if phase == 0:
+            first = n_pre * 0
+            last = n_pre
+        elif phase == 1:
+            first = n_pre
+            last = mid_end
+        else:
+            first = mid_end
+            last = n_tiles
+        for i in tl.range(first, last, warp_specialize=WS):
+            t0 = lo + i * BLOCK_N
+            t = t0 + tl.arange(0, BLOCK_N)
+            if phase == 1 and TMA:  # one page holds the whole tile: two descriptor loads
+                row0 = tl.load(bt_row + (t0 // PAGE) % R) * PAGE + t0 % PAGE
+                k = k_desc.load([row0, kvh * D])
+                v = v_desc.load([row0, kvh * D])
+            else:  # gathered: each key's page from the block table
+                if phase == 1:
+                    page = tl.load(bt_row + (t // PAGE) % R).to(tl.int64)
+                else:
+                    t_ok = (t >= start) & (t < hi)
+                    page = tl.load(bt_row + (t // PAGE) % R, mask=t_ok, other=0).to(tl.int64)
+                slot = (t % PAGE).to(tl.int64)
+                k_ptrs = kp_ptr + (page * s_kpp + slot * s_kpt + kv_h_k)[:, None] + dim[None, :]
+                v_ptrs = vp_ptr + (page * s_vpp + slot * s_vpt + kv_h_v)[:, None] + dim[None, :]
+                if phase == 1 and EVEN_D:
+                    k = tl.load(k_ptrs)
+                    v = tl.load(v_ptrs)
+                elif phase == 1:
+                    k = tl.load(k_ptrs, mask=dim_ok[None, :], other=0.0)
+                    v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
+                else:
+                    ld_mask = t_ok[:, None] & dim_ok[None, :]
+                    k = tl.load(k_ptrs, mask=ld_mask, other=0.0)
+                    v = tl.load(v_ptrs, mask=ld_mask, other=0.0)
+            if F32_DOT:
+                qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+            else:
+                qk = tl.dot(q, tl.trans(k))
+            qk = qk * qk_scale
+            if phase != 1:
+                allowed = t_ok[None, :]
+                if WINDOWED:
+                    allowed = allowed & (t[None, :] >= lo_bound[:, None])
+                qk = tl.where(allowed, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.math.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            p = tl.math.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+            if F32_DOT:
+                acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(p.to(v.dtype), v, acc)
+
+    # The block's own keys, once per sequence: the last split takes them.
     if split == NUM_SPLITS - 1:
         jb = tl.arange(0, BLOCK_B)
         jb_ok = jb < B
@@ -144,119 +224,6 @@ def _attn_kernel(
         else:
             acc = tl.dot(p.to(vb.dtype), vb, acc)
         m_i = m_new
-
-    # Context keys this sequence's block can reach, cut into NUM_SPLITS chunks.
-    if WINDOWED:
-        start = tl.maximum(ctx - W_M1, 0)
-        lo_bound = ctx + j - W_M1  # per row: lowest key position allowed
-    else:
-        start = ctx * 0
-        lo_bound = j * 0
-    # Tiles start on multiples of BLOCK_N (so, with BLOCK_N <= P, inside one page); keys
-    # of the first tile below ``start`` are masked (gathered tiles never load them).
-    start_al = (start // BLOCK_N) * BLOCK_N
-    span = ctx - start_al
-    chunk = tl.cdiv(tl.cdiv(span, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = start_al + split * chunk
-    hi = tl.minimum(ctx, lo + chunk)
-
-    bt_row = bt_ptr + n64 * s_btn
-    kv_h_k = kvh.to(tl.int64) * s_kph
-    kv_h_v = kvh.to(tl.int64) * s_vph
-    # Three phases of tiles: 0 = leading tiles a window's lower edge can cut (masked),
-    # 1 = interior tiles (no mask, unpredicated loads), 2 = the trailing partial tile.
-    n_keys = tl.maximum(hi - lo, 0)
-    n_tiles = tl.cdiv(n_keys, BLOCK_N)
-    n_full = n_keys // BLOCK_N
-    if WINDOWED:
-        n_pre = tl.minimum(tl.maximum(tl.cdiv(ctx + B - 1 - W_M1 - lo, BLOCK_N), 0), n_tiles)
-    else:
-        n_pre = n_tiles * 0
-    mid_end = tl.maximum(n_pre, n_full)
-    if TMA:
-        # One pipelined loop of descriptor loads. Edge tiles (phases 0 and 2) are loaded whole:
-        # they lie in one page of the sequence's ring, so the load stays inside the pool; keys
-        # outside [start, hi) get no weight and their V rows are zeroed (whatever they hold).
-        for i in tl.range(0, n_tiles, warp_specialize=WS):
-            t0 = lo + i * BLOCK_N
-            row0 = tl.load(bt_row + (t0 // PAGE) % R) * PAGE + t0 % PAGE
-            k = k_desc.load([row0, kvh * D])
-            v = v_desc.load([row0, kvh * D])
-            if F32_DOT:
-                qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
-            else:
-                qk = tl.dot(q, tl.trans(k))
-            qk = qk * qk_scale
-            if (i < n_pre) | (i >= mid_end):
-                t = t0 + tl.arange(0, BLOCK_N)
-                t_ok = (t >= start) & (t < hi)
-                allowed = t_ok[None, :]
-                if WINDOWED:
-                    allowed = allowed & (t[None, :] >= lo_bound[:, None])
-                qk = tl.where(allowed, qk, float("-inf"))
-                v = tl.where(t_ok[:, None], v, 0.0)
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.math.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            p = tl.math.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
-            if F32_DOT:
-                acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(p.to(v.dtype), v, acc)
-    for phase in tl.static_range(0 if TMA else 3):
-        if phase == 0:
-            first = n_pre * 0
-            last = n_pre
-        elif phase == 1:
-            first = n_pre
-            last = mid_end
-        else:
-            first = mid_end
-            last = n_tiles
-        for i in tl.range(first, last, warp_specialize=WS):
-            t0 = lo + i * BLOCK_N
-            t = t0 + tl.arange(0, BLOCK_N)
-            # gathered: each key's page from the block table
-            if phase == 1:
-                page = tl.load(bt_row + (t // PAGE) % R).to(tl.int64)
-            else:
-                t_ok = (t >= start) & (t < hi)
-                page = tl.load(bt_row + (t // PAGE) % R, mask=t_ok, other=0).to(tl.int64)
-            slot = (t % PAGE).to(tl.int64)
-            k_ptrs = kp_ptr + (page * s_kpp + slot * s_kpt + kv_h_k)[:, None] + dim[None, :]
-            v_ptrs = vp_ptr + (page * s_vpp + slot * s_vpt + kv_h_v)[:, None] + dim[None, :]
-            if phase == 1 and EVEN_D:
-                k = tl.load(k_ptrs)
-                v = tl.load(v_ptrs)
-            elif phase == 1:
-                k = tl.load(k_ptrs, mask=dim_ok[None, :], other=0.0)
-                v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
-            else:
-                ld_mask = t_ok[:, None] & dim_ok[None, :]
-                k = tl.load(k_ptrs, mask=ld_mask, other=0.0)
-                v = tl.load(v_ptrs, mask=ld_mask, other=0.0)
-            if F32_DOT:
-                qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
-            else:
-                qk = tl.dot(q, tl.trans(k))
-            qk = qk * qk_scale
-            if phase != 1:
-                allowed = t_ok[None, :]
-                if WINDOWED:
-                    allowed = allowed & (t[None, :] >= lo_bound[:, None])
-                qk = tl.where(allowed, qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.math.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            p = tl.math.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
-            if F32_DOT:
-                acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(p.to(v.dtype), v, acc)
 
     has = l_i > 0.0
     l_safe = tl.where(has, l_i, 1.0)
@@ -515,7 +482,7 @@ register_lowering(LoweringInfo(
     fn=triton_window_block,
     description=(
         "One Triton kernel: all B block queries x G query heads of a KV head packed in one tile, "
-        "context K/V read once from the paged ring cache (only the tiles the mask reaches), "
+        "context K/V read once from the paged ring cache (only keys the mask reaches), "
         "exact section-2 mask, fp32 online softmax, split-KV with an LSE merge; CUDA-graph safe."
     ),
     devices=("cpu", "sm90", "sm100"),
