@@ -1,4 +1,5 @@
-"""Test helpers of their own: a float64 attention oracle and a ring-paged cache builder.
+"""Test helpers of their own: float64 oracles (block attention; one whole draft step) and a
+ring-paged cache builder.
 
 Nothing here calls lowering code except constructing the contract's :class:`PagedKV`.
 """
@@ -88,3 +89,100 @@ def make_case(seed: int, ctx_lens, b: int, hq: int, hkv: int, d: int, page_size:
     ring = ring_pages_for(window, page_size, max(ctx_lens))
     cache = paged_cache(ctx_k, ctx_v, page_size, ring, gen)
     return dict(q=q, k_blk=k_blk, v_blk=v_blk, ctx_k=ctx_k, ctx_v=ctx_v, cache=cache)
+
+
+def dspark_heads(config: dict) -> dict:
+    """The config's DSpark heads; a plain DFlash config (no ``dspark_config``) has none and
+    drafts ``B-1`` tokens (slot 0 is only the anchor)."""
+    return config.get("dspark_config") or {"markov_rank": 0, "enable_confidence_head": False,
+                                           "confidence_head_with_markov": False, "sample_from_anchor": False}
+
+
+def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: int, ctx_start: int = 0):
+    """One greedy draft step of one sequence in float64, straight from the reference text.
+
+    ``w``: the drafter's tensors by converted name; ``tgt``: the target's
+    ``model.embed_tokens.weight`` and ``lm_head.weight``. ``hidden [T, n*TGT_H]`` are the target states at positions ``ctx_start..C-1`` (positions
+    before ``ctx_start`` must be invisible to every layer). Returns (tokens [K], logits [K, V],
+    conf [K] or None).
+    """
+    f = lambda t: t.double()  # noqa: E731
+    w = {k: f(v) for k, v in w.items()}
+    ds, norms = dspark_heads(config), config["draftsmith"]["norms"]
+    HQ, HKV, D = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    eps, theta, rot = config["rms_norm_eps"], config["rope_theta"], config["rotary_dim"]
+
+    def norm(x, wt, kind):
+        r = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+        return r * (1 + wt) if norms[kind] == "gemma" else r * wt
+
+    def rope(x, pos):  # x [T, H, D]
+        half = rot // 2
+        inv = theta ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
+        ang = pos.double()[:, None] * inv[None, :]
+        cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+        x1, x2 = x[..., :half], x[..., half:rot]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., rot:]], -1)
+
+    def mlp(y, p):
+        g, u = y @ w[p + "gate_proj.weight"].T, y @ w[p + "up_proj.weight"].T
+        if config["hidden_act"] == "silu":
+            a = g * torch.sigmoid(g) * u
+        else:
+            lim, al = config["swiglu_limit"], config["swiglu_alpha"]
+            g, u = g.clamp(max=lim), u.clamp(-lim, lim)
+            a = g * torch.sigmoid(al * g) * (u + 1)
+        return a @ w[p + "down_proj.weight"].T
+
+    b = config["dflash_config"]["block_size"]
+    t = hidden.shape[0]
+    c_len = ctx_start + t
+    c = norm(f(hidden) @ w["fc.weight"].T, w["hidden_norm.weight"], "hidden_norm")
+    emb, head = f(tgt["model.embed_tokens.weight"]), f(tgt["lm_head.weight"])
+    x = emb[torch.tensor([anchor] + [config["dflash_config"]["mask_token_id"]] * (b - 1))]
+    pc, pb = torch.arange(ctx_start, c_len), torch.arange(c_len, c_len + b)
+    kpos = torch.cat([pc, pb])
+    for i, lay in enumerate(config["draftsmith"]["layers"]):
+        p = f"layers.{i}."
+        a_ = p + "self_attn."
+        y = norm(x, w[p + "input_layernorm.weight"], "input_layernorm")
+        q = rope(norm((y @ w[a_ + "q_proj.weight"].T).view(b, HQ, D), w[a_ + "q_norm.weight"], "q_norm"), pb)
+        kc = rope(norm((c @ w[a_ + "k_proj.weight"].T).view(t, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pc)
+        kb = rope(norm((y @ w[a_ + "k_proj.weight"].T).view(b, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pb)
+        vc = (c @ w[a_ + "v_proj.weight"].T).view(t, HKV, D)
+        vb = (y @ w[a_ + "v_proj.weight"].T).view(b, HKV, D)
+        k, v = torch.cat([kc, kb]), torch.cat([vc, vb])
+        qp, kp = pb[:, None], kpos[None, :]
+        ok = torch.ones(b, len(kpos), dtype=torch.bool)
+        if lay["causal"]:
+            ok &= kp <= qp
+        if lay["window"] is not None:
+            ok &= (qp - kp).abs() <= lay["window"] - 1
+            assert ctx_start == 0 or ctx_start <= c_len - (lay["window"] - 1), "reference context too short"
+        else:
+            assert ctx_start == 0, "a full layer needs the whole context"
+        heads = []
+        for h in range(HQ):
+            kv = h // (HQ // HKV)
+            s = (q[:, h] @ k[:, kv].T) / math.sqrt(D)
+            s = s.masked_fill(~ok, float("-inf"))
+            heads.append(torch.softmax(s, -1) @ v[:, kv])
+        x = x + torch.stack(heads, 1).reshape(b, HQ * D) @ w[a_ + "o_proj.weight"].T
+        x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm"), p + "mlp.")
+    z = norm(x, w["norm.weight"], "norm")
+    logits = z @ head.T
+    first = 0 if ds["sample_from_anchor"] else 1
+    prev, toks, rows, confs = anchor, [], [], []
+    for j in range(first, b):
+        l = logits[j].clone()
+        if ds["markov_rank"]:
+            l += w["markov_head.markov_w2.weight"] @ w["markov_head.markov_w1.weight"][prev]
+        if ds["enable_confidence_head"]:
+            feat = z[j]
+            if ds["confidence_head_with_markov"]:
+                feat = torch.cat([feat, w["markov_head.markov_w1.weight"][prev]])
+            confs.append(torch.sigmoid(w["confidence_head.proj.weight"][0] @ feat + w["confidence_head.proj.bias"][0]))
+        prev = int(l.argmax())
+        toks.append(prev)
+        rows.append(l)
+    return torch.tensor(toks), torch.stack(rows), (torch.stack(confs) if confs else None)
