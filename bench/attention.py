@@ -48,6 +48,14 @@ def bench(fn, rep=100, warmup=25):
 _FLUSH = None
 
 
+def flush_l2():
+    """Evict the L2 (a 256 MiB memset on a buffer made once)."""
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    _FLUSH.zero_()
+
+
 def bench_graph(fn, reps=60):
     """Median milliseconds of one replay of ``fn`` captured in a CUDA graph, L2 flushed
     (a 256 MiB memset) before each replay, device events around the replay only.
@@ -55,9 +63,7 @@ def bench_graph(fn, reps=60):
     Removes the Python launch cost that dominates small batches (a drafter step runs in a
     graph when served). Returns ``None`` if ``fn`` cannot be captured.
     """
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    flush_l2()
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -74,7 +80,7 @@ def bench_graph(fn, reps=60):
     graph.replay()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for start, end in events:
-        _FLUSH.zero_()
+        flush_l2()
         start.record()
         graph.replay()
         end.record()
@@ -92,10 +98,6 @@ def kernel_us(fn, calls=20, per_kernel=False):
     """
     from torch.profiler import ProfilerActivity, profile
 
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-
     def device_us(work):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             work()
@@ -104,11 +106,11 @@ def kernel_us(fn, calls=20, per_kernel=False):
 
     fn()
     torch.cuda.synchronize()
-    flush_names = set(device_us(lambda: _FLUSH.zero_()))
+    flush_names = set(device_us(flush_l2))
 
     def calls_with_flush():
         for _ in range(calls):
-            _FLUSH.zero_()
+            flush_l2()
             fn()
 
     times = {k: t / calls for k, t in device_us(calls_with_flush).items() if k not in flush_names and t > 0}
