@@ -133,13 +133,19 @@ def copy_bandwidth():
     return 2 * x.numel() * 2 / (ms * 1e-3) / 1e12
 
 
-def make_inputs(n, ctx, seed=0):
+def make_inputs(n, ctx, seed=0, layout="nhd"):
+    """``layout``: page storage ``nhd`` = ``[pages, P, Hkv, D]``, ``hnd`` = ``[pages, Hkv, P, D]``
+    (TensorRT-LLM's per-block layout), passed as its ``[pages, P, Hkv, D]`` view."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     ring = math.ceil((W - 1) / PAGE) + 1
     total = n * ring
     kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-    k_pages = torch.randn(total, PAGE, HKV, D, **kw)
-    v_pages = torch.randn(total, PAGE, HKV, D, **kw)
+    if layout == "hnd":
+        k_pages = torch.randn(total, HKV, PAGE, D, **kw).transpose(1, 2)
+        v_pages = torch.randn(total, HKV, PAGE, D, **kw).transpose(1, 2)
+    else:
+        k_pages = torch.randn(total, PAGE, HKV, D, **kw)
+        v_pages = torch.randn(total, PAGE, HKV, D, **kw)
     bt = torch.randperm(total, device="cuda", generator=g).reshape(n, ring).to(torch.int32)
     cache = PagedKV(k_pages, v_pages, bt, torch.full((n,), ctx, dtype=torch.int32, device="cuda"))
     q = torch.randn(n, B, HQ, D, **kw)
@@ -241,7 +247,11 @@ def main():
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--variants", action="store_true",
                     help="time TMA / warp-specialized kernel variants against the default config")
+    ap.add_argument("--trials", default=None,
+                    help="with --variants: a JSON list of Config overrides (on a TMA base) to time instead of the built-in ones")
     ap.add_argument("--only-triton", action="store_true", help="skip the baseline rows")
+    ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd",
+                    help="K/V page storage: [pages, P, Hkv, D] (nhd) or [pages, Hkv, P, D] (hnd)")
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     args = ap.parse_args()
     mask = MaskSpec(causal=False, window=W)
@@ -261,10 +271,11 @@ def main():
     launch_us = bench_graph(lambda: one.add_(1.0)) * 1e3  # the timing method's floor: one tiny kernel
     emit({"launch_floor_us": launch_us, "what": "CUDA-graph replay of one 1-element kernel, L2 flushed"})
     emit({"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
+          "page_layout": args.layout,
           "torch": torch.__version__, "triton": __import__("triton").__version__})
     table = {}
     for n in [int(x) for x in args.batches.split(",")]:
-        q, cache, kb, vb = make_inputs(n, args.ctx, seed=n)
+        q, cache, kb, vb = make_inputs(n, args.ctx, seed=n, layout=args.layout)
         dense = Dense(q, cache, kb, vb, args.ctx)
         ref = dense.pregathered()
         rows = {
@@ -304,11 +315,12 @@ def main():
         if args.sweep:
             sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit)
         if args.variants:
-            variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit)
+            variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit, json.loads(args.trials) if args.trials else None)
         del q, cache, kb, vb, dense, ref
         torch.cuda.empty_cache()
     print_table(table, copy_tbs, gpu, [int(x) for x in args.batches.split(",")])
-    print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us")
+    print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us; "
+          f"K/V pages: {args.layout}")
 
 
 def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
@@ -326,15 +338,19 @@ def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
     emit({"batch": n, "best": best[1].__dict__, "best_us": best[0]})
 
 
-def variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
-    """The default config against TMA tile variants (block_n <= page) and split counts."""
+def variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit, custom=None):
+    """The default config against TMA tile variants (block_n <= page) and split counts, or
+    against ``custom`` (a list of Config overrides on the TMA base)."""
     base = dict(cfg.__dict__, block_n=PAGE, tma=True)
     trials = [dict(cfg.__dict__)]
-    trials += [dict(base, block_n=32, num_stages=ns) for ns in (3, 4, 5, 6)]  # 3-4 programs per SM fit
-    trials += [dict(base, block_m=bm, num_warps=nw, num_stages=ns)
-               for bm, nw in ((64, 4), (128, 8), (128, 4)) for ns in (4, 5, 6)] if n < 64 else []
-    if n <= 16:
-        trials += [dict(base, num_splits=s) for s in ((8, 12, 16) if n == 1 else (1, 2, 3))]
+    if custom is not None:
+        trials += [dict(base, **t) for t in custom]
+    else:
+        trials += [dict(base, block_n=32, num_stages=ns) for ns in (3, 4, 5, 6)]  # 3-4 programs per SM fit
+        trials += [dict(base, block_m=bm, num_warps=nw, num_stages=ns)
+                   for bm, nw in ((64, 4), (128, 8), (128, 4)) for ns in (4, 5, 6)] if n < 64 else []
+        if n <= 16:
+            trials += [dict(base, num_splits=s) for s in ((8, 12, 16) if n == 1 else (1, 2, 3))]
     best = (float("inf"), cfg)
     for t in trials:
         best = min(best, _time_variant(n, Config(**t), q, cache, kb, vb, mask, scale, ref, emit), key=lambda x: x[0])

@@ -23,18 +23,19 @@ for step in "$@"; do
                   tests/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
     variants) timeout 400 python3 bench/attention.py --variants --only-triton --no-flex \
-                --batches "${BATCHES:-1,16,64,256}" --log "$OUT/variants.jsonl" > "$OUT/variants.txt" 2>&1
+                --batches "${BATCHES:-1,16,64,256}" ${TRIALS:+--trials "$TRIALS"} --log "$OUT/variants.jsonl" > "$OUT/variants.txt" 2>&1
               tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;
     attention) timeout 500 python3 bench/attention.py --log "$OUT/attention.jsonl" > "$OUT/attention.txt" 2>&1
                tail -20 "$OUT/attention.txt" ;;
     ceiling) timeout 120 python3 bench/read_ceiling.py 2>&1 | tail -3 ;;
-    attention-triton) timeout 300 python3 bench/attention.py --only-triton --no-flex --batches "${BATCHES:-1,64,256}" \
-                        --log "$OUT/attention_triton.jsonl" > "$OUT/attention_triton.txt" 2>&1
-                      grep -E 'TBps"|kernel_us' "$OUT/attention_triton.txt" | head -3; tail -8 "$OUT/attention_triton.txt" ;;
+    attention-triton) L=${LAYOUT:-nhd}; timeout 300 python3 bench/attention.py --only-triton --no-flex \
+                        --batches "${BATCHES:-1,64,256}" --layout $L --log "$OUT/attention_triton_${L}_$(date +%H%M%S).jsonl" \
+                        >> "$OUT/attention_triton_$L.txt" 2>&1
+                      tail -7 "$OUT/attention_triton_$L.txt" ;;
     ncu) if command -v ncu > /dev/null; then
            timeout 300 ncu --kernel-name regex:_attn_kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
-             --section MemoryWorkloadAnalysis python3 bench/attention.py --only-triton --no-flex --batches 64 \
-             > "$OUT/ncu.txt" 2>&1; grep -v '^{' "$OUT/ncu.txt" | tail -60
+             --section MemoryWorkloadAnalysis ${NCU_MORE:+--section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats} python3 bench/attention.py --only-triton --no-flex --batches 64 \
+             > "$OUT/ncu.txt" 2>&1; grep -v '^{' "$OUT/ncu.txt" | tail -${NCU_LINES:-60}
          else echo "no ncu on this machine"; ls /usr/local/cuda*/bin 2>/dev/null | head; fi ;;
     draft-profile) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-64} --profile \
                      > "$OUT/draft_profile.txt" 2>&1; tail -40 "$OUT/draft_profile.txt" ;;

@@ -71,19 +71,22 @@ def _attn_kernel(
     s_kbn, s_kbb, s_kbh,
     s_vbn, s_vbb, s_vbh,
     s_on, s_ob, s_oh,
-    B, G, HQ, HKV, D, R, W_M1, qk_scale, NUM_SPLITS, NUM_RB,
+    B, G, HQ, HKV, D, R, W_M1, qk_scale, NUM_SPLITS, NUM_RB, TMA_PAGE, TMA_HEAD, TMA_COL,
     PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, F32_DOT: tl.constexpr, EVEN_D: tl.constexpr,
-    TMA: tl.constexpr, WS: tl.constexpr,
+    TMA: tl.constexpr, WS: tl.constexpr, EXP_BF16: tl.constexpr,
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units.
 
-    ``TMA``: interior tiles are loaded through the tensor descriptors ``k_desc``/``v_desc``
-    (pages viewed as ``[pages * P, Hkv * D]``, box ``[BLOCK_N, D]``; needs ``BLOCK_N <= P`` and
-    ``D`` a power of 2); otherwise, and always for edge tiles, by gathered pointer loads.
+    ``TMA``: interior tiles are loaded through the 2-D tensor descriptors ``k_desc``/``v_desc``
+    (box ``[BLOCK_N, D]``; needs ``BLOCK_N <= P`` and ``D`` a power of 2): key ``slot`` of page
+    ``pg``, head ``h`` is row ``pg * TMA_PAGE + h * TMA_HEAD + slot``, column ``h * TMA_COL`` (see
+    :func:`_descriptors`); otherwise, and always for edge tiles, by gathered pointer loads.
     ``WS``: ask Triton to warp-specialize the key loop (no effect measured on an H200).
+    ``EXP_BF16``: context-tile probabilities by ``ex2.approx.ftz.bf16x2`` (two per MUFU op, sm90+;
+    not in the interpreter) instead of float32 ``exp2``.
     """
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -150,9 +153,9 @@ def _attn_kernel(
             t0 = lo + i * BLOCK_N
             t = t0 + tl.arange(0, BLOCK_N)
             if phase == 1 and TMA:  # one page holds the whole tile: two descriptor loads
-                row0 = tl.load(bt_row + (t0 // PAGE) % R) * PAGE + t0 % PAGE
-                k = k_desc.load([row0, kvh * D])
-                v = v_desc.load([row0, kvh * D])
+                row0 = tl.load(bt_row + (t0 // PAGE) % R) * TMA_PAGE + kvh * TMA_HEAD + t0 % PAGE
+                k = k_desc.load([row0, kvh * TMA_COL])
+                v = v_desc.load([row0, kvh * TMA_COL])
             else:  # gathered: each key's page from the block table
                 if phase == 1:
                     page = tl.load(bt_row + (t // PAGE) % R).to(tl.int64)
@@ -185,11 +188,17 @@ def _attn_kernel(
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.math.exp2(m_i - m_new)
             acc = acc * alpha[:, None]
-            p = tl.math.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
+            if EXP_BF16:
+                p = tl.inline_asm_elementwise("ex2.approx.ftz.bf16x2 $0, $1;", "=r,r",
+                                              [(qk - m_new[:, None]).to(tl.bfloat16)],
+                                              dtype=tl.bfloat16, is_pure=True, pack=2)
+                l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+            else:
+                p = tl.math.exp2(qk - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
             if F32_DOT:
-                acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
+                acc = tl.dot(p.to(tl.float32), v.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(p.to(v.dtype), v, acc)
 
@@ -296,6 +305,7 @@ class Config:
     num_stages: int
     tma: bool = False  # interior tiles through tensor descriptors (needs block_n <= P, D a power of 2)
     warp_specialize: bool = False  # Triton's warp specialization of the key loop
+    exp_bf16: bool = False  # packed bf16 exp2 for context tiles (GPU only; an experiment)
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -353,13 +363,26 @@ def choose_config(
     return Config(block_m, block_n, max(1, num_splits), num_warps, num_stages, tma=tma_ok)
 
 
+def page_layout(pages: torch.Tensor) -> Optional[str]:
+    """``"nhd"`` when ``pages [num_pages, P, Hkv, D]`` is contiguous, ``"hnd"`` when it is a
+    ``permute(0, 2, 1, 3)`` view of a contiguous ``[num_pages, Hkv, P, D]`` (TensorRT-LLM's
+    per-block layout: each head's page is one contiguous run), else None."""
+    if pages.is_contiguous():
+        return "nhd"
+    if pages.permute(0, 2, 1, 3).is_contiguous():
+        return "hnd"
+    return None
+
+
 def tma_fits(q: torch.Tensor, cache: PagedKV) -> bool:
     """Tensor-descriptor (TMA) tiles of 64 keys apply: a Hopper-or-newer GPU, a power-of-2
-    head dim of at most 128, pages of at least 64 tokens, contiguous page tensors."""
+    head dim of at most 128, pages of at least 64 tokens, K and V pages both in one
+    :func:`page_layout`."""
     kp, vp = cache.k_pages, cache.v_pages
     d = q.shape[-1]
     return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9 and d == next_pow2(d)
-            and 16 <= d <= 128 and kp.shape[1] >= 64 and kp.is_contiguous() and vp.is_contiguous())
+            and 16 <= d <= 128 and kp.shape[1] >= 64 and page_layout(kp) is not None
+            and page_layout(kp) == page_layout(vp))
 
 
 # --------------------------------------------------------------------------------------
@@ -394,19 +417,29 @@ def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
 
 
 def _descriptors(kp, vp, cfg: Config, d: int, d_pad: int):
-    """Tensor descriptors over the K and V pages viewed as ``[pages * P, Hkv * D]``, box
-    ``[block_n, D]``: one tile, one page, one KV head."""
+    """``(k_desc, v_desc, (TMA_PAGE, TMA_HEAD, TMA_COL))``: 2-D tensor descriptors with box
+    ``[block_n, D]`` (one tile, one page, one KV head) over the pages' storage, and the row /
+    column strides the kernel addresses them with. ``nhd`` storage is viewed as
+    ``[pages * P, Hkv * D]`` (row ``pg * P + slot``, column ``h * D``); ``hnd`` storage as
+    ``[pages * Hkv * P, D]`` (row ``pg * Hkv * P + h * P + slot``, column 0)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    page = kp.shape[1]
+    pages, page, hkv = kp.shape[0], kp.shape[1], kp.shape[2]
     if d != d_pad or cfg.block_n > page:
         raise ValueError(f"tma tiles need a power-of-2 head dim and block_n <= page size; got D={d}, "
                          f"block_n={cfg.block_n}, page={page}")
-    if not (kp.is_contiguous() and vp.is_contiguous()):
-        raise ValueError("tma tiles need contiguous k_pages/v_pages")
-    rows = kp.shape[0] * page
-    return (TensorDescriptor.from_tensor(kp.view(rows, -1), [cfg.block_n, d]),
-            TensorDescriptor.from_tensor(vp.view(rows, -1), [cfg.block_n, d]))
+    layout = page_layout(kp)
+    if layout is None or page_layout(vp) != layout:
+        raise ValueError("tma tiles need k_pages/v_pages both contiguous [pages, P, Hkv, D] or both "
+                         "permute(0, 2, 1, 3) views of contiguous [pages, Hkv, P, D]")
+    if layout == "nhd":
+        view = lambda t: t.view(pages * page, hkv * d)  # noqa: E731
+        strides = (page, 0, d)
+    else:
+        view = lambda t: t.permute(0, 2, 1, 3).reshape(pages * hkv * page, d)  # noqa: E731 (a view)
+        strides = (hkv * page, page, 0)
+    return (TensorDescriptor.from_tensor(view(kp), [cfg.block_n, d]),
+            TensorDescriptor.from_tensor(view(vp), [cfg.block_n, d]), strides)
 
 
 def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float,
@@ -446,7 +479,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     bt_i32 = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
-    k_desc, v_desc = _descriptors(kp, vp, cfg, d, d_pad) if cfg.tma else (kp, vp)  # unused when off
+    k_desc, v_desc, tma_strides = _descriptors(kp, vp, cfg, d, d_pad) if cfg.tma else (kp, vp, (0, 0, 0))
     attn, reduce = _kernels()
     # float32 operands and IEEE dots for float32 inputs, and always in the interpreter, whose
     # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).
@@ -460,11 +493,11 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
         v_blk.stride(0), v_blk.stride(1), v_blk.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        b, g, hq, hkv, d, ring, w_m1, float(scale) * LOG2E, cfg.num_splits, num_rb,
+        b, g, hq, hkv, d, ring, w_m1, float(scale) * LOG2E, cfg.num_splits, num_rb, *tma_strides,
         PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
         CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, F32_DOT=f32_dot,
-        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize,
+        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize, EXP_BF16=cfg.exp_bf16,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:

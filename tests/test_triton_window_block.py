@@ -69,8 +69,11 @@ def oracle(q, k_pages, v_pages, block_table, ctx_lens, k_blk, v_blk, causal, win
 
 
 def make_case(n_seq, b, hq, hkv, d, page, ctx, window, dtype=torch.float32, device="cpu", ring=None,
-              poison_unreachable=False, gen=None):
+              poison_unreachable=False, gen=None, layout="nhd"):
     """Random q/k_blk/v_blk and a ring-paged cache; free pages are filled with NaN.
+
+    ``layout="hnd"``: the pages are stored as contiguous ``[pages, Hkv, P, D]`` (TensorRT-LLM's
+    per-block layout) and passed as their ``[pages, P, Hkv, D]`` view.
 
     ``ring``: pages per sequence; default the contract's ``ceil((W-1)/P)+1`` for a window,
     enough for the longest context (plus one) for full attention. With
@@ -95,6 +98,8 @@ def make_case(n_seq, b, hq, hkv, d, page, ctx, window, dtype=torch.float32, devi
                 pg = int(block_table[n, (t // page) % ring])
                 k_pages[pg, t % page] = float("nan")
                 v_pages[pg, t % page] = float("nan")
+    if layout == "hnd":
+        k_pages, v_pages = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k_pages, v_pages))
     q = torch.randn(n_seq, b, hq, d, generator=gen, **kw)
     k_blk = torch.randn(n_seq, b, hkv, d, generator=gen, **kw)
     v_blk = torch.randn(n_seq, b, hkv, d, generator=gen, **kw)
@@ -155,16 +160,20 @@ def test_interp_interior_tiles(causal):
         run_and_check(*case, causal=causal, window=40, config=cfg)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("ws", [False, True])
+@pytest.mark.parametrize("causal,ws,layout", [(False, False, "nhd"), (True, False, "nhd"), (False, True, "nhd"),
+                                               (True, True, "nhd"), (False, False, "hnd"), (True, False, "hnd")])
 @interp_test
-def test_interp_tma_interior_tiles(causal, ws):
+def test_interp_tma_interior_tiles(causal, ws, layout):
     """Interior tiles through tensor descriptors (tile = 16 keys of a 16-key page), edge tiles
-    gathered; the first tile starts below the window (its keys there are NaN-poisoned)."""
-    gen = torch.Generator().manual_seed(31 + causal + 2 * ws)
+    gathered; the first tile starts below the window (its keys there are NaN-poisoned).
+    Both page layouts the descriptors take (``[pages, P, Hkv, D]`` and ``[pages, Hkv, P, D]``)."""
+    from draftsmith.lowering.triton_window_block import page_layout
+
+    gen = torch.Generator().manual_seed(31 + causal + 2 * ws + 4 * (layout == "hnd"))
     page, window = 16, 80
     ctx = [0, 10, 79, 80, 200, 97, 161]
-    case = make_case(len(ctx), 5, 4, 2, 64, page, ctx, window, gen=gen, poison_unreachable=True)
+    case = make_case(len(ctx), 5, 4, 2, 64, page, ctx, window, gen=gen, poison_unreachable=True, layout=layout)
+    assert page_layout(case[1].k_pages) == layout
     for splits in (1, 2, 3):
         cfg = Config(block_m=32, block_n=16, num_splits=splits, num_warps=4, num_stages=2, tma=True,
                      warp_specialize=ws)
@@ -282,6 +291,21 @@ def test_gpu_minimax_shape(cfg):
     case = make_case(4, 7, 64, 4, 128, 64, [9000, 4095, 100, 0], 4096, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
     case = tuple(x.cuda() for x in case[:1]) + (_cache_to(case[1], "cuda"),) + tuple(x.cuda() for x in case[2:])
+    for causal in (False, True):
+        run_and_check(*case, causal=causal, window=4096, config=cfg, tol=1e-2, lse_tol=2e-2)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("cfg", [TMA_CONFIGS[0], TMA_CONFIGS[-1]], ids=["auto", "tma64s12"])
+def test_gpu_minimax_shape_hnd_pages(cfg):
+    """The MiniMax shape with pages stored ``[pages, Hkv, P, D]`` (TensorRT-LLM's layout)."""
+    from draftsmith.lowering.triton_window_block import page_layout
+
+    gen = torch.Generator().manual_seed(2)
+    case = _gpu_case(4, 7, 64, 4, 128, 64, [9000, 4095, 100, 0], 4096, dtype=torch.bfloat16, gen=gen,
+                     poison_unreachable=True, layout="hnd")
+    assert page_layout(case[1].k_pages) == "hnd" and page_layout(case[1].v_pages) == "hnd"
     for causal in (False, True):
         run_and_check(*case, causal=causal, window=4096, config=cfg, tol=1e-2, lse_tol=2e-2)
 
