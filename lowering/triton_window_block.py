@@ -76,7 +76,7 @@ def _attn_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
     D_PAD: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
     SPLIT: tl.constexpr, RETURN_LSE: tl.constexpr, F32_DOT: tl.constexpr, EVEN_D: tl.constexpr,
-    TMA: tl.constexpr, WS: tl.constexpr, EXP_BF16: tl.constexpr,
+    TMA: tl.constexpr, WS: tl.constexpr,
 ):
     """One (sequence, KV head, row block, split) program. Scores are in log2 units.
 
@@ -85,8 +85,6 @@ def _attn_kernel(
     ``pg``, head ``h`` is row ``pg * TMA_PAGE + h * TMA_HEAD + slot``, column ``h * TMA_COL`` (see
     :func:`_descriptors`); otherwise, and always for edge tiles, by gathered pointer loads.
     ``WS``: ask Triton to warp-specialize the key loop (no effect measured on an H200).
-    ``EXP_BF16``: context-tile probabilities by ``ex2.approx.ftz.bf16x2`` (two per MUFU op, sm90+;
-    not in the interpreter) instead of float32 ``exp2``.
     """
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -188,17 +186,11 @@ def _attn_kernel(
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.math.exp2(m_i - m_new)
             acc = acc * alpha[:, None]
-            if EXP_BF16:
-                p = tl.inline_asm_elementwise("ex2.approx.ftz.bf16x2 $0, $1;", "=r,r",
-                                              [(qk - m_new[:, None]).to(tl.bfloat16)],
-                                              dtype=tl.bfloat16, is_pure=True, pack=2)
-                l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
-            else:
-                p = tl.math.exp2(qk - m_new[:, None])
-                l_i = l_i * alpha + tl.sum(p, 1)
+            p = tl.math.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
             if F32_DOT:
-                acc = tl.dot(p.to(tl.float32), v.to(tl.float32), acc, input_precision="ieee")
+                acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(p.to(v.dtype), v, acc)
 
@@ -305,7 +297,6 @@ class Config:
     num_stages: int
     tma: bool = False  # interior tiles through tensor descriptors (needs block_n <= P, D a power of 2)
     warp_specialize: bool = False  # Triton's warp specialization of the key loop
-    exp_bf16: bool = False  # packed bf16 exp2 for context tiles (GPU only; an experiment)
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -497,7 +488,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         PAGE=page,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_B=block_b, D_PAD=d_pad,
         CAUSAL=bool(mask.causal), WINDOWED=windowed, SPLIT=split, RETURN_LSE=return_lse, F32_DOT=f32_dot,
-        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize, EXP_BF16=cfg.exp_bf16,
+        EVEN_D=(d == d_pad), TMA=cfg.tma, WS=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:
