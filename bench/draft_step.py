@@ -5,13 +5,18 @@ reference, section 3: 5 windowed non-causal layers, h 6144, 64/4 heads, head_dim
 rotary 64, W 4096, B 7, V 200064, Markov rank 256, confidence head with Markov). Each
 sequence holds a ``--context`` token context (only its last W-1 tokens are projected: the
 rest is invisible). For each batch size: eager and CUDA-graph step time (CUDA events,
-median), against
+median). The graph is timed two ways: synced (host waits after every step, so the host's
+launch of the graph's ~130 kernels is in the time) and back to back (10 replays between
+two events, as a serving loop issues them; ``graph / floor`` uses this one). Against
 
 - memory floor: bytes the step must read once (weights it touches: layers, final norm,
   lm_head, Markov w2, confidence proj; plus K/V of the W-1 visible context tokens of every
   layer and sequence) over device-to-device copy bandwidth measured in the same run
   (bytes read + written per second);
-- compute floor: the step's matmul FLOPs over a bf16 GEMM rate measured in the same run.
+- compute floor: the step's matmul FLOPs over a bf16 GEMM rate measured in the same run
+  (``graph / floor`` divides by the larger floor); and the same FLOPs over the GEMM rate
+  after 2 s of GEMMs, when the card runs at its power limit as it does through a timed
+  run of batch-64 steps (``graph / that floor``).
 
 Usage: ``python bench/draft_step.py [--batches 1 16 64] [--context 32768] [--tiny]``
 (``--tiny``: small shapes, also runs on CPU, eager only; a smoke test).
@@ -139,6 +144,23 @@ def time_ms(fn, device: torch.device, iters: int) -> float:
     return statistics.median(out)
 
 
+def time_ms_back_to_back(fn, iters: int, reps: int = 10) -> float:
+    """Median ms per call of ``reps`` calls of ``fn()`` issued back to back between two CUDA
+    events (no host sync between calls, as in a serving loop), over ``iters`` such runs."""
+    for _ in range(3):
+        fn()
+    out = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / reps)
+    return statistics.median(out)
+
+
 def copy_bandwidth(device: torch.device) -> float:
     """Device-to-device copy, bytes read + written per second (4 GiB buffers on GPU)."""
     n = (1 << 31) if device.type == "cuda" else (1 << 26)
@@ -148,12 +170,20 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * src.numel() * 2 / (ms * 1e-3)
 
 
-def gemm_rate(device: torch.device) -> float:
-    """bf16 8192^3 matmul FLOP/s (GPU) or a small fp32 one (CPU)."""
+def gemm_rate(device: torch.device, sustained_s: float = 0.0) -> float:
+    """bf16 8192^3 matmul FLOP/s (GPU) or a small fp32 one (CPU). ``sustained_s > 0``: first
+    run GEMMs for that many seconds, so that the card is at its power limit (an H200 reaches
+    its 700 W cap within about a second of GEMMs and lowers its SM clock), then time."""
     m = 8192 if device.type == "cuda" else 512
     dt = torch.bfloat16 if device.type == "cuda" else torch.float32
     a = torch.randn(m, m, device=device, dtype=dt)
     b = torch.randn(m, m, device=device, dtype=dt)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < sustained_s:
+        for _ in range(20):
+            a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
     ms = time_ms(lambda: a @ b, device, 10)
     return 2 * m**3 / (ms * 1e-3)
 
@@ -177,6 +207,40 @@ def profile_step(fn, n: int, top: int = 25) -> None:
         print(f"#   {us / 1e3:8.3f} ms  x{cnt:<4d} {key[:110]}")
 
 
+def graph_gaps(replay, n: int, top: int = 12) -> None:
+    """Idle device time inside one graph replay (torch.profiler over 3 replays): kernels per
+    step, the sum of their device times, the sum of the gaps between one kernel's end and
+    the next one's start, and the largest gaps with the kernels on either side."""
+    from torch.profiler import ProfilerActivity, profile
+
+    replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            replay()
+            torch.cuda.synchronize()
+    ev = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
+    if not ev:
+        print(f"# gaps batch {n}: no device events recorded")
+        return
+    steps, cur = [], [ev[0]]
+    for e in ev[1:]:  # a new replay starts after a gap of more than 50 us (host syncs between replays)
+        if e[0] - cur[-1][1] > 50:
+            steps.append(cur)
+            cur = []
+        cur.append(e)
+    steps.append(cur)
+    st = max(steps, key=len)
+    busy = sum(b - a for a, b, _ in st)
+    gaps = [(st[i][0] - st[i - 1][1], st[i - 1][2], st[i][2]) for i in range(1, len(st))]
+    print(f"# gaps batch {n}: {len(st)} kernels, span {(st[-1][1] - st[0][0]) / 1e3:.3f} ms, kernels "
+          f"{busy / 1e3:.3f} ms, gaps {sum(g for g, _, _ in gaps) / 1e3:.3f} ms "
+          f"(median {statistics.median([g for g, _, _ in gaps]) if gaps else 0:.2f} us)")
+    for g, a, b in sorted(gaps, reverse=True)[:top]:
+        print(f"#   {g:7.2f} us  {a[:50]}  ->  {b[:50]}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
@@ -186,38 +250,45 @@ def main(argv=None) -> None:
     ap.add_argument("--lowering", default=None, help="one lowering for all layers (default: per-layer table)")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also print the top kernels of one eager step")
+    ap.add_argument("--gaps", action="store_true", help="also print the idle gaps inside one graph replay")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
     bw, rate = copy_bandwidth(dev), gemm_rate(dev)
+    rate_hot = gemm_rate(dev, sustained_s=2.0) if dev.type == "cuda" else rate
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print(f"# {name}, torch {torch.__version__}; copy {bw / 1e12:.2f} TB/s (read+write), "
-          f"gemm {rate / 1e12:.0f} TFLOP/s")
+          f"gemm {rate / 1e12:.0f} TFLOP/s (after 2 s of GEMMs, at the power limit: {rate_hot / 1e12:.0f})")
     t0 = time.perf_counter()
     model = random_model(minimax_config(args.tiny), dev, args.lowering)
     print(f"# model built in {time.perf_counter() - t0:.1f} s; lowerings {model.layer_lowerings}; "
           f"context {args.context}, page {args.page}")
-    print("| batch | eager ms | graph ms | memory floor ms | compute floor ms | graph / floor | MB read | GFLOP |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| batch | eager ms | graph ms, synced | graph ms, back to back | memory floor ms | compute floor ms "
+          "| graph / floor | compute floor ms, power-limited | graph / that floor | MB read | GFLOP |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.batches:
         cache = fill_context(model, n, args.context, args.page)
         anchor = torch.randint(0, model.cfg.vocab_size, (n,), device=dev)
         eager = time_ms(lambda: model.draft(anchor, cache), dev, args.iters)
-        graph = float("nan")
+        graph = b2b = float("nan")
         if dev.type == "cuda":
             g = DraftStepGraph(model, cache)
             graph = time_ms(lambda: g.replay(anchor), dev, args.iters)
+            b2b = time_ms_back_to_back(lambda: g.replay(anchor), args.iters)
             r, e = g.replay(anchor), model.draft(anchor, cache)
             agree = (r.tokens == e.tokens).float().mean().item()
             print(f"# batch {n}: graph vs eager max |dlogits| {(r.logits - e.logits).abs().max().item():.2e}, "
                   f"tokens agree {agree:.3f}")
+            if args.gaps:
+                graph_gaps(lambda: g.replay(anchor), n)
             del g, r, e
         if args.profile and dev.type == "cuda":
             profile_step(lambda: model.draft(anchor, cache), n)
         nbytes, flops = step_bytes(model, n, args.context), step_flops(model, n, args.context)
-        mem_ms, cmp_ms = nbytes / bw * 1e3, flops / rate * 1e3
-        best = graph if graph == graph else eager  # graph time when there is one
-        print(f"| {n} | {eager:.3f} | {graph:.3f} | {mem_ms:.3f} | {cmp_ms:.3f} | {best / max(mem_ms, cmp_ms):.2f} | "
+        mem_ms, cmp_ms, hot_ms = nbytes / bw * 1e3, flops / rate * 1e3, flops / rate_hot * 1e3
+        best = b2b if b2b == b2b else eager  # back-to-back graph time when there is one
+        print(f"| {n} | {eager:.3f} | {graph:.3f} | {b2b:.3f} | {mem_ms:.3f} | {cmp_ms:.3f} | "
+              f"{best / max(mem_ms, cmp_ms):.2f} | {hot_ms:.3f} | {best / max(mem_ms, hot_ms):.2f} | "
               f"{nbytes / 1e6:.0f} | {flops / 1e9:.0f} |", flush=True)
         del cache
         if dev.type == "cuda":

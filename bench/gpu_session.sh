@@ -2,7 +2,7 @@
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
 # installed (the lent H200): the package is mapped by symlinks into a scratch site dir.
 # Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
-# attention, attention-triton, ceiling, ncu, draft-profile, draft
+# attention, attention-triton, ceiling, ncu, draft-profile, draft   (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +12,11 @@ cp "$ROOT"/draftsmith/*.py "$SITE/draftsmith/"
 for d in framework transforms lowering adapters; do ln -s "$ROOT/$d" "$SITE/draftsmith/$d"; done
 export PYTHONPATH="$SITE:$ROOT/tests"
 cd "$ROOT"
+if [ -n "${SMI:-}" ]; then  # sample SM clock, power and temperature every 100 ms into $OUT/smi.csv
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv -lms 100 > "$OUT/smi.csv" 2>&1 &
+  trap "kill $! 2>/dev/null" EXIT
+fi
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
@@ -37,9 +42,9 @@ for step in "$@"; do
              --section MemoryWorkloadAnalysis ${NCU_MORE:+--section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats} python3 bench/attention.py --only-triton --no-flex --batches 64 \
              > "$OUT/ncu.txt" 2>&1; grep -v '^{' "$OUT/ncu.txt" | tail -${NCU_LINES:-60}
          else echo "no ncu on this machine"; ls /usr/local/cuda*/bin 2>/dev/null | head; fi ;;
-    draft-profile) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-64} --profile \
+    draft-profile) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-64} --profile --gaps \
                      > "$OUT/draft_profile.txt" 2>&1; tail -40 "$OUT/draft_profile.txt" ;;
-    draft) timeout 400 python3 bench/draft_step.py --iters ${DRAFT_ITERS:-20} > "$OUT/draft.txt" 2>&1
+    draft) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-1 16 64} --iters ${DRAFT_ITERS:-20} >> "$OUT/draft.txt" 2>&1
            tail -12 "$OUT/draft.txt" ;;
     *) echo "unknown step $step" ;;
   esac
