@@ -62,7 +62,9 @@ class MaskSpec:
 class PagedKV:
     """Context K/V of one layer in a paged cache with per-sequence ring block tables.
 
-    - ``k_pages``, ``v_pages``: ``[num_pages, page_size, Hkv, D]``.
+    - ``k_pages``, ``v_pages``: ``[num_pages, page_size, Hkv, D]``, any strides with a contiguous
+      last dim; e.g. a ``transpose(1, 2)`` view of TensorRT-LLM's per-block ``[num_pages, Hkv,
+      page_size, D]`` storage (``triton_window_block`` loads both layouts by TMA).
     - ``block_table``: ``[N, R]`` int32, the physical pages of each sequence.
     - ``ctx_lens``: ``[N]`` int32, ``C_n``, context tokens written so far.
 

@@ -9,7 +9,7 @@ import zlib
 import pytest
 import torch
 
-from draftsmith.lowering import LOWERINGS, MaskSpec, get_lowering
+from draftsmith.lowering import LOWERINGS, MaskSpec, PagedKV, get_lowering
 from draftsmith.lowering import trtllm_gen as trtllm_mod
 from draftsmith.lowering.dense import dense
 from draftsmith.lowering.trtllm_gen import trtllm_gen, trtllm_gen_decode_provider
@@ -122,6 +122,19 @@ def test_registry():
 def test_against_oracle(name, geometry, mask_name, dtype):
     mask = MASKS[mask_name](GEOMETRIES[geometry][2])
     case = build(seed_of(name, geometry, mask_name, dtype), geometry, mask, dtype=dtype)
+    check(case, mask, *run(get_lowering(name).fn, case, mask))
+
+
+@pytest.mark.parametrize("name", CPU_LOWERINGS)
+def test_pages_stored_head_major(name):
+    """The contract takes any page strides: pages stored ``[pages, Hkv, P, D]`` (TensorRT-LLM's
+    per-block layout) and passed as their ``transpose(1, 2)`` view give the oracle's result."""
+    mask = MASKS["win_noncausal"](16)
+    case = build(seed_of(name, "hnd"), "batch", mask)
+    c = case["cache"]
+    kp, vp = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (c.k_pages, c.v_pages))
+    assert not kp.is_contiguous() and kp.transpose(1, 2).is_contiguous()
+    case["cache"] = PagedKV(kp, vp, c.block_table, c.ctx_lens)
     check(case, mask, *run(get_lowering(name).fn, case, mask))
 
 
