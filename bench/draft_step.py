@@ -188,8 +188,9 @@ def gemm_rate(device: torch.device, sustained_s: float = 0.0) -> float:
     return 2 * m**3 / (ms * 1e-3)
 
 
-def profile_step(fn, n: int, top: int = 25) -> None:
-    """Device time per kernel name over 3 eager steps (torch.profiler), largest first."""
+def _profiled(fn):
+    """``torch.profiler`` (CUDA activity) over 3 calls of ``fn``, each followed by a sync,
+    after one call outside it."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -197,7 +198,13 @@ def profile_step(fn, n: int, top: int = 25) -> None:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
             fn()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+    return prof
+
+
+def profile_step(fn, n: int, top: int = 25) -> None:
+    """Device time per kernel name over 3 eager steps (torch.profiler), largest first."""
+    prof = _profiled(fn)
     rows = [(getattr(e, "device_time_total", 0) / 3, e.count // 3, e.key) for e in prof.key_averages()]
     rows = [r for r in rows if r[0] > 0]
     rows.sort(reverse=True)
@@ -211,14 +218,7 @@ def graph_gaps(replay, n: int, top: int = 12) -> None:
     """Idle device time inside one graph replay (torch.profiler over 3 replays): kernels per
     step, the sum of their device times, the sum of the gaps between one kernel's end and
     the next one's start, and the largest gaps with the kernels on either side."""
-    from torch.profiler import ProfilerActivity, profile
-
-    replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            replay()
-            torch.cuda.synchronize()
+    prof = _profiled(replay)
     ev = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
                 if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
     if not ev:
