@@ -280,19 +280,66 @@ TMA_CONFIGS = [None] + [Config(block_m=bm, block_n=64, num_splits=s, num_warps=w
                         for bm, w, s in ((128, 8, 1), (128, 8, 3), (64, 4, 5))]
 TMA_CONFIGS.append(Config(block_m=64, block_n=64, num_splits=12, num_warps=4, num_stages=5, tma=True))
 TMA_IDS = ["auto", "tma128", "tma128s3", "tma64s5", "tma64s12"]
+GLUON_CFG = Config(block_m=64, block_n=64, num_splits=1, num_warps=4, num_stages=1, tma=True, gluon=True)
 
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("cfg", TMA_CONFIGS, ids=TMA_IDS)
+@pytest.mark.parametrize("cfg", TMA_CONFIGS + [GLUON_CFG], ids=TMA_IDS + ["gluon"])
 def test_gpu_minimax_shape(cfg):
     """Hq 64, Hkv 4, D 128, B 7, W 4096, bf16, page 64, mixed lengths incl. wrapped rings."""
     gen = torch.Generator().manual_seed(1)
     case = make_case(4, 7, 64, 4, 128, 64, [9000, 4095, 100, 0], 4096, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
     case = tuple(x.cuda() for x in case[:1]) + (_cache_to(case[1], "cuda"),) + tuple(x.cuda() for x in case[2:])
+    if cfg is not None and cfg.gluon and not _gluon_fits(case):
+        pytest.skip("the Gluon kernel needs an SM90 GPU and Gluon's Hopper API")
     for causal in (False, True):
         run_and_check(*case, causal=causal, window=4096, config=cfg, tol=1e-2, lse_tol=2e-2)
+
+
+GLUON = GLUON_CFG
+
+
+def _gluon_fits(case):
+    from draftsmith.lowering import gluon_window_block
+
+    return gluon_window_block.fits(case[0], case[1], case[2])
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("b,hq", [(1, 32), (7, 32), (16, 16), (7, 8)], ids=["rows16", "rows112", "rows128", "rows28"])
+@pytest.mark.parametrize("causal,window", [(False, 300), (True, 300), (False, None), (True, None)])
+@pytest.mark.parametrize("d,page,layout", [(128, 64, "nhd"), (64, 128, "hnd")])
+def test_gpu_gluon_kernel(b, hq, causal, window, d, page, layout):
+    """The warp-specialized Gluon kernel (SM90): one or two consumer partitions, window edges
+    cut inside a tile, a partial last tile, short / empty / wrapped contexts, NaN in every
+    slot the mask cannot reach, both page layouts; without LSE it writes the same output."""
+    gen = torch.Generator().manual_seed(b * 100 + hq + 7 * causal + d + (window or 0))
+    ctx = [1000, 299, 64, 0, 5003] if window else [1000, 299, 64, 0, 130]
+    case = _gpu_case(len(ctx), b, hq, 2, d, page, ctx, window, dtype=torch.bfloat16, gen=gen,
+                     poison_unreachable=True, layout=layout)
+    if not _gluon_fits(case):
+        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    run_and_check(*case, causal=causal, window=window, config=GLUON, tol=1e-2, lse_tol=2e-2)
+    mask = MaskSpec(causal=causal, window=window)
+    scale = d ** -0.5
+    out_lse, _ = triton_window_block(*case[:4], mask, scale, return_lse=True, config=GLUON)
+    out = triton_window_block(*case[:4], mask, scale, config=GLUON)
+    assert torch.equal(out, out_lse)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_gluon_chosen_at_large_batch():
+    """The default config takes the Gluon kernel once N * Hkv programs cover the GPU."""
+    from draftsmith.lowering.triton_window_block import choose_config
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    q = torch.empty(sms, 7, 64, 128, device="cuda")
+    assert choose_config(sms // 4, 7, 64, 4, 128, 4095, q.device, tma_ok=True, gluon_ok=True).gluon
+    assert not choose_config(sms // 4 - 1, 7, 64, 4, 128, 4095, q.device, tma_ok=True, gluon_ok=True).gluon
 
 
 @pytest.mark.gpu
@@ -365,11 +412,13 @@ def test_gpu_long_context(window):
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("cfg", TMA_CONFIGS[:2], ids=["auto", "tma128"])
+@pytest.mark.parametrize("cfg", TMA_CONFIGS[:2] + [GLUON_CFG], ids=["auto", "tma128", "gluon"])
 def test_gpu_cuda_graph(cfg):
     """Capture once, then change q and ctx_lens in place and replay: same as the oracle."""
     gen = torch.Generator().manual_seed(77)
     q, cache, kb, vb = _gpu_case(3, 7, 64, 4, 128, 64, [5000, 4000, 10], 4096, dtype=torch.bfloat16, gen=gen)
+    if cfg is not None and cfg.gluon and not _gluon_fits((q, cache, kb)):
+        pytest.skip("the Gluon kernel needs an SM90 GPU and Gluon's Hopper API")
     mask = MaskSpec(causal=False, window=4096)
     scale = 128 ** -0.5
     triton_window_block(q, cache, kb, vb, mask, scale, return_lse=True, config=cfg)  # compile outside capture

@@ -1,0 +1,328 @@
+"""Hopper fast path of ``triton_window_block``: one warp-specialized Gluon kernel.
+
+Same contract and mask as :mod:`.triton_window_block` (it is that lowering's kernel on SM90
+when :func:`fits` holds); this module only holds the kernel and its launch.
+
+One program per (sequence, KV head), all ``B * G`` packed query rows (at most 128):
+
+- a 1-warp producer partition streams the *interior* context tiles (64 keys, inside one
+  page, every key visible to every row) by TMA into a ring of ``NUM_BUF`` shared-memory
+  slots, each guarded by a ``ready`` and an ``empty`` mbarrier;
+- one or two 4-warp consumer partitions (rows 0-63, 64-127) each run the online softmax
+  (float32, base-2) with wgmma over every slot, then release it; so each K/V tile is read
+  from memory once per KV head, and one consumer's softmax overlaps the other's MMAs and
+  the producer's loads (FA3's structure; Triton's own ``warp_specialize`` does not produce
+  it on Hopper here);
+- the tiles a mask cuts (window edge, the context's last partial tile) and the block's own
+  keys are loaded by each consumer with masked pointer loads into its private shared
+  buffers (keys outside the mask are never read, so NaN there cannot leak) before the
+  interior loop.
+
+No split-KV: used when ``N * Hkv`` programs fill the GPU (``triton_window_block`` picks).
+Needs triton with Gluon's Hopper API (written against 3.6) and an SM90 GPU; never run
+elsewhere. Measured in ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                                  warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+except Exception:  # noqa: BLE001 - no triton, or a triton without this Gluon API
+    gluon = None
+
+LOG2E = 1.4426950408889634
+TILE = 64  # keys per tile and rows per consumer
+NUM_BUF = 4  # ring slots (measured: 3-5 within 1% at batch 64 / 256)
+CONSUMER_REGS = 232  # registers per thread of the second consumer (the first gets what is left)
+PRODUCER_REGS = 24  # registers per thread of the producer warp
+
+
+def available() -> bool:
+    return gluon is not None
+
+
+def fits(q: torch.Tensor, cache, k_blk: torch.Tensor) -> bool:
+    """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64 or 128, pages
+    of >= 64 tokens in one of the two TMA layouts, ``B * G <= 128``."""
+    from .triton_window_block import page_layout
+
+    if gluon is None or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return False
+    n, b, hq, d = q.shape
+    hkv = k_blk.shape[2]
+    kp, vp = cache.k_pages, cache.v_pages
+    return (q.dtype in (torch.bfloat16, torch.float16) and kp.dtype == q.dtype and d in (64, 128)
+            and kp.shape[1] >= TILE and b * (hq // hkv) <= 2 * TILE and b <= TILE
+            and page_layout(kp) is not None and page_layout(kp) == page_layout(vp))
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel():
+    """The Gluon kernel, decorated on first use (never under the interpreter)."""
+    BN = gl.constexpr(TILE)
+    BM = gl.constexpr(TILE)
+
+    @gluon.jit
+    def producer(a):
+        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, k_desc, v_desc, k_bufs, v_bufs,
+         ready, empty, kq_bufs, vq_bufs, n, kvh, ctx, start, start_al, n_tiles, n_pre, mid_end, s_qn, s_qb,
+         s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_on, s_ob, s_oh, s_btn, B, G,
+         HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL, WINDOWED, WANT_LSE) = a
+        NB: gl.constexpr = k_bufs.type.shape[0]
+        for i in range(mid_end - n_pre):
+            idx = i % NB
+            ph = (i // NB) & 1
+            mbarrier.wait(empty.index(idx), ph ^ 1)
+            t0 = start_al + (n_pre + i) * BN
+            page = gl.load(bt_ptr + n.to(gl.int64) * s_btn + (t0 // PAGE) % R)
+            row0 = page * TMA_PAGE + kvh * TMA_HEAD + t0 % PAGE
+            mbarrier.expect(ready.index(idx), 2 * k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row0, kvh * TMA_COL], ready.index(idx), k_bufs.index(idx))
+            tma.async_copy_global_to_shared(v_desc, [row0, kvh * TMA_COL], ready.index(idx), v_bufs.index(idx))
+
+    @gluon.jit
+    def softmax_step(s, ok, m_i, l_i, acc, v_buf, p_l: gl.constexpr, o_l: gl.constexpr, MASKED: gl.constexpr):
+        """One online-softmax update with scores ``s`` (log2 units) and values ``v_buf``."""
+        if MASKED:
+            s = gl.where(ok, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
+        acc = warpgroup_mma(gl.convert_layout(p.to(v_buf.dtype), p_l), v_buf, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        return m_new, l_i, acc
+
+    @gluon.jit
+    def consume(a, ROW0: gl.constexpr):
+        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, k_desc, v_desc, k_bufs, v_bufs,
+         ready, empty, kq_bufs, vq_bufs, n, kvh, ctx, start, start_al, n_tiles, n_pre, mid_end, s_qn, s_qb,
+         s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_on, s_ob, s_oh, s_btn, B, G,
+         HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL, WINDOWED, WANT_LSE) = a
+        NB: gl.constexpr = k_bufs.type.shape[0]
+        D: gl.constexpr = k_bufs.type.shape[2]
+        s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+        o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
+        ld_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        n64 = n.to(gl.int64)
+        kq = kq_bufs.index(ROW0 // BM)
+        vq = vq_bufs.index(ROW0 // BM)
+
+        # Q rows (block query j = row // G, head kvh * G + row % G) in registers: wgmma's A.
+        rows = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))
+        dims = gl.arange(0, D, layout=gl.SliceLayout(0, ld_l))
+        row_ok = rows < B * G
+        q_off = (n64 * s_qn + (rows // G).to(gl.int64)[:, None] * s_qb
+                 + (kvh * G + rows % G).to(gl.int64)[:, None] * s_qh + dims[None, :])
+        q = gl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+        q_s = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_l, k_width=2))
+
+        jrow = (ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))) // G
+        srow_ok = (ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))) < B * G
+        kcol = gl.arange(0, BN, layout=gl.SliceLayout(0, s_l))
+        m_i = gl.full([BM], -1.0e30, gl.float32, layout=gl.SliceLayout(1, s_l))
+        l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_l))
+        acc = gl.zeros([BM, D], gl.float32, layout=o_l)
+        keys = gl.arange(0, BN, layout=gl.SliceLayout(1, ld_l))
+
+        # Private tiles: e < n_edge are the masked context tiles, e == n_edge the block's keys.
+        n_edge = n_pre + (n_tiles - mid_end)
+        for e in range(n_edge + 1):
+            tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
+            gl.thread_barrier()  # the previous private tile's MMAs are done in every warp
+            if e < n_edge:  # K, then V: each stored before the next load (register pressure)
+                t = start_al + tile * BN + keys
+                t_ok = (t >= start) & (t < ctx)
+                pg = gl.load(bt_ptr + n64 * s_btn + (t // PAGE) % R, mask=t_ok, other=0).to(gl.int64)
+                slot = (t % PAGE).to(gl.int64)
+                k_row = pg * s_kpp + slot * s_kpt + kvh.to(gl.int64) * s_kph
+                kq.store(gl.load(kp_ptr + k_row[:, None] + dims[None, :], mask=t_ok[:, None], other=0.0))
+                v_row = pg * s_vpp + slot * s_vpt + kvh.to(gl.int64) * s_vph
+                vq.store(gl.load(vp_ptr + v_row[:, None] + dims[None, :], mask=t_ok[:, None], other=0.0))
+            else:
+                b_ok = keys < B
+                kb_row = n64 * s_kbn + keys.to(gl.int64) * s_kbb + kvh.to(gl.int64) * s_kbh
+                kq.store(gl.load(kb_ptr + kb_row[:, None] + dims[None, :], mask=b_ok[:, None], other=0.0))
+                vq.store(gl.load(vb_ptr + kb_row[:, None] + dims[None, :], mask=b_ok[:, None], other=0.0))
+            fence_async_shared()
+            gl.thread_barrier()
+            s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
+                              use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+            if e < n_edge:
+                tt = start_al + tile * BN + kcol
+                ok = (tt[None, :] >= start) & (tt[None, :] < ctx) & srow_ok[:, None]
+                if WINDOWED:
+                    ok = ok & (tt[None, :] >= ctx + jrow[:, None] - W_M1)
+            else:
+                ok = (kcol[None, :] < B) & srow_ok[:, None]
+                if CAUSAL:
+                    ok = ok & (kcol[None, :] <= jrow[:, None])
+                if WINDOWED:
+                    diff = jrow[:, None] - kcol[None, :]
+                    ok = ok & (diff <= W_M1) & (diff >= -W_M1)
+            m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, p_l, o_l, True)
+
+        # Interior tiles from the producer's ring: no mask.
+        for i in range(mid_end - n_pre):
+            idx = i % NB
+            mbarrier.wait(ready.index(idx), (i // NB) & 1)
+            s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
+                              use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+            m_i, l_i, acc = softmax_step(s, s > 0, m_i, l_i, acc, v_bufs.index(idx), p_l, o_l, False)
+            mbarrier.arrive(empty.index(idx), count=1)
+
+        has = l_i > 0.0
+        l_safe = gl.where(has, l_i, 1.0)
+        o = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, o_l))[:, None]
+        orow = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_l))
+        odim = gl.arange(0, D, layout=gl.SliceLayout(0, o_l))
+        o_ok = orow < B * G
+        head = kvh * G + orow % G
+        o_off = (n64 * s_on + (orow // G).to(gl.int64)[:, None] * s_ob + head.to(gl.int64)[:, None] * s_oh
+                 + odim[None, :])
+        gl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=o_ok[:, None])
+        # LSE (natural log) when WANT_LSE != 0: a runtime flag (a constexpr-dead store crashed
+        # triton 3.6's lowering of the warp-specialized region).
+        lrow = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))
+        lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf")) * 0.6931471805599453
+        l_off = (n64 * B + (lrow // G).to(gl.int64)) * HQ + (kvh * G + lrow % G).to(gl.int64)
+        gl.store(lse_ptr + l_off, lse, mask=(lrow < B * G) & (WANT_LSE != 0))
+
+    @gluon.jit
+    def consumer0(a):
+        consume(a, 0)
+
+    @gluon.jit
+    def consumer1(a):
+        consume(a, BM)
+
+    @gluon.jit
+    def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, ctx_ptr, k_desc, v_desc,
+               s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh,
+               s_on, s_ob, s_oh, s_btn, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
+               WANT_LSE, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+               PRODUCER_REGS: gl.constexpr,
+               CAUSAL: gl.constexpr, WINDOWED: gl.constexpr):
+        pid = gl.program_id(0)
+        n = pid // HKV
+        kvh = pid % HKV
+        ctx = gl.load(ctx_ptr + n)
+        if WINDOWED:
+            start = gl.maximum(ctx - W_M1, 0)
+        else:
+            start = ctx * 0
+        start_al = (start // BN) * BN
+        n_tiles = gl.cdiv(ctx - start_al, BN)
+        n_full = (ctx - start_al) // BN
+        if WINDOWED:
+            n_pre = gl.minimum(gl.maximum(gl.cdiv(ctx + B - 1 - W_M1 - start_al, BN), 0), n_tiles)
+        else:
+            n_pre = n_tiles * 0
+        mid_end = gl.maximum(n_pre, n_full)
+
+        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB] + k_desc.block_type.shape, k_desc.layout)
+        v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NB] + v_desc.block_type.shape, v_desc.layout)
+        kq_bufs = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS] + k_desc.block_type.shape, k_desc.layout)
+        vq_bufs = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS] + v_desc.block_type.shape, v_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NB):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=CONSUMERS)
+
+        a = (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, k_desc, v_desc, k_bufs, v_bufs,
+             ready, empty, kq_bufs, vq_bufs, n, kvh, ctx, start, start_al, n_tiles, n_pre, mid_end, s_qn, s_qb,
+             s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_on, s_ob, s_oh, s_btn, B, G,
+             HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL, WINDOWED, WANT_LSE)
+        if CONSUMERS == 2:
+            gl.warp_specialize([(consumer0, (a, )), (consumer1, (a, )), (producer, (a, ))], [4, 1],
+                               [CONSUMER_REGS, PRODUCER_REGS])
+        else:
+            gl.warp_specialize([(consumer0, (a, )), (producer, (a, ))], [1], [PRODUCER_REGS])
+
+    return gluon_window_block_kernel
+
+
+def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_buf: int = NUM_BUF,
+           consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS):
+    """Run the kernel (callers check :func:`fits`); returns ``out`` or ``(out, lse)``."""
+    from .triton_window_block import page_layout
+
+    n, b, hq, d = q.shape
+    hkv = k_blk.shape[2]
+    g = hq // hkv
+    kp, vp, bt = cache.k_pages, cache.v_pages, cache.block_table
+    pages, page = kp.shape[0], kp.shape[1]
+    bt = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
+    ctx = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
+    elt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    lay = gl.NVMMASharedLayout.get_default_for([TILE, d], elt)
+    if page_layout(kp) == "nhd":
+        view = lambda t: t.view(pages * page, hkv * d)  # noqa: E731
+        strides = (page, 0, d)
+    else:
+        view = lambda t: t.permute(0, 2, 1, 3).reshape(pages * hkv * page, d)  # noqa: E731 (a view)
+        strides = (hkv * page, page, 0)
+    k_desc = TensorDescriptor.from_tensor(view(kp), [TILE, d], lay)
+    v_desc = TensorDescriptor.from_tensor(view(vp), [TILE, d], lay)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((n, b, hq), dtype=torch.float32, device=q.device) if return_lse else None
+    consumers = 2 if b * g > TILE else 1
+    warps = 4 + 4 * consumers  # default partition + the workers, in warpgroups
+    windowed = mask.window is not None
+    _kernel()[(n * hkv, )](
+        q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, bt, ctx, k_desc, v_desc,
+        q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
+        vp.stride(0), vp.stride(1), vp.stride(2), k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
+        out.stride(0), out.stride(1), out.stride(2), bt.stride(0),
+        b, g, hq, hkv, bt.shape[1], page, (mask.window - 1) if windowed else 0, float(scale) * LOG2E, *strides,
+        int(return_lse), NB=num_buf, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
+        PRODUCER_REGS=producer_regs, CAUSAL=bool(mask.causal),
+        WINDOWED=windowed, num_warps=4, maxnreg=min(255, 65536 // (32 * warps)) // 8 * 8,
+    )
+    return (out, lse) if return_lse else out
+
+
+def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
+                     num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
+                     producer_regs: int = PRODUCER_REGS) -> Optional[dict]:
+    """Compile without a GPU (checks the kernel against the installed triton); returns the
+    kernel's shared memory and warps, or None without Gluon."""
+    if gluon is None:
+        return None
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    lay = gl.NVMMASharedLayout.get_default_for([TILE, d], gl.bfloat16)
+    desc = f"tensordesc<bf16[{TILE}, {d}],{lay!r}>"
+    names = ["q_ptr", "kp_ptr", "vp_ptr", "kb_ptr", "vb_ptr", "out_ptr", "lse_ptr", "bt_ptr", "ctx_ptr"]
+    sig = {k: "*bf16" for k in names[:6]}
+    sig.update({"lse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32", "k_desc": desc, "v_desc": desc})
+    for k in ("s_qn", "s_qb", "s_qh", "s_kpp", "s_kpt", "s_kph", "s_vpp", "s_vpt", "s_vph", "s_kbn", "s_kbb",
+              "s_kbh", "s_on", "s_ob", "s_oh", "s_btn", "B", "G", "HQ", "HKV", "R", "PAGE", "W_M1"):
+        sig[k] = "i32"
+    sig["qk_scale"] = "fp32"
+    for k in ("TMA_PAGE", "TMA_HEAD", "TMA_COL", "WANT_LSE"):
+        sig[k] = "i32"
+    const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs, "CAUSAL": causal, "WINDOWED": windowed}
+    for k in const:
+        sig[k] = "constexpr"
+    src = GluonASTSource(_kernel(), sig, {(list(sig).index(k), ): v for k, v in const.items()})
+    warps = 4 + 4 * consumers
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})
+    return {"shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "ptx": k.asm.get("ptx", "")}
