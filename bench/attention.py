@@ -28,6 +28,7 @@ import torch
 import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
 import read_ceiling  # noqa: E402
 from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
+from draftsmith.lowering import gluon_window_block  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, choose_config, tma_fits, triton_window_block  # noqa: E402
 
 try:
@@ -310,7 +311,8 @@ def main():
                 table[("triton_window_block (kernel time)", n)] = (kus, ktbs, ktbs / copy_tbs, "kernel")
                 emit({"batch": n, "method": name, "kernel_us": kus, "TBps": ktbs, "frac_copy": ktbs / copy_tbs,
                       "timing": "profiler: device time of its kernels, L2 flushed"})
-        cfg = choose_config(n, B, HQ, HKV, D, W - 1, q.device, tma_ok=tma_fits(q, cache))
+        cfg = choose_config(n, B, HQ, HKV, D, W - 1, q.device, tma_ok=tma_fits(q, cache),
+                            gluon_ok=gluon_window_block.fits(q, cache, kb))
         emit({"batch": n, "default_config": cfg.__dict__})
         if args.sweep:
             sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit)

@@ -38,7 +38,7 @@ for step in "$@"; do
                         >> "$OUT/attention_triton_$L.txt" 2>&1
                       tail -7 "$OUT/attention_triton_$L.txt" ;;
     ncu) if command -v ncu > /dev/null; then
-           timeout 300 ncu --kernel-name regex:_attn_kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+           timeout 300 ncu --kernel-name regex:"_attn_kernel|gluon_window_block_kernel" --launch-skip 3 --launch-count 1 --section SpeedOfLight \
              --section MemoryWorkloadAnalysis ${NCU_MORE:+--section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats} python3 bench/attention.py --only-triton --no-flex --batches 64 \
              > "$OUT/ncu.txt" 2>&1; grep -v '^{' "$OUT/ncu.txt" | tail -${NCU_LINES:-60}
          else echo "no ncu on this machine"; ls /usr/local/cuda*/bin 2>/dev/null | head; fi ;;
