@@ -19,8 +19,9 @@ One program per (sequence, KV head), all ``B * G`` packed query rows (at most 12
   interior loop.
 
 No split-KV: used when ``N * Hkv`` programs fill the GPU (``triton_window_block`` picks).
-Needs triton with Gluon's Hopper API (written against 3.6) and an SM90 GPU; never run
-elsewhere. Measured in ``docs/benchmarks.md``.
+Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
+not compile this kernel, so :func:`available` gates on the version and other releases use
+the Triton kernel). Never run elsewhere. Measured in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Optional
 import torch
 
 try:
+    import triton
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
@@ -46,8 +48,13 @@ CONSUMER_REGS = 232  # registers per thread of the second consumer (the first ge
 PRODUCER_REGS = 24  # registers per thread of the producer warp
 
 
+VERIFIED_TRITON = ("3.6.",)  # Gluon's API moves between releases; 3.9's does not compile this kernel
+
+
 def available() -> bool:
-    return gluon is not None
+    """Gluon's Hopper API importable, in a triton release this kernel was compiled and tested
+    with (others fall back to the Triton kernel)."""
+    return gluon is not None and triton.__version__.startswith(VERIFIED_TRITON)
 
 
 def fits(q: torch.Tensor, cache, k_blk: torch.Tensor) -> bool:
@@ -55,7 +62,7 @@ def fits(q: torch.Tensor, cache, k_blk: torch.Tensor) -> bool:
     of >= 64 tokens in one of the two TMA layouts, ``B * G <= 128``."""
     from .triton_window_block import page_layout
 
-    if gluon is None or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+    if not available() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return False
     n, b, hq, d = q.shape
     hkv = k_blk.shape[2]

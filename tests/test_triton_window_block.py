@@ -180,6 +180,22 @@ def test_interp_tma_interior_tiles(causal, ws, layout):
         run_and_check(*case, causal=causal, window=window, config=cfg)
 
 
+def test_gluon_gated_on_triton_release_and_device(monkeypatch):
+    """The Gluon kernel is offered only with a triton release it was verified with (3.6),
+    and never for CPU tensors; otherwise triton_window_block keeps its Triton kernel."""
+    from draftsmith.lowering import gluon_window_block as gwb
+
+    if gwb.gluon is None:
+        assert not gwb.available()
+        return
+    monkeypatch.setattr(gwb.triton, "__version__", "3.9.0")
+    assert not gwb.available()
+    monkeypatch.setattr(gwb.triton, "__version__", "3.6.0")
+    assert gwb.available()
+    q, cache, kb, vb = make_case(1, 7, 8, 2, 128, 64, [100], 80, dtype=torch.bfloat16)
+    assert not gwb.fits(q, cache, kb)  # CPU tensors
+
+
 def test_tma_refused_on_unfit_shapes():
     q, cache, kb, vb = make_case(1, 2, 2, 1, 64, P, [3], W)
     cfg = Config(block_m=16, block_n=16, num_splits=1, num_warps=4, num_stages=2, tma=True)
