@@ -67,9 +67,10 @@ def fits(q: torch.Tensor, cache, k_blk: torch.Tensor) -> bool:
     n, b, hq, d = q.shape
     hkv = k_blk.shape[2]
     kp, vp = cache.k_pages, cache.v_pages
+    layout = page_layout(kp)
     return (q.dtype in (torch.bfloat16, torch.float16) and kp.dtype == q.dtype and d in (64, 128)
             and kp.shape[1] >= TILE and b * (hq // hkv) <= 2 * TILE and b <= TILE
-            and page_layout(kp) is not None and page_layout(kp) == page_layout(vp))
+            and layout is not None and layout == page_layout(vp))
 
 
 @functools.lru_cache(maxsize=None)
@@ -266,25 +267,20 @@ def _kernel():
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_buf: int = NUM_BUF,
            consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS):
     """Run the kernel (callers check :func:`fits`); returns ``out`` or ``(out, lse)``."""
-    from .triton_window_block import page_layout
+    from .triton_window_block import tma_rows
 
     n, b, hq, d = q.shape
     hkv = k_blk.shape[2]
     g = hq // hkv
     kp, vp, bt = cache.k_pages, cache.v_pages, cache.block_table
-    pages, page = kp.shape[0], kp.shape[1]
+    page = kp.shape[1]
     bt = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
     elt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     lay = gl.NVMMASharedLayout.get_default_for([TILE, d], elt)
-    if page_layout(kp) == "nhd":
-        view = lambda t: t.view(pages * page, hkv * d)  # noqa: E731
-        strides = (page, 0, d)
-    else:
-        view = lambda t: t.permute(0, 2, 1, 3).reshape(pages * hkv * page, d)  # noqa: E731 (a view)
-        strides = (hkv * page, page, 0)
-    k_desc = TensorDescriptor.from_tensor(view(kp), [TILE, d], lay)
-    v_desc = TensorDescriptor.from_tensor(view(vp), [TILE, d], lay)
+    (k_rows, strides), (v_rows, _) = tma_rows(kp), tma_rows(vp)  # fits(): one layout for both
+    k_desc = TensorDescriptor.from_tensor(k_rows, [TILE, d], lay)
+    v_desc = TensorDescriptor.from_tensor(v_rows, [TILE, d], lay)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((n, b, hq), dtype=torch.float32, device=q.device) if return_lse else None
     consumers = 2 if b * g > TILE else 1

@@ -377,15 +377,31 @@ def page_layout(pages: torch.Tensor) -> Optional[str]:
     return None
 
 
+def tma_rows(pages: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """``(rows, (TMA_PAGE, TMA_HEAD, TMA_COL))``: the storage of ``pages [num_pages, P, Hkv, D]``
+    as the 2-D tensor that TMA tiles (box ``[keys, D]``) address, a view, and its strides: key
+    ``slot`` of page ``pg``, head ``h`` is row ``pg * TMA_PAGE + h * TMA_HEAD + slot`` from column
+    ``h * TMA_COL``. ``nhd`` storage is ``[num_pages * P, Hkv * D]``, ``hnd`` storage
+    ``[num_pages * Hkv * P, D]``."""
+    num, page, hkv, d = pages.shape
+    layout = page_layout(pages)
+    if layout == "nhd":
+        return pages.view(num * page, hkv * d), (page, 0, d)
+    if layout == "hnd":
+        return pages.permute(0, 2, 1, 3).view(num * hkv * page, d), (hkv * page, page, 0)
+    raise ValueError("tma tiles need pages that are contiguous [pages, P, Hkv, D] or a "
+                     "permute(0, 2, 1, 3) view of contiguous [pages, Hkv, P, D]")
+
+
 def tma_fits(q: torch.Tensor, cache: PagedKV) -> bool:
     """Tensor-descriptor (TMA) tiles of 64 keys apply: a Hopper-or-newer GPU, a power-of-2
     head dim of at most 128, pages of at least 64 tokens, K and V pages both in one
     :func:`page_layout`."""
     kp, vp = cache.k_pages, cache.v_pages
     d = q.shape[-1]
+    layout = page_layout(kp)
     return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9 and d == next_pow2(d)
-            and 16 <= d <= 128 and kp.shape[1] >= 64 and page_layout(kp) is not None
-            and page_layout(kp) == page_layout(vp))
+            and 16 <= d <= 128 and kp.shape[1] >= 64 and layout is not None and layout == page_layout(vp))
 
 
 # --------------------------------------------------------------------------------------
@@ -421,28 +437,18 @@ def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
 
 def _descriptors(kp, vp, cfg: Config, d: int, d_pad: int):
     """``(k_desc, v_desc, (TMA_PAGE, TMA_HEAD, TMA_COL))``: 2-D tensor descriptors with box
-    ``[block_n, D]`` (one tile, one page, one KV head) over the pages' storage, and the row /
-    column strides the kernel addresses them with. ``nhd`` storage is viewed as
-    ``[pages * P, Hkv * D]`` (row ``pg * P + slot``, column ``h * D``); ``hnd`` storage as
-    ``[pages * Hkv * P, D]`` (row ``pg * Hkv * P + h * P + slot``, column 0)."""
+    ``[block_n, D]`` (one tile, one page, one KV head) over :func:`tma_rows` of the pages."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    pages, page, hkv = kp.shape[0], kp.shape[1], kp.shape[2]
+    page = kp.shape[1]
     if d != d_pad or cfg.block_n > page:
         raise ValueError(f"tma tiles need a power-of-2 head dim and block_n <= page size; got D={d}, "
                          f"block_n={cfg.block_n}, page={page}")
-    layout = page_layout(kp)
-    if layout is None or page_layout(vp) != layout:
-        raise ValueError("tma tiles need k_pages/v_pages both contiguous [pages, P, Hkv, D] or both "
-                         "permute(0, 2, 1, 3) views of contiguous [pages, Hkv, P, D]")
-    if layout == "nhd":
-        view = lambda t: t.view(pages * page, hkv * d)  # noqa: E731
-        strides = (page, 0, d)
-    else:
-        view = lambda t: t.permute(0, 2, 1, 3).reshape(pages * hkv * page, d)  # noqa: E731 (a view)
-        strides = (hkv * page, page, 0)
-    return (TensorDescriptor.from_tensor(view(kp), [cfg.block_n, d]),
-            TensorDescriptor.from_tensor(view(vp), [cfg.block_n, d]), strides)
+    (k_rows, strides), (v_rows, v_strides) = tma_rows(kp), tma_rows(vp)
+    if v_strides != strides:
+        raise ValueError("tma tiles need k_pages and v_pages in the same layout")
+    return (TensorDescriptor.from_tensor(k_rows, [cfg.block_n, d]),
+            TensorDescriptor.from_tensor(v_rows, [cfg.block_n, d]), strides)
 
 
 def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float,
@@ -465,10 +471,11 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     windowed = mask.window is not None
     w_m1 = (mask.window - 1) if windowed else 0
     max_span = min(w_m1, ring * page) if windowed else ring * page
+    gluon_ok = gluon_window_block.fits(q, cache, k_blk)
     cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device, tma_ok=tma_fits(q, cache),
-                                  gluon_ok=gluon_window_block.fits(q, cache, k_blk))
+                                  gluon_ok=gluon_ok)
     if cfg.gluon:
-        if not gluon_window_block.fits(q, cache, k_blk):
+        if not gluon_ok:
             raise ValueError("the gluon kernel needs an SM90 GPU, Gluon's Hopper API, bf16/fp16, head dim 64 or "
                              "128, pages of >= 64 tokens in a TMA layout and B * G <= 128")
         return gluon_window_block.launch(q, cache, k_blk, v_blk, mask, scale, return_lse=return_lse)

@@ -180,6 +180,29 @@ def test_interp_tma_interior_tiles(causal, ws, layout):
         run_and_check(*case, causal=causal, window=window, config=cfg)
 
 
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+def test_tma_rows_address_every_key(layout):
+    """The 2-D view TMA tiles read (both kernels) holds key ``slot`` of page ``pg``, head ``h``
+    at row ``pg * TMA_PAGE + h * TMA_HEAD + slot``, columns from ``h * TMA_COL``, and is a view
+    of the pages' storage; other strides are refused."""
+    from draftsmith.lowering.triton_window_block import tma_rows
+
+    num, page, hkv, d = 5, 8, 3, 16
+    if layout == "hnd":
+        pages = torch.randn(num, hkv, page, d).transpose(1, 2)
+    else:
+        pages = torch.randn(num, page, hkv, d)
+    rows, (tp, th, tc) = tma_rows(pages)
+    assert rows.data_ptr() == pages.data_ptr()
+    for pg in range(num):
+        for slot in range(page):
+            for h in range(hkv):
+                r = pg * tp + h * th + slot
+                assert torch.equal(rows[r, h * tc: h * tc + d], pages[pg, slot, h])
+    with pytest.raises(ValueError, match="tma tiles need"):
+        tma_rows(pages[:, :, :2])
+
+
 def test_gluon_gated_on_triton_release_and_device(monkeypatch):
     """The Gluon kernel is offered only with a triton release it was verified with (3.6),
     and never for CPU tensors; otherwise triton_window_block keeps its Triton kernel."""
