@@ -124,8 +124,10 @@ def step_flops(model: DFlashDraftModel, n: int, context: int) -> float:
     return 2.0 * (t * per_tok * c.num_layers + heads) + attn
 
 
-def time_ms(fn, device: torch.device, iters: int) -> float:
-    """Median ms of ``fn()`` over ``iters`` runs after 3 warm-ups (CUDA events on GPU)."""
+def time_ms(fn, device: torch.device, iters: int, reps: int = 1) -> float:
+    """Median ms per call of ``fn()`` after 3 warm-ups: ``iters`` runs of ``reps`` calls issued
+    back to back (no host sync between them, as a serving loop issues steps) between two CUDA
+    events (a wall clock on CPU); ``reps=1`` waits for every call."""
     for _ in range(3):
         fn()
     out = []
@@ -133,31 +135,16 @@ def time_ms(fn, device: torch.device, iters: int) -> float:
         if device.type == "cuda":
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fn()
+            for _ in range(reps):
+                fn()
             b.record()
             b.synchronize()
-            out.append(a.elapsed_time(b))
+            out.append(a.elapsed_time(b) / reps)
         else:
             t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(out)
-
-
-def time_ms_back_to_back(fn, iters: int, reps: int = 10) -> float:
-    """Median ms per call of ``reps`` calls of ``fn()`` issued back to back between two CUDA
-    events (no host sync between calls, as in a serving loop), over ``iters`` such runs."""
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / reps)
+            for _ in range(reps):
+                fn()
+            out.append((time.perf_counter() - t0) * 1e3 / reps)
     return statistics.median(out)
 
 
@@ -274,7 +261,7 @@ def main(argv=None) -> None:
         if dev.type == "cuda":
             g = DraftStepGraph(model, cache)
             graph = time_ms(lambda: g.replay(anchor), dev, args.iters)
-            b2b = time_ms_back_to_back(lambda: g.replay(anchor), args.iters)
+            b2b = time_ms(lambda: g.replay(anchor), dev, args.iters, reps=10)
             r, e = g.replay(anchor), model.draft(anchor, cache)
             agree = (r.tokens == e.tokens).float().mean().item()
             print(f"# batch {n}: graph vs eager max |dlogits| {(r.logits - e.logits).abs().max().item():.2e}, "
