@@ -28,7 +28,7 @@ for step in "$@"; do
                   tests/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
     variants) timeout 400 python3 bench/attention.py --variants --only-triton --no-flex \
-                --batches "${BATCHES:-1,16,64,256}" ${TRIALS:+--trials "$TRIALS"} --log "$OUT/variants.jsonl" > "$OUT/variants.txt" 2>&1
+                --batches "${BATCHES:-1,16,64,256}" ${TRIALS:+--trials "$TRIALS"} --log "$OUT/variants.jsonl" >> "$OUT/variants.txt" 2>&1
               tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;
     attention) timeout 500 python3 bench/attention.py --log "$OUT/attention.jsonl" > "$OUT/attention.txt" 2>&1
                tail -20 "$OUT/attention.txt" ;;

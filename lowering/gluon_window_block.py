@@ -81,16 +81,17 @@ def _kernel():
 
     @gluon.jit
     def producer(a):
-        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, k_desc, v_desc, k_bufs, v_bufs,
-         ready, empty, kq_bufs, vq_bufs, n, kvh, ctx, start, start_al, n_tiles, n_pre, mid_end, s_qn, s_qb,
-         s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_on, s_ob, s_oh, s_btn, B, G,
-         HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL, WINDOWED, WANT_LSE) = a
+        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
+         k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
+         n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
+         s_kbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
+         WINDOWED, WANT_LSE) = a
         NB: gl.constexpr = k_bufs.type.shape[0]
         for i in range(mid_end - n_pre):
             idx = i % NB
             ph = (i // NB) & 1
             mbarrier.wait(empty.index(idx), ph ^ 1)
-            t0 = start_al + (n_pre + i) * BN
+            t0 = lo + (n_pre + i) * BN
             page = gl.load(bt_ptr + n.to(gl.int64) * s_btn + (t0 // PAGE) % R)
             row0 = page * TMA_PAGE + kvh * TMA_HEAD + t0 % PAGE
             mbarrier.expect(ready.index(idx), 2 * k_desc.block_type.nbytes)
@@ -113,10 +114,11 @@ def _kernel():
 
     @gluon.jit
     def consume(a, ROW0: gl.constexpr):
-        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, k_desc, v_desc, k_bufs, v_bufs,
-         ready, empty, kq_bufs, vq_bufs, n, kvh, ctx, start, start_al, n_tiles, n_pre, mid_end, s_qn, s_qb,
-         s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_on, s_ob, s_oh, s_btn, B, G,
-         HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL, WINDOWED, WANT_LSE) = a
+        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
+         k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
+         n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
+         s_kbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
+         WINDOWED, WANT_LSE) = a
         NB: gl.constexpr = k_bufs.type.shape[0]
         D: gl.constexpr = k_bufs.type.shape[2]
         s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
@@ -144,14 +146,15 @@ def _kernel():
         acc = gl.zeros([BM, D], gl.float32, layout=o_l)
         keys = gl.arange(0, BN, layout=gl.SliceLayout(1, ld_l))
 
-        # Private tiles: e < n_edge are the masked context tiles, e == n_edge the block's keys.
+        # Private tiles: e < n_edge are the masked context tiles, e == n_edge the block's keys
+        # (in the last split only).
         n_edge = n_pre + (n_tiles - mid_end)
-        for e in range(n_edge + 1):
+        for e in range(n_edge + has_blk):
             tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
             gl.thread_barrier()  # the previous private tile's MMAs are done in every warp
             if e < n_edge:  # K, then V: each stored before the next load (register pressure)
-                t = start_al + tile * BN + keys
-                t_ok = (t >= start) & (t < ctx)
+                t = lo + tile * BN + keys
+                t_ok = (t >= start) & (t < hi)
                 pg = gl.load(bt_ptr + n64 * s_btn + (t // PAGE) % R, mask=t_ok, other=0).to(gl.int64)
                 slot = (t % PAGE).to(gl.int64)
                 k_row = pg * s_kpp + slot * s_kpt + kvh.to(gl.int64) * s_kph
@@ -169,8 +172,8 @@ def _kernel():
                               use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
             if e < n_edge:
-                tt = start_al + tile * BN + kcol
-                ok = (tt[None, :] >= start) & (tt[None, :] < ctx) & srow_ok[:, None]
+                tt = lo + tile * BN + kcol
+                ok = (tt[None, :] >= start) & (tt[None, :] < hi) & srow_ok[:, None]
                 if WINDOWED:
                     ok = ok & (tt[None, :] >= ctx + jrow[:, None] - W_M1)
             else:
@@ -199,15 +202,22 @@ def _kernel():
         odim = gl.arange(0, D, layout=gl.SliceLayout(0, o_l))
         o_ok = orow < B * G
         head = kvh * G + orow % G
+        # Stores are predicated on runtime flags, not constexpr branches (a constexpr-dead store
+        # crashed triton 3.6's lowering of the warp-specialized region). One split: the output,
+        # and the LSE (natural log) when WANT_LSE != 0. Several: the float32 partial and its
+        # LSE (log2) at [N, B, HQ, NUM_SPLITS, D] / [N, B, HQ, NUM_SPLITS], merged afterwards.
         o_off = (n64 * s_on + (orow // G).to(gl.int64)[:, None] * s_ob + head.to(gl.int64)[:, None] * s_oh
                  + odim[None, :])
-        gl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=o_ok[:, None])
-        # LSE (natural log) when WANT_LSE != 0: a runtime flag (a constexpr-dead store crashed
-        # triton 3.6's lowering of the warp-specialized region).
+        gl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=o_ok[:, None] & (NUM_SPLITS == 1))
+        prow = (n64 * B + (orow // G).to(gl.int64)) * HQ + head.to(gl.int64)
+        gl.store(po_ptr + (prow * NUM_SPLITS + split)[:, None] * D + odim[None, :], o,
+                 mask=o_ok[:, None] & (NUM_SPLITS > 1))
         lrow = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))
-        lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf")) * 0.6931471805599453
+        lse2 = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
         l_off = (n64 * B + (lrow // G).to(gl.int64)) * HQ + (kvh * G + lrow % G).to(gl.int64)
-        gl.store(lse_ptr + l_off, lse, mask=(lrow < B * G) & (WANT_LSE != 0))
+        l_ok = lrow < B * G
+        gl.store(lse_ptr + l_off, lse2 * 0.6931471805599453, mask=l_ok & (WANT_LSE != 0) & (NUM_SPLITS == 1))
+        gl.store(plse_ptr + l_off * NUM_SPLITS + split, lse2, mask=l_ok & (NUM_SPLITS > 1))
 
     @gluon.jit
     def consumer0(a):
@@ -218,13 +228,15 @@ def _kernel():
         consume(a, BM)
 
     @gluon.jit
-    def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, ctx_ptr, k_desc, v_desc,
+    def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr,
+               ctx_ptr, k_desc, v_desc,
                s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh,
                s_on, s_ob, s_oh, s_btn, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
-               WANT_LSE, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+               WANT_LSE, NUM_SPLITS, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                PRODUCER_REGS: gl.constexpr,
                CAUSAL: gl.constexpr, WINDOWED: gl.constexpr):
         pid = gl.program_id(0)
+        split = gl.program_id(1)
         n = pid // HKV
         kvh = pid % HKV
         ctx = gl.load(ctx_ptr + n)
@@ -232,14 +244,20 @@ def _kernel():
             start = gl.maximum(ctx - W_M1, 0)
         else:
             start = ctx * 0
+        # This split's keys [lo, hi): equal chunks of whole tiles from the first tile's start.
         start_al = (start // BN) * BN
-        n_tiles = gl.cdiv(ctx - start_al, BN)
-        n_full = (ctx - start_al) // BN
+        chunk = gl.cdiv(gl.cdiv(ctx - start_al, NUM_SPLITS), BN) * BN
+        lo = start_al + split * chunk
+        hi = gl.minimum(ctx, lo + chunk)
+        n_keys = gl.maximum(hi - lo, 0)
+        n_tiles = gl.cdiv(n_keys, BN)
+        n_full = n_keys // BN
         if WINDOWED:
-            n_pre = gl.minimum(gl.maximum(gl.cdiv(ctx + B - 1 - W_M1 - start_al, BN), 0), n_tiles)
+            n_pre = gl.minimum(gl.maximum(gl.cdiv(ctx + B - 1 - W_M1 - lo, BN), 0), n_tiles)
         else:
             n_pre = n_tiles * 0
         mid_end = gl.maximum(n_pre, n_full)
+        has_blk = (split == NUM_SPLITS - 1).to(gl.int32)  # the last split also takes the block's keys
 
         k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB] + k_desc.block_type.shape, k_desc.layout)
         v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NB] + v_desc.block_type.shape, v_desc.layout)
@@ -251,10 +269,11 @@ def _kernel():
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=CONSUMERS)
 
-        a = (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, bt_ptr, k_desc, v_desc, k_bufs, v_bufs,
-             ready, empty, kq_bufs, vq_bufs, n, kvh, ctx, start, start_al, n_tiles, n_pre, mid_end, s_qn, s_qb,
-             s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_on, s_ob, s_oh, s_btn, B, G,
-             HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL, WINDOWED, WANT_LSE)
+        a = (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
+             k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
+             n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
+             s_kbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
+             WINDOWED, WANT_LSE)
         if CONSUMERS == 2:
             gl.warp_specialize([(consumer0, (a, )), (consumer1, (a, )), (producer, (a, ))], [4, 1],
                                [CONSUMER_REGS, PRODUCER_REGS])
@@ -264,10 +283,12 @@ def _kernel():
     return gluon_window_block_kernel
 
 
-def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_buf: int = NUM_BUF,
-           consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS):
-    """Run the kernel (callers check :func:`fits`); returns ``out`` or ``(out, lse)``."""
-    from .triton_window_block import tma_rows
+def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
+           num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS):
+    """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
+    programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
+    Returns ``out`` or ``(out, lse)``."""
+    from .triton_window_block import merge_splits, tma_rows
 
     n, b, hq, d = q.shape
     hkv = k_blk.shape[2]
@@ -283,19 +304,26 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     v_desc = TensorDescriptor.from_tensor(v_rows, [TILE, d], lay)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((n, b, hq), dtype=torch.float32, device=q.device) if return_lse else None
+    if num_splits > 1:
+        po = torch.empty((n, b, hq, num_splits, d), dtype=torch.float32, device=q.device)
+        plse = torch.empty((n, b, hq, num_splits), dtype=torch.float32, device=q.device)
+    else:
+        po = plse = lse if lse is not None else out  # not written with one split
     consumers = 2 if b * g > TILE else 1
     warps = 4 + 4 * consumers  # default partition + the workers, in warpgroups
     windowed = mask.window is not None
-    _kernel()[(n * hkv, )](
-        q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, bt, ctx, k_desc, v_desc,
+    _kernel()[(n * hkv, num_splits)](
+        q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2), k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
         out.stride(0), out.stride(1), out.stride(2), bt.stride(0),
         b, g, hq, hkv, bt.shape[1], page, (mask.window - 1) if windowed else 0, float(scale) * LOG2E, *strides,
-        int(return_lse), NB=num_buf, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
+        int(return_lse), num_splits, NB=num_buf, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
         PRODUCER_REGS=producer_regs, CAUSAL=bool(mask.causal),
         WINDOWED=windowed, num_warps=4, maxnreg=min(255, 65536 // (32 * warps)) // 8 * 8,
     )
+    if num_splits > 1:
+        merge_splits(po, plse, out, lse)
     return (out, lse) if return_lse else out
 
 
@@ -312,14 +340,15 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
 
     lay = gl.NVMMASharedLayout.get_default_for([TILE, d], gl.bfloat16)
     desc = f"tensordesc<bf16[{TILE}, {d}],{lay!r}>"
-    names = ["q_ptr", "kp_ptr", "vp_ptr", "kb_ptr", "vb_ptr", "out_ptr", "lse_ptr", "bt_ptr", "ctx_ptr"]
-    sig = {k: "*bf16" for k in names[:6]}
-    sig.update({"lse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32", "k_desc": desc, "v_desc": desc})
+    names = ["q_ptr", "kp_ptr", "vp_ptr", "kb_ptr", "vb_ptr", "out_ptr"]
+    sig = {k: "*bf16" for k in names}
+    sig.update({"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
+                "k_desc": desc, "v_desc": desc})
     for k in ("s_qn", "s_qb", "s_qh", "s_kpp", "s_kpt", "s_kph", "s_vpp", "s_vpt", "s_vph", "s_kbn", "s_kbb",
               "s_kbh", "s_on", "s_ob", "s_oh", "s_btn", "B", "G", "HQ", "HKV", "R", "PAGE", "W_M1"):
         sig[k] = "i32"
     sig["qk_scale"] = "fp32"
-    for k in ("TMA_PAGE", "TMA_HEAD", "TMA_COL", "WANT_LSE"):
+    for k in ("TMA_PAGE", "TMA_HEAD", "TMA_COL", "WANT_LSE", "NUM_SPLITS"):
         sig[k] = "i32"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs, "CAUSAL": causal, "WINDOWED": windowed}
     for k in const:

@@ -306,6 +306,7 @@ class Config:
 
 
 _SM_COUNT: dict[int, int] = {}
+GLUON_MIN_KEYS = 256  # fewest context keys per split of the Gluon kernel (four tiles; 2 measured no faster)
 
 
 def _sm_count(device: torch.device) -> int:
@@ -332,16 +333,20 @@ def choose_config(
     through TMA. Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
     64 when a batch is too small to give every multiprocessor a program. Splits: about two
     programs per multiprocessor, at most 64, none shorter than 160 keys (320 with TMA).
-    ``gluon_ok``: the caller has checked :func:`.gluon_window_block.fits`; then, when
-    ``n * hkv`` programs (one per sequence and KV head) cover the multiprocessors, the
-    warp-specialized Gluon kernel runs instead (no split-KV).
+    ``gluon_ok``: the caller has checked :func:`.gluon_window_block.fits`; then the
+    warp-specialized Gluon kernel runs instead, one program per (sequence, KV head) and
+    split, with splits only while ``n * hkv`` programs leave multiprocessors idle (a
+    program fills one).
     Tuned on an H200 at the MiniMax shape (bench/NOTES-attention.md).
     """
     d_pad = max(16, next_pow2(d))
     rows = b * (hq // hkv)
     sms = _sm_count(device)
-    if gluon_ok and n * hkv >= sms:
-        return Config(64, 64, 1, 4, 1, tma=True, gluon=True)
+    if gluon_ok:
+        if num_splits is None:  # at most one program per multiprocessor (one fits), >= GLUON_MIN_KEYS keys each
+            ctas = n * hkv
+            num_splits = max(1, min(max_span // GLUON_MIN_KEYS, sms // ctas))  # one wave
+        return Config(64, 64, num_splits, 4, 1, tma=True, gluon=True)
     if tma_ok:
         block_m = block_m or min(64, max(16, next_pow2(rows)))
         block_n = block_n or 64
@@ -478,7 +483,8 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         if not gluon_ok:
             raise ValueError("the gluon kernel needs an SM90 GPU, Gluon's Hopper API, bf16/fp16, head dim 64 or "
                              "128, pages of >= 64 tokens in a TMA layout and B * G <= 128")
-        return gluon_window_block.launch(q, cache, k_blk, v_blk, mask, scale, return_lse=return_lse)
+        return gluon_window_block.launch(q, cache, k_blk, v_blk, mask, scale, return_lse=return_lse,
+                                         num_splits=cfg.num_splits)
     d_pad = max(16, next_pow2(d))
     num_rb = -(-(b * g) // cfg.block_m)
     block_b = max(16, next_pow2(b))
@@ -496,7 +502,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
     k_desc, v_desc, tma_strides = _descriptors(kp, vp, cfg, d, d_pad) if cfg.tma else (kp, vp, (0, 0, 0))
-    attn, reduce = _kernels()
+    attn, _ = _kernels()
     # float32 operands and IEEE dots for float32 inputs, and always in the interpreter, whose
     # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).
     f32_dot = q.dtype == torch.float32 or q.device.type != "cuda"
@@ -517,13 +523,22 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:
-        reduce[(n * b * hq,)](
-            po, plse, out, lse_arg,
-            out.stride(0), out.stride(1), out.stride(2),
-            b, hq, d, cfg.num_splits,
-            S_PAD=max(2, next_pow2(cfg.num_splits)), D_PAD=d_pad, RETURN_LSE=return_lse, num_warps=4,
-        )
+        merge_splits(po, plse, out, lse, d)
     return (out, lse) if return_lse else out
+
+
+def merge_splits(po, plse, out, lse=None, d: Optional[int] = None):
+    """Merge split partials into ``out`` ``[N, B, Hq, D]`` (and ``lse``, natural log, when
+    given): ``po`` ``[N, B, Hq, S, D_PAD]`` normalised float32 outputs, ``plse`` ``[N, B, Hq, S]``
+    their log2-sum-exps (-inf for a split that saw no key). ``d``: the head dim (default D_PAD)."""
+    n, b, hq, s, d_pad = po.shape
+    _, reduce = _kernels()
+    reduce[(n * b * hq,)](
+        po, plse, out, lse if lse is not None else out,
+        out.stride(0), out.stride(1), out.stride(2),
+        b, hq, d or d_pad, s,
+        S_PAD=max(2, next_pow2(s)), D_PAD=d_pad, RETURN_LSE=lse is not None, num_warps=4,
+    )
 
 
 register_lowering(LoweringInfo(

@@ -320,11 +320,12 @@ TMA_CONFIGS = [None] + [Config(block_m=bm, block_n=64, num_splits=s, num_warps=w
 TMA_CONFIGS.append(Config(block_m=64, block_n=64, num_splits=12, num_warps=4, num_stages=5, tma=True))
 TMA_IDS = ["auto", "tma128", "tma128s3", "tma64s5", "tma64s12"]
 GLUON_CFG = Config(block_m=64, block_n=64, num_splits=1, num_warps=4, num_stages=1, tma=True, gluon=True)
+GLUON_SPLIT_CFG = Config(block_m=64, block_n=64, num_splits=9, num_warps=4, num_stages=1, tma=True, gluon=True)
 
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("cfg", TMA_CONFIGS + [GLUON_CFG], ids=TMA_IDS + ["gluon"])
+@pytest.mark.parametrize("cfg", TMA_CONFIGS + [GLUON_CFG, GLUON_SPLIT_CFG], ids=TMA_IDS + ["gluon", "gluon_s9"])
 def test_gpu_minimax_shape(cfg):
     """Hq 64, Hkv 4, D 128, B 7, W 4096, bf16, page 64, mixed lengths incl. wrapped rings."""
     gen = torch.Generator().manual_seed(1)
@@ -371,14 +372,35 @@ def test_gpu_gluon_kernel(b, hq, causal, window, d, page, layout):
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_gluon_chosen_at_large_batch():
-    """The default config takes the Gluon kernel once N * Hkv programs cover the GPU."""
-    from draftsmith.lowering.triton_window_block import choose_config
+@pytest.mark.parametrize("splits", [2, 5, 33])
+@pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
+def test_gpu_gluon_kernel_splits(splits, causal, window):
+    """The Gluon kernel with split-KV: chunks cut inside the window and at its edge, splits
+    that see no key (short and empty contexts), the block's keys in the last split only;
+    the merged output and LSE against the oracle."""
+    gen = torch.Generator().manual_seed(splits * 10 + causal + (window or 0))
+    ctx = [5003, 1000, 299, 64, 0]
+    case = _gpu_case(len(ctx), 7, 64, 4, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
+                     poison_unreachable=True)
+    if not _gluon_fits(case):
+        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    cfg = Config(block_m=64, block_n=64, num_splits=splits, num_warps=4, num_stages=1, tma=True, gluon=True)
+    run_and_check(*case, causal=causal, window=window, config=cfg, tol=1e-2, lse_tol=2e-2)
 
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    q = torch.empty(sms, 7, 64, 128, device="cuda")
-    assert choose_config(sms // 4, 7, 64, 4, 128, 4095, q.device, tma_ok=True, gluon_ok=True).gluon
-    assert not choose_config(sms // 4 - 1, 7, 64, 4, 128, 4095, q.device, tma_ok=True, gluon_ok=True).gluon
+
+def test_gluon_config_splits_only_below_one_program_per_sm(monkeypatch):
+    """With the Gluon kernel, splits fill the multiprocessors at small batch in one wave (one
+    program each), never below GLUON_MIN_KEYS keys, and stop once N * Hkv programs cover them."""
+    from draftsmith.lowering import triton_window_block as twb
+
+    dev = torch.device("cuda", 0)
+    monkeypatch.setitem(twb._SM_COUNT, 0, 132)
+    split = lambda n, span=4095: twb.choose_config(n, 7, 64, 4, 128, span, dev, tma_ok=True,  # noqa: E731
+                                                   gluon_ok=True)
+    assert all(split(n).gluon for n in (1, 16, 33, 64))
+    assert [split(n).num_splits for n in (1, 2, 16, 32, 33, 64, 256)] == [15, 15, 2, 1, 1, 1, 1]
+    assert split(1, span=300).num_splits == 300 // twb.GLUON_MIN_KEYS
+    assert twb.choose_config(1, 7, 64, 4, 128, 4095, dev, tma_ok=True, gluon_ok=True, num_splits=5).num_splits == 5
 
 
 @pytest.mark.gpu
@@ -451,7 +473,7 @@ def test_gpu_long_context(window):
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("cfg", TMA_CONFIGS[:2] + [GLUON_CFG], ids=["auto", "tma128", "gluon"])
+@pytest.mark.parametrize("cfg", TMA_CONFIGS[:2] + [GLUON_CFG, GLUON_SPLIT_CFG], ids=["auto", "tma128", "gluon", "gluon_s9"])
 def test_gpu_cuda_graph(cfg):
     """Capture once, then change q and ctx_lens in place and replay: same as the oracle."""
     gen = torch.Generator().manual_seed(77)
