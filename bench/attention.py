@@ -312,7 +312,7 @@ def main():
                 emit({"batch": n, "method": name, "kernel_us": kus, "TBps": ktbs, "frac_copy": ktbs / copy_tbs,
                       "timing": "profiler: device time of its kernels, L2 flushed"})
         cfg = choose_config(n, B, HQ, HKV, D, W - 1, q.device, tma_ok=tma_fits(q, cache),
-                            gluon_ok=gluon_window_block.fits(q, cache, kb))
+                            gluon_ok=gluon_window_block.fits(q, cache, kb, vb))
         emit({"batch": n, "default_config": cfg.__dict__})
         if args.sweep:
             sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit)

@@ -3,22 +3,25 @@
 Same contract and mask as :mod:`.triton_window_block` (it is that lowering's kernel on SM90
 when :func:`fits` holds); this module only holds the kernel and its launch.
 
-One program per (sequence, KV head), all ``B * G`` packed query rows (at most 128):
+One program per (sequence, KV head, split), all ``B * G`` packed query rows (at most 128):
 
-- a 1-warp producer partition streams the *interior* context tiles (64 keys, inside one
-  page, every key visible to every row) by TMA into a ring of ``NUM_BUF`` shared-memory
-  slots, each guarded by a ``ready`` and an ``empty`` mbarrier;
+- a 1-warp producer partition streams the *interior* context tiles of its split (64 keys,
+  inside one page, every key visible to every row) by TMA into a ring of ``NUM_BUF``
+  shared-memory slots, each guarded by a ``ready`` and an ``empty`` mbarrier;
 - one or two 4-warp consumer partitions (rows 0-63, 64-127) each run the online softmax
   (float32, base-2) with wgmma over every slot, then release it; so each K/V tile is read
   from memory once per KV head, and one consumer's softmax overlaps the other's MMAs and
   the producer's loads (FA3's structure; Triton's own ``warp_specialize`` does not produce
   it on Hopper here);
-- the tiles a mask cuts (window edge, the context's last partial tile) and the block's own
-  keys are loaded by each consumer with masked pointer loads into its private shared
-  buffers (keys outside the mask are never read, so NaN there cannot leak) before the
-  interior loop.
+- the tiles a mask cuts (window edge, the context's last partial tile) and, in the last
+  split, the block's own keys are copied by each consumer with masked cp.async (keys
+  outside the mask are zero-filled, never read, so NaN there cannot leak) into its private
+  shared buffers; the first such copy runs while the interior tiles are computed.
 
-No split-KV: used when ``N * Hkv`` programs fill the GPU (``triton_window_block`` picks).
+Split-KV (``num_splits > 1``): split ``s`` takes an equal range of whole tiles of the keys
+the mask reaches and writes a float32 partial and its log2-sum-exp, merged afterwards by
+``triton_window_block.merge_splits``; ``triton_window_block`` splits only while ``N * Hkv``
+programs leave multiprocessors idle (a program fills one).
 Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
 not compile this kernel, so :func:`available` gates on the version and other releases use
 the Triton kernel). Never run elsewhere. Measured in ``docs/benchmarks.md``.
@@ -35,6 +38,7 @@ try:
     import triton
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                                   warpgroup_mma, warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -57,9 +61,10 @@ def available() -> bool:
     return gluon is not None and triton.__version__.startswith(VERIFIED_TRITON)
 
 
-def fits(q: torch.Tensor, cache, k_blk: torch.Tensor) -> bool:
+def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bool:
     """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64 or 128, pages
-    of >= 64 tokens in one of the two TMA layouts, ``B * G <= 128``."""
+    of >= 64 tokens in one of the two TMA layouts, ``B * G <= 128``, and every K/V row of the
+    pages and the block on 16 bytes (what its cp.async copies assume)."""
     from .triton_window_block import page_layout
 
     if not available() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
@@ -70,7 +75,12 @@ def fits(q: torch.Tensor, cache, k_blk: torch.Tensor) -> bool:
     layout = page_layout(kp)
     return (q.dtype in (torch.bfloat16, torch.float16) and kp.dtype == q.dtype and d in (64, 128)
             and kp.shape[1] >= TILE and b * (hq // hkv) <= 2 * TILE and b <= TILE
-            and layout is not None and layout == page_layout(vp))
+            and layout is not None and layout == page_layout(vp) and _rows_16b_aligned(kp, vp, k_blk, v_blk))
+
+
+def _rows_16b_aligned(*tensors) -> bool:
+    """Every row of ``D`` elements starts on 16 bytes: 16-byte base, strides of 8 elements."""
+    return all(t.data_ptr() % 16 == 0 and all(st % 8 == 0 for st in t.stride()[:-1]) for t in tensors)
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,7 +94,7 @@ def _kernel():
         (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
          k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
          n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
-         s_kbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
+         s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
          WINDOWED, WANT_LSE) = a
         NB: gl.constexpr = k_bufs.type.shape[0]
         for i in range(mid_end - n_pre):
@@ -113,11 +123,39 @@ def _kernel():
         return m_new, l_i, acc
 
     @gluon.jit
+    def fetch_private(a, e, n_edge, kq, vq, keys, dims):
+        """Start the cp.async copy of private tile ``e`` into ``kq``/``vq`` (one commit group);
+        keys outside the mask are zero-filled, never read."""
+        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
+         k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
+         n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
+         s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
+         WINDOWED, WANT_LSE) = a
+        n64 = n.to(gl.int64)
+        if e < n_edge:
+            tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
+            t = lo + tile * BN + keys
+            t_ok = (t >= start) & (t < hi)
+            pg = gl.load(bt_ptr + n64 * s_btn + (t // PAGE) % R, mask=t_ok, other=0).to(gl.int64)
+            slot = (t % PAGE).to(gl.int64)
+            k_row = gl.multiple_of(pg * s_kpp + slot * s_kpt + kvh.to(gl.int64) * s_kph, 8)  # fits(): 16-byte rows
+            v_row = gl.multiple_of(pg * s_vpp + slot * s_vpt + kvh.to(gl.int64) * s_vph, 8)
+            async_copy.async_copy_global_to_shared(kq, kp_ptr + k_row[:, None] + dims[None, :], mask=t_ok[:, None])
+            async_copy.async_copy_global_to_shared(vq, vp_ptr + v_row[:, None] + dims[None, :], mask=t_ok[:, None])
+        else:
+            b_ok = keys < B
+            kb_row = gl.multiple_of(n64 * s_kbn + keys.to(gl.int64) * s_kbb + kvh.to(gl.int64) * s_kbh, 8)
+            async_copy.async_copy_global_to_shared(kq, kb_ptr + kb_row[:, None] + dims[None, :], mask=b_ok[:, None])
+            vb_row = gl.multiple_of(n64 * s_vbn + keys.to(gl.int64) * s_vbb + kvh.to(gl.int64) * s_vbh, 8)
+            async_copy.async_copy_global_to_shared(vq, vb_ptr + vb_row[:, None] + dims[None, :], mask=b_ok[:, None])
+        async_copy.commit_group()
+
+    @gluon.jit
     def consume(a, ROW0: gl.constexpr):
         (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
          k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
          n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
-         s_kbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
+         s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
          WINDOWED, WANT_LSE) = a
         NB: gl.constexpr = k_bufs.type.shape[0]
         D: gl.constexpr = k_bufs.type.shape[2]
@@ -146,32 +184,34 @@ def _kernel():
         acc = gl.zeros([BM, D], gl.float32, layout=o_l)
         keys = gl.arange(0, BN, layout=gl.SliceLayout(1, ld_l))
 
-        # Private tiles: e < n_edge are the masked context tiles, e == n_edge the block's keys
-        # (in the last split only).
+        # Private tiles, in each consumer's own buffers: e < n_edge are the context tiles a
+        # mask cuts (leading window edge, then the trailing partial tile), e == n_edge the
+        # block's keys (last split only). The first is fetched by cp.async while the interior
+        # tiles run, the rest one after another after them (most programs have at most one).
         n_edge = n_pre + (n_tiles - mid_end)
-        for e in range(n_edge + has_blk):
-            tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
-            gl.thread_barrier()  # the previous private tile's MMAs are done in every warp
-            if e < n_edge:  # K, then V: each stored before the next load (register pressure)
-                t = lo + tile * BN + keys
-                t_ok = (t >= start) & (t < hi)
-                pg = gl.load(bt_ptr + n64 * s_btn + (t // PAGE) % R, mask=t_ok, other=0).to(gl.int64)
-                slot = (t % PAGE).to(gl.int64)
-                k_row = pg * s_kpp + slot * s_kpt + kvh.to(gl.int64) * s_kph
-                kq.store(gl.load(kp_ptr + k_row[:, None] + dims[None, :], mask=t_ok[:, None], other=0.0))
-                v_row = pg * s_vpp + slot * s_vpt + kvh.to(gl.int64) * s_vph
-                vq.store(gl.load(vp_ptr + v_row[:, None] + dims[None, :], mask=t_ok[:, None], other=0.0))
-            else:
-                b_ok = keys < B
-                kb_row = n64 * s_kbn + keys.to(gl.int64) * s_kbb + kvh.to(gl.int64) * s_kbh
-                kq.store(gl.load(kb_ptr + kb_row[:, None] + dims[None, :], mask=b_ok[:, None], other=0.0))
-                vq.store(gl.load(vb_ptr + kb_row[:, None] + dims[None, :], mask=b_ok[:, None], other=0.0))
+        n_priv = n_edge + has_blk
+        if n_priv > 0:
+            fetch_private(a, 0, n_edge, kq, vq, keys, dims)
+
+        # Interior tiles from the producer's ring: no mask.
+        for i in range(mid_end - n_pre):
+            idx = i % NB
+            mbarrier.wait(ready.index(idx), (i // NB) & 1)
+            s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
+                              use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+            m_i, l_i, acc = softmax_step(s, s > 0, m_i, l_i, acc, v_bufs.index(idx), p_l, o_l, False)
+            mbarrier.arrive(empty.index(idx), count=1)
+
+        for e in range(n_priv):
+            async_copy.wait_group(0)
             fence_async_shared()
-            gl.thread_barrier()
+            gl.thread_barrier()  # every thread's copies have landed
             s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                               use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
             if e < n_edge:
+                tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)
                 tt = lo + tile * BN + kcol
                 ok = (tt[None, :] >= start) & (tt[None, :] < hi) & srow_ok[:, None]
                 if WINDOWED:
@@ -184,16 +224,9 @@ def _kernel():
                     diff = jrow[:, None] - kcol[None, :]
                     ok = ok & (diff <= W_M1) & (diff >= -W_M1)
             m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, p_l, o_l, True)
-
-        # Interior tiles from the producer's ring: no mask.
-        for i in range(mid_end - n_pre):
-            idx = i % NB
-            mbarrier.wait(ready.index(idx), (i // NB) & 1)
-            s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
-                              use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
-            m_i, l_i, acc = softmax_step(s, s > 0, m_i, l_i, acc, v_bufs.index(idx), p_l, o_l, False)
-            mbarrier.arrive(empty.index(idx), count=1)
+            if e + 1 < n_priv:
+                gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
+                fetch_private(a, e + 1, n_edge, kq, vq, keys, dims)
 
         has = l_i > 0.0
         l_safe = gl.where(has, l_i, 1.0)
@@ -231,7 +264,7 @@ def _kernel():
     def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr,
                ctx_ptr, k_desc, v_desc,
                s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh,
-               s_on, s_ob, s_oh, s_btn, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
+               s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
                WANT_LSE, NUM_SPLITS, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                PRODUCER_REGS: gl.constexpr,
                CAUSAL: gl.constexpr, WINDOWED: gl.constexpr):
@@ -272,7 +305,7 @@ def _kernel():
         a = (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
              k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
              n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
-             s_kbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
+             s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
              WINDOWED, WANT_LSE)
         if CONSUMERS == 2:
             gl.warp_specialize([(consumer0, (a, )), (consumer1, (a, )), (producer, (a, ))], [4, 1],
@@ -316,7 +349,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2), k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
-        out.stride(0), out.stride(1), out.stride(2), bt.stride(0),
+        v_blk.stride(0), v_blk.stride(1), v_blk.stride(2), out.stride(0), out.stride(1), out.stride(2), bt.stride(0),
         b, g, hq, hkv, bt.shape[1], page, (mask.window - 1) if windowed else 0, float(scale) * LOG2E, *strides,
         int(return_lse), num_splits, NB=num_buf, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
         PRODUCER_REGS=producer_regs, CAUSAL=bool(mask.causal),
@@ -345,7 +378,7 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     sig.update({"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
                 "k_desc": desc, "v_desc": desc})
     for k in ("s_qn", "s_qb", "s_qh", "s_kpp", "s_kpt", "s_kph", "s_vpp", "s_vpt", "s_vph", "s_kbn", "s_kbb",
-              "s_kbh", "s_on", "s_ob", "s_oh", "s_btn", "B", "G", "HQ", "HKV", "R", "PAGE", "W_M1"):
+              "s_kbh", "s_vbn", "s_vbb", "s_vbh", "s_on", "s_ob", "s_oh", "s_btn", "B", "G", "HQ", "HKV", "R", "PAGE", "W_M1"):
         sig[k] = "i32"
     sig["qk_scale"] = "fp32"
     for k in ("TMA_PAGE", "TMA_HEAD", "TMA_COL", "WANT_LSE", "NUM_SPLITS"):
@@ -353,7 +386,9 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs, "CAUSAL": causal, "WINDOWED": windowed}
     for k in const:
         sig[k] = "constexpr"
-    src = GluonASTSource(_kernel(), sig, {(list(sig).index(k), ): v for k, v in const.items()})
+    # Pointers 16-byte aligned (launches specialize on it; fits() requires it), no integer hints.
+    aligned = {(i, ): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+    src = GluonASTSource(_kernel(), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})

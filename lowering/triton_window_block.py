@@ -21,10 +21,11 @@ How it computes it:
   the block table allow, and the multiprocessor count), each program writes a normalised
   float32 partial and its LSE, and a second kernel merges them. With ``S == 1`` the first
   kernel writes the output directly.
-- On SM90, when one program per (sequence, KV head) covers the GPU and the shape allows,
-  the kernel is :mod:`.gluon_window_block`'s warp-specialized one instead (a TMA producer
-  warp and two softmax/MMA consumer warpgroups; same contract): 8-13% less time at batch
-  64-256 on an H200 (78-84% of copy bandwidth).
+- On SM90 (triton 3.6), where the shape allows, the kernel is :mod:`.gluon_window_block`'s
+  warp-specialized one instead (a TMA producer warp and two softmax/MMA consumer
+  warpgroups; same contract and splits, same merge): on an H200 at the MiniMax shape 3-5%
+  less time than the Triton kernel at batch 1 and 16, 8-13% at batch 64-256 (80-86% of
+  copy bandwidth there).
 - CUDA-graph capturable: no host syncs (``ctx_lens`` is only read on the device), the grid
   and ``S`` come from tensor shapes and the device's multiprocessor count.
 
@@ -253,12 +254,13 @@ def _attn_kernel(
 def _reduce_kernel(
     po_ptr, plse_ptr, out_ptr, lse_ptr,
     s_on, s_ob, s_oh,
-    B, HQ, D, NUM_SPLITS,
-    S_PAD: tl.constexpr, D_PAD: tl.constexpr, RETURN_LSE: tl.constexpr,
+    B, HQ, D, NUM_SPLITS, NUM_ROWS,
+    ROWS: tl.constexpr, S_PAD: tl.constexpr, D_PAD: tl.constexpr, RETURN_LSE: tl.constexpr,
 ):
-    """Merge the split partials of one (n, j, head) row by log-sum-exp (one row per program:
-    measured 2x faster at batch 1 than 4 rows per program, bench/NOTES-attention.md)."""
-    row = tl.program_id(0).to(tl.int64)
+    """Merge the split partials of ``ROWS`` consecutive (n, j, head) rows by log-sum-exp
+    (the rows' partials are one contiguous run of ``ROWS * S * D_PAD`` floats)."""
+    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_ok = row < NUM_ROWS
     sp = tl.arange(0, S_PAD)
     sp_ok = sp < NUM_SPLITS
     dim = tl.arange(0, D_PAD)
@@ -268,17 +270,23 @@ def _reduce_kernel(
     rem = row % total
     j = rem // HQ
     h = rem % HQ
-    lse_s = tl.load(plse_ptr + row * NUM_SPLITS + sp, mask=sp_ok, other=float("-inf"))
-    m = tl.max(lse_s, 0)
-    w = tl.math.exp2(lse_s - m)
-    w = tl.where(sp_ok, w, 0.0)
-    den = tl.sum(w, 0)
-    po = tl.load(po_ptr + (row * NUM_SPLITS + sp)[:, None] * D_PAD + dim[None, :],
-                 mask=sp_ok[:, None] & dim_ok[None, :], other=0.0)
-    o = tl.sum(po * w[:, None], 0) / den
-    tl.store(out_ptr + n * s_on + j * s_ob + h * s_oh + dim, o.to(out_ptr.dtype.element_ty), mask=dim_ok)
+    ok2 = row_ok[:, None] & sp_ok[None, :]
+    lse_s = tl.load(plse_ptr + row[:, None] * NUM_SPLITS + sp[None, :], mask=ok2, other=float("-inf"))
+    m = tl.max(lse_s, 1)
+    m = tl.where(m == float("-inf"), 0.0, m)  # a row no split saw: weights 0, den 0 below
+    w = tl.where(ok2, tl.math.exp2(lse_s - m[:, None]), 0.0)
+    den = tl.sum(w, 1)
+    has = den > 0.0
+    den = tl.where(has, den, 1.0)  # no key at all: output 0, LSE -inf (as with one split)
+    po = tl.load(po_ptr + ((row[:, None] * NUM_SPLITS + sp[None, :]) * D_PAD)[:, :, None] + dim[None, None, :],
+                 mask=ok2[:, :, None] & dim_ok[None, None, :], other=0.0)
+    o = tl.sum(po * w[:, :, None], 1) / den[:, None]
+    o_off = n * s_on + j * s_ob + h * s_oh
+    tl.store(out_ptr + o_off[:, None] + dim[None, :], o.to(out_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & dim_ok[None, :])
     if RETURN_LSE:
-        tl.store(lse_ptr + row, (m + tl.math.log2(den)) * 0.6931471805599453)
+        tl.store(lse_ptr + row, tl.where(has, m + tl.math.log2(den), float("-inf")) * 0.6931471805599453,
+                 mask=row_ok)
 
 
 def _kernels():
@@ -306,6 +314,7 @@ class Config:
 
 
 _SM_COUNT: dict[int, int] = {}
+MERGE_MAX_ROWS, MERGE_WARPS = 8, 4  # split merge: rows per program at most, warps per program
 GLUON_MIN_KEYS = 256  # fewest context keys per split of the Gluon kernel (four tiles; 2 measured no faster)
 
 
@@ -476,7 +485,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     windowed = mask.window is not None
     w_m1 = (mask.window - 1) if windowed else 0
     max_span = min(w_m1, ring * page) if windowed else ring * page
-    gluon_ok = gluon_window_block.fits(q, cache, k_blk)
+    gluon_ok = gluon_window_block.fits(q, cache, k_blk, v_blk)
     cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device, tma_ok=tma_fits(q, cache),
                                   gluon_ok=gluon_ok)
     if cfg.gluon:
@@ -527,18 +536,31 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     return (out, lse) if return_lse else out
 
 
-def merge_splits(po, plse, out, lse=None, d: Optional[int] = None):
+def merge_splits(po, plse, out, lse=None, d: Optional[int] = None, rows: Optional[int] = None,
+                 num_warps: Optional[int] = None):
     """Merge split partials into ``out`` ``[N, B, Hq, D]`` (and ``lse``, natural log, when
     given): ``po`` ``[N, B, Hq, S, D_PAD]`` normalised float32 outputs, ``plse`` ``[N, B, Hq, S]``
-    their log2-sum-exps (-inf for a split that saw no key). ``d``: the head dim (default D_PAD)."""
+    their log2-sum-exps (-inf for a split that saw no key). ``d``: the head dim (default
+    D_PAD). ``rows`` per program and ``num_warps`` default to :func:`merge_config`."""
     n, b, hq, s, d_pad = po.shape
+    num_rows = n * b * hq
+    auto_rows, auto_warps = merge_config(num_rows, s, po.device)
+    rows, num_warps = rows or auto_rows, num_warps or auto_warps
     _, reduce = _kernels()
-    reduce[(n * b * hq,)](
+    reduce[(-(-num_rows // rows),)](
         po, plse, out, lse if lse is not None else out,
         out.stride(0), out.stride(1), out.stride(2),
-        b, hq, d or d_pad, s,
-        S_PAD=max(2, next_pow2(s)), D_PAD=d_pad, RETURN_LSE=lse is not None, num_warps=4,
+        b, hq, d or d_pad, s, num_rows,
+        ROWS=rows, S_PAD=max(2, next_pow2(s)), D_PAD=d_pad, RETURN_LSE=lse is not None, num_warps=num_warps,
     )
+
+
+def merge_config(num_rows: int, num_splits: int, device: torch.device) -> tuple[int, int]:
+    """``(rows per program, warps)`` of the merge: one row per program while rows are few
+    (batch 1: more programs in flight), more once there are several programs per
+    multiprocessor anyway. Tuned on an H200 (``bench/split_merge.py``)."""
+    per_sm = num_rows // (4 * _sm_count(device))
+    return max(1, min(MERGE_MAX_ROWS, next_pow2(per_sm + 1) // 2)), MERGE_WARPS
 
 
 register_lowering(LoweringInfo(

@@ -216,7 +216,7 @@ def test_gluon_gated_on_triton_release_and_device(monkeypatch):
     monkeypatch.setattr(gwb.triton, "__version__", "3.6.0")
     assert gwb.available()
     q, cache, kb, vb = make_case(1, 7, 8, 2, 128, 64, [100], 80, dtype=torch.bfloat16)
-    assert not gwb.fits(q, cache, kb)  # CPU tensors
+    assert not gwb.fits(q, cache, kb, vb)  # CPU tensors
 
 
 def test_tma_refused_on_unfit_shapes():
@@ -291,6 +291,35 @@ def test_interp_low_precision_no_lse(dtype):
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("rows", [1, 2, 8])
+@pytest.mark.parametrize("splits", [2, 5])
+@interp_test
+def test_interp_merge_splits(rows, splits):
+    """The split merge against a float64 log-sum-exp merge: rows per program not dividing the
+    row count, splits that saw no key (-inf), and a row no split saw (output 0, LSE -inf)."""
+    from draftsmith.lowering.triton_window_block import merge_splits
+
+    gen = torch.Generator().manual_seed(rows * 10 + splits)
+    n, b, hq, d = 2, 3, 5, 16
+    po = torch.randn(n, b, hq, splits, d, generator=gen)
+    plse = torch.randn(n, b, hq, splits, generator=gen) * 3
+    plse[0, 1, :, 0] = float("-inf")
+    plse[1, 2, 4, :] = float("-inf")
+    out = torch.empty(n, b, hq, d)
+    lse = torch.empty(n, b, hq)
+    merge_splits(po, plse, out, lse, rows=rows, num_warps=1)
+    p64 = plse.double()
+    top = p64.max(-1, keepdim=True).values.clamp(min=-1e300)
+    wts = torch.exp2(p64 - top)
+    den = wts.sum(-1)
+    ref = (po.double() * wts[..., None]).sum(-2) / den.clamp(min=1e-300)[..., None]
+    ref_lse = (top[..., 0] + torch.log2(den)) * math.log(2)
+    seen = den > 0
+    assert torch.allclose(out[seen].double(), ref[seen], atol=1e-5, rtol=1e-5)
+    assert torch.allclose(lse[seen].double(), ref_lse[seen], atol=1e-5)
+    assert (out[~seen] == 0).all() and (lse[~seen] == float("-inf")).all() and (~seen).sum() == 1
+
+
 def test_registered():
     info = LOWERINGS["triton_window_block"]
     assert info.fn is triton_window_block and not info.needs_context_kernel
@@ -344,7 +373,7 @@ GLUON = GLUON_CFG
 def _gluon_fits(case):
     from draftsmith.lowering import gluon_window_block
 
-    return gluon_window_block.fits(case[0], case[1], case[2])
+    return gluon_window_block.fits(case[0], case[1], case[2], case[3])
 
 
 @pytest.mark.gpu
@@ -386,6 +415,33 @@ def test_gpu_gluon_kernel_splits(splits, causal, window):
         pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
     cfg = Config(block_m=64, block_n=64, num_splits=splits, num_warps=4, num_stages=1, tma=True, gluon=True)
     run_and_check(*case, causal=causal, window=window, config=cfg, tol=1e-2, lse_tol=2e-2)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_gluon_block_kv_views():
+    """The block's K and V as views with strides of their own (as sliced from a fused
+    projection): the Gluon kernel reads each through its own strides; a view whose rows are
+    not on 16 bytes is refused by fits() and runs the Triton kernel, also exactly."""
+    gen = torch.Generator().manual_seed(17)
+    q, cache, kb, vb = _gpu_case(3, 7, 64, 4, 128, 64, [700, 64, 0], 300, dtype=torch.bfloat16, gen=gen,
+                                 poison_unreachable=True)
+    wide = torch.full((3, 7, 9, 128), float("nan"), dtype=vb.dtype, device="cuda")
+    wide[:, :, 2:6] = vb
+    vb_view = wide[:, :, 2:6]
+    if not _gluon_fits((q, cache, kb, vb_view)):
+        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    assert vb_view.stride() != kb.stride()
+    run_and_check(q, cache, kb, vb_view, causal=False, window=300, config=GLUON, tol=1e-2, lse_tol=2e-2)
+    flat = torch.full((kb.numel() + 1,), float("nan"), dtype=kb.dtype, device="cuda")
+    kb_odd = flat[1:].view(kb.shape)
+    kb_odd.copy_(kb)
+    assert not _gluon_fits((q, cache, kb_odd, vb))
+    from draftsmith.lowering.triton_window_block import choose_config
+
+    assert not choose_config(3, 7, 64, 4, 128, 299, q.device, tma_ok=True,
+                             gluon_ok=_gluon_fits((q, cache, kb_odd, vb))).gluon
+    run_and_check(q, cache, kb_odd, vb, causal=False, window=300, tol=1e-2, lse_tol=2e-2)
 
 
 def test_gluon_config_splits_only_below_one_program_per_sm(monkeypatch):
@@ -478,7 +534,7 @@ def test_gpu_cuda_graph(cfg):
     """Capture once, then change q and ctx_lens in place and replay: same as the oracle."""
     gen = torch.Generator().manual_seed(77)
     q, cache, kb, vb = _gpu_case(3, 7, 64, 4, 128, 64, [5000, 4000, 10], 4096, dtype=torch.bfloat16, gen=gen)
-    if cfg is not None and cfg.gluon and not _gluon_fits((q, cache, kb)):
+    if cfg is not None and cfg.gluon and not _gluon_fits((q, cache, kb, vb)):
         pytest.skip("the Gluon kernel needs an SM90 GPU and Gluon's Hopper API")
     mask = MaskSpec(causal=False, window=4096)
     scale = 128 ** -0.5
