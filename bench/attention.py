@@ -49,9 +49,14 @@ def bench(fn, rep=100, warmup=25):
 _FLUSH = None
 
 
+WARM_L2 = False  # --warm-l2: skip the flush (a diagnostic: how much of a kernel time is cold reads)
+
+
 def flush_l2():
-    """Evict the L2 (a 256 MiB memset on a buffer made once)."""
+    """Evict the L2 (a 256 MiB memset on a buffer made once); nothing with ``--warm-l2``."""
     global _FLUSH
+    if WARM_L2:
+        return
     if _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     _FLUSH.zero_()
@@ -251,10 +256,16 @@ def main():
     ap.add_argument("--trials", default=None,
                     help="with --variants: a JSON list of Config overrides (on a TMA base) to time instead of the built-in ones")
     ap.add_argument("--only-triton", action="store_true", help="skip the baseline rows")
+    ap.add_argument("--warm-l2", action="store_true",
+                    help="do not flush the L2 between timings (a diagnostic; the table's method flushes). "
+                         "Compare kernel-time rows only: without the flush kernel ahead of it, a replay's "
+                         "time includes the host's launch of it (H200: 11 us launch floor instead of 4.7)")
     ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd",
                     help="K/V page storage: [pages, P, Hkv, D] (nhd) or [pages, Hkv, P, D] (hnd)")
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     args = ap.parse_args()
+    global WARM_L2
+    WARM_L2 = args.warm_l2
     mask = MaskSpec(causal=False, window=W)
     scale = D ** -0.5
     log = open(args.log, "w") if args.log else None
@@ -272,7 +283,7 @@ def main():
     launch_us = bench_graph(lambda: one.add_(1.0)) * 1e3  # the timing method's floor: one tiny kernel
     emit({"launch_floor_us": launch_us, "what": "CUDA-graph replay of one 1-element kernel, L2 flushed"})
     emit({"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
-          "page_layout": args.layout,
+          "page_layout": args.layout, "l2": "warm (not flushed)" if WARM_L2 else "flushed before each timing",
           "torch": torch.__version__, "triton": __import__("triton").__version__})
     table = {}
     for n in [int(x) for x in args.batches.split(",")]:
@@ -322,7 +333,7 @@ def main():
         torch.cuda.empty_cache()
     print_table(table, copy_tbs, gpu, [int(x) for x in args.batches.split(",")])
     print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us; "
-          f"K/V pages: {args.layout}")
+          f"K/V pages: {args.layout}; L2 {'WARM (not flushed: a diagnostic)' if WARM_L2 else 'flushed'}")
 
 
 def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):

@@ -2,7 +2,7 @@
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
 # installed (the lent H200): the package is mapped by symlinks into a scratch site dir.
 # Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
-# attention, attention-triton, merge, ceiling, ncu, draft-profile, draft   (env SMI=1: sample clocks/power into smi.csv)
+# attention, attention-triton (ATTN_ARGS: more flags), merge, ceiling, ncu, draft-profile, draft   (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +35,7 @@ for step in "$@"; do
     merge) timeout 300 python3 bench/split_merge.py > "$OUT/split_merge.txt" 2>&1; cat "$OUT/split_merge.txt" ;;
     ceiling) timeout 120 python3 bench/read_ceiling.py 2>&1 | tail -3 ;;
     attention-triton) L=${LAYOUT:-nhd}; timeout 300 python3 bench/attention.py --only-triton --no-flex \
-                        --batches "${BATCHES:-1,64,256}" --layout $L --log "$OUT/attention_triton_${L}_$(date +%H%M%S).jsonl" \
+                        --batches "${BATCHES:-1,64,256}" --layout $L ${ATTN_ARGS:-} --log "$OUT/attention_triton_${L}_$(date +%H%M%S).jsonl" \
                         >> "$OUT/attention_triton_$L.txt" 2>&1
                       tail -7 "$OUT/attention_triton_$L.txt" ;;
     ncu) if command -v ncu > /dev/null; then
