@@ -558,9 +558,11 @@ def merge_splits(po, plse, out, lse=None, d: Optional[int] = None, rows: Optiona
 def merge_config(num_rows: int, num_splits: int, device: torch.device) -> tuple[int, int]:
     """``(rows per program, warps)`` of the merge: one row per program while rows are few
     (batch 1: more programs in flight), more once there are several programs per
-    multiprocessor anyway. Tuned on an H200 (``bench/split_merge.py``)."""
+    multiprocessor anyway, never more than 64 partials per program. Tuned on an H200
+    (``bench/split_merge.py``)."""
     per_sm = num_rows // (4 * _sm_count(device))
-    return max(1, min(MERGE_MAX_ROWS, next_pow2(per_sm + 1) // 2)), MERGE_WARPS
+    cap = max(1, 64 // next_pow2(num_splits))
+    return max(1, min(MERGE_MAX_ROWS, cap, next_pow2(per_sm + 1) // 2)), MERGE_WARPS
 
 
 register_lowering(LoweringInfo(

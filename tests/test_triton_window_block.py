@@ -444,6 +444,19 @@ def test_gpu_gluon_block_kv_views():
     run_and_check(q, cache, kb_odd, vb, causal=False, window=300, tol=1e-2, lse_tol=2e-2)
 
 
+def test_merge_config_rows(monkeypatch):
+    """The merge takes one row per program while rows are few, up to MERGE_MAX_ROWS once
+    they outnumber programs, and never more than 64 partials per program."""
+    from draftsmith.lowering import triton_window_block as twb
+
+    dev = torch.device("cuda", 0)
+    monkeypatch.setitem(twb._SM_COUNT, 0, 132)
+    rows = lambda n, s: twb.merge_config(n * 7 * 64, s, dev)[0]  # noqa: E731
+    assert rows(1, 15) == 1 and rows(4, 8) == 2
+    assert rows(16, 2) == twb.MERGE_MAX_ROWS == 8
+    assert rows(256, 16) == 4 and rows(256, 64) == 1
+
+
 def test_gluon_config_splits_only_below_one_program_per_sm(monkeypatch):
     """With the Gluon kernel, splits fill the multiprocessors at small batch in one wave (one
     program each), never below GLUON_MIN_KEYS keys, and stop once N * Hkv programs cover them."""
