@@ -90,12 +90,10 @@ def _kernel():
     BM = gl.constexpr(TILE)
 
     @gluon.jit
-    def producer(a):
-        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
-         k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
-         n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
-         s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
-         WINDOWED, WANT_LSE) = a
+    def producer(p):
+        """Stream the interior tiles ``n_pre .. mid_end`` of the split into the ring by TMA."""
+        (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
+         TMA_PAGE, TMA_HEAD, TMA_COL) = p
         NB: gl.constexpr = k_bufs.type.shape[0]
         for i in range(mid_end - n_pre):
             idx = i % NB
@@ -123,14 +121,11 @@ def _kernel():
         return m_new, l_i, acc
 
     @gluon.jit
-    def fetch_private(a, e, n_edge, kq, vq, keys, dims):
+    def fetch_private(f, e, n_edge, kq, vq, keys, dims):
         """Start the cp.async copy of private tile ``e`` into ``kq``/``vq`` (one commit group);
         keys outside the mask are zero-filled, never read."""
-        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
-         k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
-         n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
-         s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
-         WINDOWED, WANT_LSE) = a
+        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
+         s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
         n64 = n.to(gl.int64)
         if e < n_edge:
             tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
@@ -151,12 +146,12 @@ def _kernel():
         async_copy.commit_group()
 
     @gluon.jit
-    def consume(a, ROW0: gl.constexpr):
-        (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
-         k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
-         n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
-         s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
-         WINDOWED, WANT_LSE) = a
+    def consume(c, f, ROW0: gl.constexpr):
+        """Rows ``ROW0 .. ROW0 + 63``: the ring's tiles, then the private ones (``f``: what
+        :func:`fetch_private` needs), then the output or the split's partial."""
+        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split,
+         NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G,
+         HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE) = c
         NB: gl.constexpr = k_bufs.type.shape[0]
         D: gl.constexpr = k_bufs.type.shape[2]
         s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
@@ -191,7 +186,7 @@ def _kernel():
         n_edge = n_pre + (n_tiles - mid_end)
         n_priv = n_edge + has_blk
         if n_priv > 0:
-            fetch_private(a, 0, n_edge, kq, vq, keys, dims)
+            fetch_private(f, 0, n_edge, kq, vq, keys, dims)
 
         # Interior tiles from the producer's ring: no mask.
         for i in range(mid_end - n_pre):
@@ -226,7 +221,7 @@ def _kernel():
             m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, p_l, o_l, True)
             if e + 1 < n_priv:
                 gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
-                fetch_private(a, e + 1, n_edge, kq, vq, keys, dims)
+                fetch_private(f, e + 1, n_edge, kq, vq, keys, dims)
 
         has = l_i > 0.0
         l_safe = gl.where(has, l_i, 1.0)
@@ -253,12 +248,12 @@ def _kernel():
         gl.store(plse_ptr + l_off * NUM_SPLITS + split, lse2, mask=l_ok & (NUM_SPLITS > 1))
 
     @gluon.jit
-    def consumer0(a):
-        consume(a, 0)
+    def consumer0(c, f):
+        consume(c, f, 0)
 
     @gluon.jit
-    def consumer1(a):
-        consume(a, BM)
+    def consumer1(c, f):
+        consume(c, f, BM)
 
     @gluon.jit
     def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr,
@@ -277,7 +272,9 @@ def _kernel():
             start = gl.maximum(ctx - W_M1, 0)
         else:
             start = ctx * 0
-        # This split's keys [lo, hi): equal chunks of whole tiles from the first tile's start.
+        # This split's keys [lo, hi): equal chunks of whole tiles from the first tile's start,
+        # and its tile phases: the same ranges as the Triton kernel's, kept in step by hand
+        # (two DSLs: Gluon code here, ``triton.language`` there).
         start_al = (start // BN) * BN
         chunk = gl.cdiv(gl.cdiv(ctx - start_al, NUM_SPLITS), BN) * BN
         lo = start_al + split * chunk
@@ -302,16 +299,19 @@ def _kernel():
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=CONSUMERS)
 
-        a = (q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr, k_desc, v_desc,
-             k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split, NUM_SPLITS, ctx, start, lo, hi, n_tiles,
-             n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb,
-             s_kbh, s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL, CAUSAL,
-             WINDOWED, WANT_LSE)
+        # One argument tuple per role: the producer's, the consumers', the private-tile copies'.
+        p = (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
+             TMA_PAGE, TMA_HEAD, TMA_COL)
+        c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split,
+             NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G,
+             HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE)
+        f = (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
+             s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh)
         if CONSUMERS == 2:
-            gl.warp_specialize([(consumer0, (a, )), (consumer1, (a, )), (producer, (a, ))], [4, 1],
+            gl.warp_specialize([(consumer0, (c, f)), (consumer1, (c, f)), (producer, (p, ))], [4, 1],
                                [CONSUMER_REGS, PRODUCER_REGS])
         else:
-            gl.warp_specialize([(consumer0, (a, )), (producer, (a, ))], [1], [PRODUCER_REGS])
+            gl.warp_specialize([(consumer0, (c, f)), (producer, (p, ))], [1], [PRODUCER_REGS])
 
     return gluon_window_block_kernel
 
@@ -373,19 +373,14 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
 
     lay = gl.NVMMASharedLayout.get_default_for([TILE, d], gl.bfloat16)
     desc = f"tensordesc<bf16[{TILE}, {d}],{lay!r}>"
-    names = ["q_ptr", "kp_ptr", "vp_ptr", "kb_ptr", "vb_ptr", "out_ptr"]
-    sig = {k: "*bf16" for k in names}
-    sig.update({"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
-                "k_desc": desc, "v_desc": desc})
-    for k in ("s_qn", "s_qb", "s_qh", "s_kpp", "s_kpt", "s_kph", "s_vpp", "s_vpt", "s_vph", "s_kbn", "s_kbb",
-              "s_kbh", "s_vbn", "s_vbb", "s_vbh", "s_on", "s_ob", "s_oh", "s_btn", "B", "G", "HQ", "HKV", "R", "PAGE", "W_M1"):
-        sig[k] = "i32"
-    sig["qk_scale"] = "fp32"
-    for k in ("TMA_PAGE", "TMA_HEAD", "TMA_COL", "WANT_LSE", "NUM_SPLITS"):
-        sig[k] = "i32"
-    const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs, "CAUSAL": causal, "WINDOWED": windowed}
-    for k in const:
-        sig[k] = "constexpr"
+    const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
+             "CAUSAL": causal, "WINDOWED": windowed}
+    # The kernel's own parameter list, typed by name: bf16 tensors, float32 outputs, int32
+    # tables, the two descriptors, the float scale; every other parameter is an int32.
+    typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
+             "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
+    sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
+           for k in _kernel().arg_names}
     # Pointers 16-byte aligned (launches specialize on it; fits() requires it), no integer hints.
     aligned = {(i, ): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
     src = GluonASTSource(_kernel(), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)

@@ -486,8 +486,8 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     w_m1 = (mask.window - 1) if windowed else 0
     max_span = min(w_m1, ring * page) if windowed else ring * page
     gluon_ok = gluon_window_block.fits(q, cache, k_blk, v_blk)
-    cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device, tma_ok=tma_fits(q, cache),
-                                  gluon_ok=gluon_ok)
+    cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device,
+                                  tma_ok=not gluon_ok and tma_fits(q, cache), gluon_ok=gluon_ok)
     if cfg.gluon:
         if not gluon_ok:
             raise ValueError("the gluon kernel needs an SM90 GPU, Gluon's Hopper API, bf16/fp16, head dim 64 or "
