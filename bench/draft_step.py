@@ -31,8 +31,6 @@ from types import SimpleNamespace
 
 import torch
 
-
-
 import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
 from draftsmith.framework.hosts import DFlashDraftModel, DraftStepGraph  # noqa: E402
 
