@@ -2,7 +2,7 @@
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
 # installed (the lent H200): the package is mapped by symlinks into a scratch site dir.
 # Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
-# attention, attention-triton (ATTN_ARGS: more flags), merge, ceiling, ncu, draft-profile, draft   (env SMI=1: sample clocks/power into smi.csv)
+# attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling, ncu, draft-profile, draft   (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +32,7 @@ for step in "$@"; do
               tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;
     attention) timeout 500 python3 bench/attention.py --log "$OUT/attention.jsonl" > "$OUT/attention.txt" 2>&1
                tail -20 "$OUT/attention.txt" ;;
+    phases) timeout 400 python3 bench/kernel_phases.py ${PHASES_ARGS:-} > "$OUT/phases.txt" 2>&1; cat "$OUT/phases.txt" ;;
     merge) timeout 300 python3 bench/split_merge.py > "$OUT/split_merge.txt" 2>&1; cat "$OUT/split_merge.txt" ;;
     ceiling) timeout 120 python3 bench/read_ceiling.py 2>&1 | tail -3 ;;
     attention-triton) L=${LAYOUT:-nhd}; timeout 300 python3 bench/attention.py --only-triton --no-flex \

@@ -22,7 +22,8 @@ Split-KV (``num_splits > 1``): split ``s`` takes an equal range of whole tiles o
 the mask reaches and writes a float32 partial and its log2-sum-exp, merged afterwards by
 ``triton_window_block.merge_splits``; ``triton_window_block`` splits only while ``N * Hkv``
 programs leave multiprocessors idle (a program fills one).
-Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
+``launch(timer=...)`` runs a build that stamps each program's phases (``TIMER_SLOTS``;
+``bench/kernel_phases.py`` prints them). Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
 not compile this kernel, so :func:`available` gates on the version and other releases use
 the Triton kernel). Never run elsewhere. Measured in ``docs/benchmarks.md``.
 """
@@ -51,6 +52,28 @@ NUM_BUF = 4  # ring slots (measured: 3-5 within 1% at batch 64 / 256)
 CONSUMER_REGS = 232  # registers per thread of the second consumer (the first gets what is left)
 PRODUCER_REGS = 24  # registers per thread of the producer warp
 
+
+# Phase timer (a diagnostic, ``launch(timer=...)``; compiled out otherwise): int64 slots per
+# program, ``timer[pid, split, slot]``; ``clock`` slots are the SM's cycle counter (%clock64),
+# ``ns`` slots the global nanosecond timer (%globaltimer). Read by ``bench/kernel_phases.py``.
+TIMER_SLOTS = (
+    "ns_entry",  # kernel entry (before the context length is read)
+    "clock_entry",
+    "clock_consumer",  # consumer 0 starts (context length read, barriers initialised)
+    "clock_q",  # consumer 0 has its Q rows in registers
+    "clock_first_tile",  # consumer 0's first ring tile has landed (unset without interior tiles)
+    "clock_interior_done",  # consumer 0 is done with the ring
+    "clock_first_private",  # consumer 0's first private tile has landed (unset without private tiles)
+    "clock_private_done",
+    "clock_stored",  # consumer 0 has issued its output stores
+    "ns_stored",
+    "clock_producer",  # the producer warp starts
+    "clock_first_tma",  # the producer has issued its first TMA copy (page index read)
+    "clock_last_tma",  # the producer has issued its last TMA copy
+    "ring_tiles",  # interior tiles of this program
+    "private_tiles",  # private tiles (window edge, trailing partial tile, block keys)
+    "smid",
+)
 
 VERIFIED_TRITON = ("3.6.",)  # Gluon's API moves between releases; 3.9's does not compile this kernel
 
@@ -88,13 +111,44 @@ def _kernel():
     """The Gluon kernel, decorated on first use (never under the interpreter)."""
     BN = gl.constexpr(TILE)
     BM = gl.constexpr(TILE)
+    # Timer slots (TIMER_SLOTS' order).
+    (T_NS_ENTRY, T_ENTRY, T_CONSUMER, T_Q, T_FIRST_TILE, T_INTERIOR_DONE, T_FIRST_PRIVATE, T_PRIVATE_DONE, T_STORED,
+     T_NS_STORED, T_PRODUCER, T_FIRST_TMA, T_LAST_TMA, T_RING_TILES, T_PRIVATE_TILES, T_SMID) = (
+        gl.constexpr(i) for i in range(len(TIMER_SLOTS)))
+    N_SLOTS = gl.constexpr(len(TIMER_SLOTS))
+
+    @gluon.jit
+    def stamp(t_ptr, slot: gl.constexpr, TIMED: gl.constexpr, NS: gl.constexpr = False, when=True):
+        """Store %clock64, or %globaltimer if ``NS``, into this program's timer slot (if ``when``).
+
+        Worker partitions receive ``TIMED`` as a value, not a constexpr (triton 3.6 passes their
+        arguments as block arguments), so there this is a branch on a constant, which folds: the
+        untimed kernel's PTX has the same instructions as before the timer was added, up to the
+        order of a few blocks (compared for all four variants)."""
+        if TIMED:
+            if not when:
+                return
+            if NS:
+                t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False,
+                                              pack=1)
+            else:
+                t = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False,
+                                              pack=1)
+            gl.store(t_ptr + slot, t)
+
+    @gluon.jit
+    def record(t_ptr, slot: gl.constexpr, value, TIMED: gl.constexpr):
+        """Store a count into this program's timer slot."""
+        if TIMED:
+            gl.store(t_ptr + slot, value.to(gl.int64))
 
     @gluon.jit
     def producer(p):
         """Stream the interior tiles ``n_pre .. mid_end`` of the split into the ring by TMA."""
         (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
-         TMA_PAGE, TMA_HEAD, TMA_COL) = p
+         TMA_PAGE, TMA_HEAD, TMA_COL, t_ptr, TIMED) = p
         NB: gl.constexpr = k_bufs.type.shape[0]
+        stamp(t_ptr, T_PRODUCER, TIMED)
         for i in range(mid_end - n_pre):
             idx = i % NB
             ph = (i // NB) & 1
@@ -105,6 +159,8 @@ def _kernel():
             mbarrier.expect(ready.index(idx), 2 * k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [row0, kvh * TMA_COL], ready.index(idx), k_bufs.index(idx))
             tma.async_copy_global_to_shared(v_desc, [row0, kvh * TMA_COL], ready.index(idx), v_bufs.index(idx))
+            stamp(t_ptr, T_FIRST_TMA, TIMED, when=i == 0)
+        stamp(t_ptr, T_LAST_TMA, TIMED)
 
     @gluon.jit
     def softmax_step(s, ok, m_i, l_i, acc, v_buf, p_l: gl.constexpr, o_l: gl.constexpr, MASKED: gl.constexpr):
@@ -151,7 +207,9 @@ def _kernel():
         :func:`fetch_private` needs), then the output or the split's partial."""
         (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split,
          NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G,
-         HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE) = c
+         HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED) = c
+        T0 = TIMED and ROW0 == 0  # consumer 0 stamps the timer
+        stamp(t_ptr, T_CONSUMER, T0)
         NB: gl.constexpr = k_bufs.type.shape[0]
         D: gl.constexpr = k_bufs.type.shape[2]
         s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
@@ -170,6 +228,7 @@ def _kernel():
                  + (kvh * G + rows % G).to(gl.int64)[:, None] * s_qh + dims[None, :])
         q = gl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
         q_s = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_l, k_width=2))
+        stamp(t_ptr, T_Q, T0)
 
         jrow = (ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))) // G
         srow_ok = (ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))) < B * G
@@ -185,6 +244,8 @@ def _kernel():
         # tiles run, the rest one after another after them (most programs have at most one).
         n_edge = n_pre + (n_tiles - mid_end)
         n_priv = n_edge + has_blk
+        record(t_ptr, T_RING_TILES, mid_end - n_pre, T0)
+        record(t_ptr, T_PRIVATE_TILES, n_priv, T0)
         if n_priv > 0:
             fetch_private(f, 0, n_edge, kq, vq, keys, dims)
 
@@ -192,16 +253,19 @@ def _kernel():
         for i in range(mid_end - n_pre):
             idx = i % NB
             mbarrier.wait(ready.index(idx), (i // NB) & 1)
+            stamp(t_ptr, T_FIRST_TILE, T0, when=i == 0)
             s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                               use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
             m_i, l_i, acc = softmax_step(s, s > 0, m_i, l_i, acc, v_bufs.index(idx), p_l, o_l, False)
             mbarrier.arrive(empty.index(idx), count=1)
+        stamp(t_ptr, T_INTERIOR_DONE, T0)
 
         for e in range(n_priv):
             async_copy.wait_group(0)
             fence_async_shared()
             gl.thread_barrier()  # every thread's copies have landed
+            stamp(t_ptr, T_FIRST_PRIVATE, T0, when=e == 0)
             s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                               use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
@@ -222,6 +286,7 @@ def _kernel():
             if e + 1 < n_priv:
                 gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
                 fetch_private(f, e + 1, n_edge, kq, vq, keys, dims)
+        stamp(t_ptr, T_PRIVATE_DONE, T0)
 
         has = l_i > 0.0
         l_safe = gl.where(has, l_i, 1.0)
@@ -230,8 +295,10 @@ def _kernel():
         odim = gl.arange(0, D, layout=gl.SliceLayout(0, o_l))
         o_ok = orow < B * G
         head = kvh * G + orow % G
-        # Stores are predicated on runtime flags, not constexpr branches (a constexpr-dead store
-        # crashed triton 3.6's lowering of the warp-specialized region). One split: the output,
+        # Stores are predicated on runtime flags, not branches: triton 3.6's lowering of the
+        # warp-specialized region crashed on a constexpr-dead store, and on a runtime branch on
+        # NUM_SPLITS too (launches specialize an argument equal to 1 into a constant, so one
+        # branch is dead at every batch of one split; seen on the H200). One split: the output,
         # and the LSE (natural log) when WANT_LSE != 0. Several: the float32 partial and its
         # LSE (log2) at [N, B, HQ, NUM_SPLITS, D] / [N, B, HQ, NUM_SPLITS], merged afterwards.
         o_off = (n64 * s_on + (orow // G).to(gl.int64)[:, None] * s_ob + head.to(gl.int64)[:, None] * s_oh
@@ -246,6 +313,8 @@ def _kernel():
         l_ok = lrow < B * G
         gl.store(lse_ptr + l_off, lse2 * 0.6931471805599453, mask=l_ok & (WANT_LSE != 0) & (NUM_SPLITS == 1))
         gl.store(plse_ptr + l_off * NUM_SPLITS + split, lse2, mask=l_ok & (NUM_SPLITS > 1))
+        stamp(t_ptr, T_STORED, T0)
+        stamp(t_ptr, T_NS_STORED, T0, True)
 
     @gluon.jit
     def consumer0(c, f):
@@ -257,14 +326,20 @@ def _kernel():
 
     @gluon.jit
     def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr,
-               ctx_ptr, k_desc, v_desc,
+               ctx_ptr, k_desc, v_desc, timer_ptr,
                s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh,
                s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
                WANT_LSE, NUM_SPLITS, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                PRODUCER_REGS: gl.constexpr,
-               CAUSAL: gl.constexpr, WINDOWED: gl.constexpr):
+               CAUSAL: gl.constexpr, WINDOWED: gl.constexpr, TIMED: gl.constexpr):
         pid = gl.program_id(0)
         split = gl.program_id(1)
+        t_ptr = timer_ptr + (pid * NUM_SPLITS + split) * N_SLOTS
+        stamp(t_ptr, T_NS_ENTRY, TIMED, True)
+        stamp(t_ptr, T_ENTRY, TIMED)
+        if TIMED:
+            sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
+            record(t_ptr, T_SMID, sm, TIMED)
         n = pid // HKV
         kvh = pid % HKV
         ctx = gl.load(ctx_ptr + n)
@@ -301,10 +376,10 @@ def _kernel():
 
         # One argument tuple per role: the producer's, the consumers', the private-tile copies'.
         p = (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
-             TMA_PAGE, TMA_HEAD, TMA_COL)
+             TMA_PAGE, TMA_HEAD, TMA_COL, t_ptr, TIMED)
         c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split,
              NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G,
-             HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE)
+             HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED)
         f = (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
              s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh)
         if CONSUMERS == 2:
@@ -317,10 +392,12 @@ def _kernel():
 
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
-           num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS):
+           num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS,
+           timer: Optional[torch.Tensor] = None):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
-    Returns ``out`` or ``(out, lse)``."""
+    ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
+    phase timer (a diagnostic; a separately compiled kernel). Returns ``out`` or ``(out, lse)``."""
     from .triton_window_block import merge_splits, tma_rows
 
     n, b, hq, d = q.shape
@@ -345,15 +422,20 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     consumers = 2 if b * g > TILE else 1
     warps = 4 + 4 * consumers  # default partition + the workers, in warpgroups
     windowed = mask.window is not None
+    if timer is not None and (timer.dtype != torch.int64 or timer.shape != (n * hkv, num_splits, len(TIMER_SLOTS))
+                              or not timer.is_contiguous()):
+        raise ValueError(f"timer: an int64 contiguous [{n * hkv}, {num_splits}, {len(TIMER_SLOTS)}] tensor, "
+                         f"got {timer.dtype} {tuple(timer.shape)}")
     _kernel()[(n * hkv, num_splits)](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
+        timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2), k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
         v_blk.stride(0), v_blk.stride(1), v_blk.stride(2), out.stride(0), out.stride(1), out.stride(2), bt.stride(0),
         b, g, hq, hkv, bt.shape[1], page, (mask.window - 1) if windowed else 0, float(scale) * LOG2E, *strides,
         int(return_lse), num_splits, NB=num_buf, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
         PRODUCER_REGS=producer_regs, CAUSAL=bool(mask.causal),
-        WINDOWED=windowed, num_warps=4, maxnreg=min(255, 65536 // (32 * warps)) // 8 * 8,
+        WINDOWED=windowed, TIMED=timer is not None, num_warps=4, maxnreg=min(255, 65536 // (32 * warps)) // 8 * 8,
     )
     if num_splits > 1:
         merge_splits(po, plse, out, lse)
@@ -362,7 +444,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
-                     producer_regs: int = PRODUCER_REGS) -> Optional[dict]:
+                     producer_regs: int = PRODUCER_REGS, timed: bool = False) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton); returns the
     kernel's shared memory and warps, or None without Gluon."""
     if gluon is None:
@@ -374,11 +456,11 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     lay = gl.NVMMASharedLayout.get_default_for([TILE, d], gl.bfloat16)
     desc = f"tensordesc<bf16[{TILE}, {d}],{lay!r}>"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
-             "CAUSAL": causal, "WINDOWED": windowed}
+             "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
     # The kernel's own parameter list, typed by name: bf16 tensors, float32 outputs, int32
     # tables, the two descriptors, the float scale; every other parameter is an int32.
     typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
-             "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
+             "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
     sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
            for k in _kernel().arg_names}
     # Pointers 16-byte aligned (launches specialize on it; fits() requires it), no integer hints.

@@ -1,0 +1,155 @@
+"""Where the Gluon kernel's time goes, phase by phase, at the MiniMax drafter shape (SM90 GPU).
+
+Runs ``gluon_window_block.launch(timer=...)`` (a separately compiled kernel whose programs
+stamp the SM cycle counter at each phase, see ``TIMER_SLOTS``) inside a CUDA graph, L2
+flushed before each replay (``bench/attention.py``'s method), and prints per batch:
+
+- a side-by-side row: the untimed kernel's replay and per-kernel device times (attention,
+  merge), the timed kernel's (the timer's own cost), and the floor: the window's bytes at
+  the copy bandwidth measured in the same run;
+- one table of phases, in microseconds (cycles over the clock rate the programs' own
+  global-timer readings give), median / 90th percentile / max over programs and replays,
+  for three roles: the first split (window edge tiles), middle splits, the last split (the
+  block's keys).
+
+``--splits 15,24``: those split counts instead of the lowering's choice.
+Usage: ``python3 bench/kernel_phases.py [--batches 1,16,64]``.
+"""
+
+import argparse
+import datetime
+
+import torch
+
+import checkout  # noqa: F401  (draftsmith.* from this checkout when not installed)
+from attention import B, D, HKV, HQ, W, bench_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
+from draftsmith.lowering import gluon_window_block as gwb
+from draftsmith.lowering.base import MaskSpec
+from draftsmith.lowering.triton_window_block import choose_config
+
+SLOT = {name: i for i, name in enumerate(gwb.TIMER_SLOTS)}
+
+# (label, from slot, to slot): each a span inside one program, in SM cycles.
+PHASES = (
+    ("entry -> consumer 0 starts (ctx read, barriers)", "clock_entry", "clock_consumer"),
+    ("consumer start -> Q in registers", "clock_consumer", "clock_q"),
+    ("consumer start -> first ring tile landed", "clock_consumer", "clock_first_tile"),
+    ("producer start -> first TMA issued", "clock_producer", "clock_first_tma"),
+    ("first -> last TMA issued", "clock_first_tma", "clock_last_tma"),
+    ("first ring tile -> ring done", "clock_first_tile", "clock_interior_done"),
+    ("ring done -> first private tile landed", "clock_interior_done", "clock_first_private"),
+    ("ring done -> private tiles done", "clock_interior_done", "clock_private_done"),
+    ("private done -> stores issued", "clock_private_done", "clock_stored"),
+    ("entry -> stores issued (program)", "clock_entry", "clock_stored"),
+)
+
+
+def timed_runs(fn, timer, reps):
+    """``reps`` graph replays of ``fn`` (L2 flushed before each); the timer after each."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    out = []
+    for _ in range(reps):
+        timer.fill_(-1)  # poisoned: a slot a program never reached stays -1
+        flush_l2()
+        graph.replay()
+        out.append(timer.clone())
+    torch.cuda.synchronize()
+    return torch.stack(out)  # [reps, programs, splits, slots]
+
+
+def quantiles(x):
+    if x.numel() == 0:
+        return "-", "-", "-"
+    q = torch.quantile(x.double(), torch.tensor([0.5, 0.9], dtype=torch.float64))
+    return f"{q[0]:.2f}", f"{q[1]:.2f}", f"{x.max().item():.2f}"
+
+
+def phase_table(t, num_splits):
+    """Print the phase table of timer stack ``t`` ``[reps, programs, splits, slots]``."""
+    ns = t[..., SLOT["ns_stored"]] - t[..., SLOT["ns_entry"]]
+    cyc = t[..., SLOT["clock_stored"]] - t[..., SLOT["clock_entry"]]
+    ghz = cyc.sum().item() / max(1, ns.sum().item())
+    start = t[..., SLOT["ns_entry"]]
+    first = start.amin(dim=(1, 2), keepdim=True)
+    skew = (start - first).double() / 1e3
+    end = (t[..., SLOT["ns_stored"]] - first).double() / 1e3
+    print(f"clock {ghz:.3f} GHz (programs' cycles over their global-timer ns); program starts spread "
+          f"{skew.median():.2f} us median, {skew.max():.2f} max; last program's stores "
+          f"{end.amax(dim=(1, 2)).median():.2f} us after the first program's entry (median over replays)")
+    roles = {"first split": [0], "middle splits": list(range(1, num_splits - 1)), "last split": [num_splits - 1]}
+    if num_splits == 1:
+        roles = {"one split": [0]}
+    elif num_splits == 2:
+        roles = {"first split": [0], "last split": [1]}
+    tiles = {r: t[:, :, s][..., SLOT["ring_tiles"]].double().median().item() for r, s in roles.items()}
+    priv = {r: t[:, :, s][..., SLOT["private_tiles"]].double().median().item() for r, s in roles.items()}
+    head = " | ".join(f"{r} ({tiles[r]:.0f} ring + {priv[r]:.0f} private tiles) median / p90 / max" for r in roles)
+    print(f"| phase (us) | {head} |")
+    print("|---|" + "---|" * len(roles))
+    for label, a, b in PHASES:
+        cells = []
+        for r, s in roles.items():
+            x = t[:, :, s]
+            ok = (x[..., SLOT[a]] >= 0) & (x[..., SLOT[b]] >= 0)
+            span = (x[..., SLOT[b]] - x[..., SLOT[a]])[ok].double() / (ghz * 1e3)
+            cells.append(" / ".join(quantiles(span)))
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", default="1,16,64")
+    ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--splits", default=None, help="comma list of split counts (default: the lowering's choice)")
+    args = ap.parse_args()
+    if not gwb.available():
+        raise SystemExit("needs triton 3.6's Gluon and an SM90 GPU")
+    copy_tbs = copy_bandwidth()
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; copy {copy_tbs:.2f} TB/s")
+    mask, scale = MaskSpec(causal=False, window=W), D ** -0.5
+    print("| batch | splits | floor us | replay us | attention kernel us | merge us | "
+          "timed replay us | timed kernel us |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    tables = []
+    for n in map(int, args.batches.split(",")):
+        q, cache, kb, vb = make_inputs(n, args.ctx)
+        chosen = choose_config(n, B, HQ, HKV, D, W - 1, q.device, gluon_ok=True).num_splits
+        for splits in map(int, (args.splits or str(chosen)).split(",")):
+            timer = torch.full((n * HKV, splits, len(gwb.TIMER_SLOTS)), -1, dtype=torch.int64, device="cuda")
+            kw = dict(num_splits=splits)
+
+            def plain():
+                return gwb.launch(q, cache, kb, vb, mask, scale, **kw)
+
+            def timed():
+                return gwb.launch(q, cache, kb, vb, mask, scale, timer=timer, **kw)
+
+            err = (timed().float() - plain().float()).abs().max().item()
+            if err != 0.0:
+                print(f"(batch {n}: the timed kernel's output differs from the untimed one's by up to {err:.3g})")
+            per = kernel_us(plain, per_kernel=True)
+            attn = sum(v for k, v in per.items() if "gluon" in k)
+            merge = sum(v for k, v in per.items() if "gluon" not in k)
+            tper = kernel_us(timed, per_kernel=True)
+            floor = needed_bytes(n) / (copy_tbs * 1e12) * 1e6
+            print(f"| {n} | {splits} | {floor:.1f} | {bench_graph(plain) * 1e3:.1f} | {attn:.1f} | "
+                  f"{merge:.1f} | {bench_graph(timed) * 1e3:.1f} | "
+                  f"{sum(v for k, v in tper.items() if 'gluon' in k):.1f} |", flush=True)
+            tables.append((n, splits, timed_runs(timed, timer, args.reps).cpu()))
+    for n, splits, t in tables:
+        print(f"\n## batch {n}, {splits} splits, {n * HKV} programs per split")
+        phase_table(t, splits)
+
+
+if __name__ == "__main__":
+    main()
