@@ -23,7 +23,8 @@ the mask reaches and writes a float32 partial and its log2-sum-exp, merged after
 ``triton_window_block.merge_splits``; ``triton_window_block`` splits only while ``N * Hkv``
 programs leave multiprocessors idle (a program fills one).
 ``launch(timer=...)`` runs a build that stamps each program's phases (``TIMER_SLOTS``;
-``bench/kernel_phases.py`` prints them). Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
+``bench/kernel_phases.py`` prints them).
+Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
 not compile this kernel, so :func:`available` gates on the version and other releases use
 the Triton kernel). Never run elsewhere. Measured in ``docs/benchmarks.md``.
 """
