@@ -62,6 +62,20 @@ def flush_l2():
     _FLUSH.zero_()
 
 
+def capture_graph(fn):
+    """``fn`` warmed up three times on a side stream, then captured in a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def bench_graph(fn, reps=60):
     """Median milliseconds of one replay of ``fn`` captured in a CUDA graph, L2 flushed
     (a 256 MiB memset) before each replay, device events around the replay only.
@@ -71,15 +85,7 @@ def bench_graph(fn, reps=60):
     """
     flush_l2()
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        graph = capture_graph(fn)
     except Exception:  # noqa: BLE001
         torch.cuda.synchronize()
         return None

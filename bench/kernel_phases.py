@@ -22,7 +22,7 @@ import datetime
 import torch
 
 import checkout  # noqa: F401  (draftsmith.* from this checkout when not installed)
-from attention import B, D, HKV, HQ, W, bench_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
+from attention import B, D, HKV, HQ, W, bench_graph, capture_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
 from draftsmith.lowering import gluon_window_block as gwb
 from draftsmith.lowering.base import MaskSpec
 from draftsmith.lowering.triton_window_block import choose_config
@@ -46,15 +46,7 @@ PHASES = (
 
 def timed_runs(fn, timer, reps):
     """``reps`` graph replays of ``fn`` (L2 flushed before each); the timer after each."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    graph = capture_graph(fn)
     out = []
     for _ in range(reps):
         timer.fill_(-1)  # poisoned: a slot a program never reached stays -1
