@@ -28,8 +28,8 @@ from pathlib import Path
 
 RUNNERS = {
     "draftsmith": """
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.convert import execute
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.execute import execute
 a = load_adapter("minimax_dspark")
 execute(a.plan(SRC), OUT, progress=False)
 """,
@@ -109,14 +109,14 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     src = work / "minimax_full"
     if not (src / "config.json").exists():
-        from draftsmith.framework.engine import load_adapter
-        from draftsmith.framework.synth import synthesize
+        from draftsmith.framework.compile.engine import load_adapter
+        from draftsmith.framework.convert.synth import synthesize
 
         t = time.perf_counter()
         synthesize(load_adapter("minimax_dspark"), "full", src, seed=0, overwrite=True)
         print(f"synthesized the full checkpoint in {time.perf_counter() - t:.1f} s")
     n_src = sum(f.stat().st_size for f in src.glob("*.safetensors"))
-    from draftsmith.framework.engine import load_adapter
+    from draftsmith.framework.compile.engine import load_adapter
 
     plan = load_adapter("minimax_dspark").plan(src)
     n_out = sum(m.nbytes for m in plan.outputs.values())

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import torch
 
 import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
-from draftsmith.framework.hosts import DFlashDraftModel, DraftStepGraph  # noqa: E402
+from draftsmith.framework.runtime import DFlashDraftModel, DraftStepGraph  # noqa: E402
 
 
 def minimax_config(tiny: bool) -> dict:

@@ -1,5 +1,5 @@
 import sys
 
-from draftsmith.framework.cli import main
+from .framework.cli.main import main
 
 sys.exit(main())

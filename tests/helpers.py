@@ -5,8 +5,8 @@ import json
 
 from safetensors.torch import load_file
 
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.synth import source_config
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.synth import source_config
 
 
 def minimax():

@@ -8,10 +8,10 @@ import torch
 from safetensors.torch import load_file
 
 from draftsmith.adapters import ADAPTER_DIR
-from draftsmith.framework.cli import main
-from draftsmith.framework.convert import execute
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.cli.main import main
+from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as read_converted
 
 ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
@@ -64,7 +64,7 @@ def test_input_convention_shifts_ids(tmp_path):
 def test_tiny_configs_fit_the_torch_host():
     for name in ADAPTERS:
         a = load_adapter(name)
-        from draftsmith.framework.synth import source_config
+        from draftsmith.framework.convert.synth import source_config
 
         cfg = a.flatten_config(source_config(a, "tiny"))
         assert cfg["num_attention_heads"] % cfg["num_key_value_heads"] == 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from draftsmith.framework.engine import load_adapter, route
+from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
 from helpers import minimax, minimax_raw
 

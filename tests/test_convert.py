@@ -7,10 +7,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from draftsmith.framework.cli import main
-from draftsmith.framework.convert import execute
+from draftsmith.framework.cli.main import main
+from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.errors import UserError
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.convert.synth import synthesize
 from helpers import minimax
 
 P = "language_model.model.dspark."
@@ -125,7 +125,7 @@ def test_plan_reads_no_tensor_data(synth, monkeypatch):
         raise AssertionError("tensor data read during planning")
 
     monkeypatch.setattr(safetensors, "safe_open", boom)
-    monkeypatch.setattr("draftsmith.framework.convert.safe_open", boom)
+    monkeypatch.setattr("draftsmith.framework.convert.execute.safe_open", boom)
     assert minimax().plan(synth.path).complete
 
 

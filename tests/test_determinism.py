@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from draftsmith.framework.cli import main
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.cli.main import main
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 
 SEED = int.from_bytes(os.urandom(4), "little")

@@ -12,8 +12,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from draftsmith.adapters import ADAPTER_DIR
-from draftsmith.framework import cli, docs
-from draftsmith.framework.schema import AdapterSpec, json_schema
+from draftsmith.framework import docs
+from draftsmith.framework.cli import main as cli
+from draftsmith.framework.spec.schema import AdapterSpec, json_schema
 
 DOCS = Path(ADAPTER_DIR).parent / "docs"
 

@@ -23,14 +23,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from draftsmith.framework.emit import (
+from draftsmith.framework.emit.render import (
     EngineNames,
     derive_max_draft_len,
     resolve_max_draft_len,
     write_package,
 )
 from draftsmith.framework.errors import UserError
-from draftsmith.framework.hosts import DFlashDraftModel
+from draftsmith.framework.runtime import DFlashDraftModel
 from test_host import BLOCK, build, make_config, make_target, make_weights, rand_hidden
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trtllm-interface.md"
@@ -145,7 +145,7 @@ def install_fake_engine(monkeypatch, prefix: str):
     for m in (registry, spec, cfg):
         monkeypatch.setitem(sys.modules, m.__name__, m)
     names = EngineNames(
-        base="draftsmith.framework.hosts:DFlashDraftModel",
+        base="draftsmith.framework.runtime:DFlashDraftModel",
         registry_module=registry.__name__,
         spec_mode_module=spec.__name__,
         config_utils_module=cfg.__name__,
@@ -216,7 +216,7 @@ def test_emitted_text_header_compiles_and_snippet(tmp_path):
 
 
 def test_re_emit_replaces_whole_and_a_failed_emit_leaves_the_old_package(tmp_path, monkeypatch):
-    import draftsmith.framework.emit as emit_mod
+    import draftsmith.framework.emit.render as emit_mod
 
     yaml, out = adapter_file(tmp_path), tmp_path / "out"
     res = write_package(FakeAdapter(make_config()), yaml, out, TRTLLM)
@@ -368,8 +368,8 @@ def test_stale_adapter_file_is_refused(tmp_path, monkeypatch):
 
 
 def test_emit_minimax_dspark(tmp_path):
-    loading = pytest.importorskip("draftsmith.framework.loading")
-    from draftsmith.framework.emit import emit
+    loading = pytest.importorskip("draftsmith.framework.spec.loading")
+    from draftsmith.framework.emit.render import emit
 
     try:
         loading.load_spec("minimax_dspark")
@@ -390,12 +390,12 @@ def test_emit_minimax_dspark(tmp_path):
 def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path, monkeypatch):
     """Real adapter, tiny synthetic source checkpoint: the emitted class converts in memory
     (routed config, ``load_weights``); the host class loads the ``convert`` output."""
-    from draftsmith.framework.convert import execute
-    from draftsmith.framework.emit import emit
-    from draftsmith.framework.engine import load_adapter
-    from draftsmith.framework.hosts import BorrowedTarget
-    from draftsmith.framework.hosts.loading import build_drafter, read_checkpoint
-    from draftsmith.framework.synth import synthesize
+    from draftsmith.framework.convert.execute import execute
+    from draftsmith.framework.emit.render import emit
+    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.runtime import BorrowedTarget
+    from draftsmith.framework.runtime.loading import build_drafter, read_checkpoint
+    from draftsmith.framework.convert.synth import synthesize
 
     try:
         adapter = load_adapter("minimax_dspark")
@@ -407,7 +407,7 @@ def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path
     host, _ = build_drafter(DFlashDraftModel, conv, src / "target")
 
     names, *_ = install_fake_engine(monkeypatch, "fake_trtllm_e")
-    res = emit("minimax_dspark", out=tmp_path / "out", base_module="draftsmith.framework.hosts",
+    res = emit("minimax_dspark", out=tmp_path / "out", base_module="draftsmith.framework.runtime",
                base_class="DFlashDraftModel", registry_module=names.registry_module,
                spec_mode_module=names.spec_mode_module, config_utils_module=names.config_utils_module,
                backbone=None, package="emitted_e")
@@ -433,8 +433,8 @@ def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path
 
 
 def test_cli_records_overrides_and_the_binding_reproduces_them(tmp_path, capsys):
-    from draftsmith.framework.cli import main
-    from draftsmith.framework.hosts.trtllm import AdapterBinding
+    from draftsmith.framework.cli.main import main
+    from draftsmith.framework.emit.binding import AdapterBinding
 
     if not (Path(__file__).resolve().parents[1] / "adapters" / "minimax_dspark.yaml").exists():
         pytest.skip("minimax_dspark adapter not available")
@@ -456,12 +456,12 @@ def test_cli_records_overrides_and_the_binding_reproduces_them(tmp_path, capsys)
 
 def test_register_at_runtime(tmp_path, monkeypatch):
     """No engine: nothing happens. With one (stand-in registries): emitted, imported, registered."""
-    from draftsmith.framework.emit import register_at_runtime
+    from draftsmith.framework.emit.render import register_at_runtime
 
     assert register_at_runtime("minimax_dspark", cache_dir=tmp_path / "none") is None
     assert not (tmp_path / "none").exists()
     names, calls, *_ = install_fake_engine(monkeypatch, "fake_trtllm_rt")
-    pkg = register_at_runtime("minimax_dspark", cache_dir=tmp_path / "cache", base_module="draftsmith.framework.hosts",
+    pkg = register_at_runtime("minimax_dspark", cache_dir=tmp_path / "cache", base_module="draftsmith.framework.runtime",
                               base_class="DFlashDraftModel", registry_module=names.registry_module,
                               spec_mode_module=names.spec_mode_module,
                               config_utils_module=names.config_utils_module, backbone=None,

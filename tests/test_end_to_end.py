@@ -7,10 +7,10 @@ import torch
 from safetensors.torch import load_file
 
 from draftsmith.adapters import ADAPTER_DIR
-from draftsmith.framework.convert import execute
-from draftsmith.framework.draft import run_draft
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.runtime.draft import run_draft
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as load_converted
 from oracles import draft_oracle
 

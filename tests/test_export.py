@@ -8,12 +8,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from draftsmith.framework.cli import main
-from draftsmith.framework.convert import execute
-from draftsmith.framework.engine import load_adapter, route
+from draftsmith.framework.cli.main import main
+from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
-from draftsmith.framework.export import _norm_kind, export, resolve_target, source_config_from_flat
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.convert.export import _norm_kind, export, resolve_target, source_config_from_flat
+from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as read
 
 
@@ -128,7 +128,7 @@ def test_unexpressible_is_refused(tmp_path):
 
 def test_config_inverse_uses_first_alias():
     mm = load_adapter("minimax_dspark")
-    from draftsmith.framework.synth import source_config
+    from draftsmith.framework.convert.synth import source_config
 
     flat = mm.flatten_config(source_config(mm, "tiny"))
     raw = source_config_from_flat(mm, flat)

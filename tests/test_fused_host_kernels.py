@@ -12,7 +12,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from draftsmith.framework.hosts import fused  # noqa: E402
+from draftsmith.framework.runtime import fused  # noqa: E402
 from interp import interpreter_suite  # noqa: E402
 from poison import poison_torch_empty  # noqa: E402
 
@@ -158,7 +158,7 @@ def test_gpu_fused(what, dtype):
 @gpu
 def test_gpu_fused_equals_eager_modules(monkeypatch):
     """The host's modules give the same bf16 values fused (CUDA) as eager (DRAFTSMITH_FUSED=0)."""
-    from draftsmith.framework.hosts.modules import GatedMLP, RMSNorm
+    from draftsmith.framework.runtime.modules import GatedMLP, RMSNorm
 
     gen = torch.Generator().manual_seed(4)
     norm = RMSNorm(512, 1e-6, True).cuda().to(torch.bfloat16)
@@ -179,9 +179,9 @@ def test_gpu_fused_equals_eager_modules(monkeypatch):
 def test_stacked_projection_weights(monkeypatch):
     """q/k/v (and gate/up) weights are row blocks of one tensor after loading; the one-GEMM
     projection equals the separate ones; a dtype change un-stacks them (separate GEMMs)."""
-    from draftsmith.framework.hosts import layers as layers_mod
-    from draftsmith.framework.hosts.layers import DFlashAttention, LayerShape
-    from draftsmith.framework.hosts.modules import GatedMLP, PartialNeoxRope, stacked_weight
+    from draftsmith.framework.runtime import layers as layers_mod
+    from draftsmith.framework.runtime.layers import DFlashAttention, LayerShape
+    from draftsmith.framework.runtime.modules import GatedMLP, PartialNeoxRope, stacked_weight
 
     s = LayerShape(hidden=48, heads=4, kv_heads=2, head_dim=16, rotary_dim=8, rope_theta=1e4, eps=1e-6,
                    inter=40, mlp="swiglu", alpha=1.0, limit=7.0)

@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from draftsmith.framework.hosts import DFlashDraftModel, PagedKVCache, get_host
-from draftsmith.framework.hosts.loading import build_drafter
+from draftsmith.framework.runtime import DFlashDraftModel, PagedKVCache, get_host
+from draftsmith.framework.runtime.loading import build_drafter
 from oracles import dspark_heads as dspark
 from oracles import draft_oracle as ref_draft  # noqa: F401  (also imported by test_kv_cache)
 
@@ -346,7 +346,7 @@ def test_bf16_host_close_to_reference():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_graph_replay_matches_eager():
-    from draftsmith.framework.hosts.graphs import DraftStepGraph
+    from draftsmith.framework.runtime.graphs import DraftStepGraph
 
     config = make_config()
     for layer in config["draftsmith"]["layers"]:
@@ -382,7 +382,7 @@ def test_cuda_graph_replay_matches_eager():
 def test_run_draft_dump_matches_reference(tmp_path, sfa):
     from safetensors.torch import load_file
 
-    from draftsmith.framework.draft import format_report, report_json, run_draft
+    from draftsmith.framework.runtime.draft import format_report, report_json, run_draft
 
     config = make_config(sfa=sfa)
     weights, target = make_weights(config), make_target()
@@ -408,7 +408,7 @@ def test_run_draft_dump_matches_reference(tmp_path, sfa):
 
 
 def test_run_draft_windowed_only_long_context(tmp_path):
-    from draftsmith.framework.draft import context_rows, run_draft
+    from draftsmith.framework.runtime.draft import context_rows, run_draft
 
     config = make_config(layers=[(False, W), (True, W)])
     weights, target = make_weights(config), make_target()
@@ -425,7 +425,7 @@ def test_run_draft_windowed_only_long_context(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_run_draft_cuda_matches_cpu(tmp_path):
     """run_draft on CUDA (per-layer table: triton_window_block on sm90/sm100) against CPU dense."""
-    from draftsmith.framework.draft import run_draft
+    from draftsmith.framework.runtime.draft import run_draft
 
     config = make_config()
     for layer in config["draftsmith"]["layers"]:

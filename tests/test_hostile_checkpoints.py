@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from draftsmith.framework.cli import main
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.cli.main import main
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 
 CASES = settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))

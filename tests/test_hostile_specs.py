@@ -25,11 +25,11 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from draftsmith.framework import schema as S
-from draftsmith.framework.cli import main
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.loading import CLI_KEYS
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.spec import schema as S
+from draftsmith.framework.cli.main import main
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.spec.loading import CLI_KEYS
+from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 
 BASE_FILE = Path(__file__).resolve().parents[1] / "adapters" / "minimax_dspark.yaml"

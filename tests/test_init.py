@@ -13,11 +13,11 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from draftsmith.framework.cli import main
-from draftsmith.framework.convert import execute
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.init import infer
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.cli.main import main
+from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.cli.init import infer
+from draftsmith.framework.convert.synth import synthesize
 
 TODO = re.compile(r"#\s*TODO:\s*(.*)$")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.engine import load_adapter
-from draftsmith.framework.synth import synthesize
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 
 SEED = int.from_bytes(os.urandom(4), "little")
@@ -28,7 +28,7 @@ SEED = int.from_bytes(os.urandom(4), "little")
 SERVER = r"""
 import hashlib, json, os, shutil, signal, sys, time
 from pathlib import Path
-import draftsmith.framework.cli, draftsmith.framework.convert  # imported once; no tensor work here
+import draftsmith.framework.cli.main, draftsmith.framework.convert.execute  # imported once; no tensor work here
 
 def snapshot(d):
     d = Path(d)
@@ -51,7 +51,7 @@ def run(args, kill_at=None, delay=None, delay_frac=None, timed=False):
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, 1); os.dup2(fd, 2)
         try:
-            rc = draftsmith.framework.cli.main(args)
+            rc = draftsmith.framework.cli.main.main(args)
         except BaseException:
             rc = 99
         os._exit(rc)
@@ -71,8 +71,8 @@ def run(args, kill_at=None, delay=None, delay_frac=None, timed=False):
 steps = json.loads(sys.stdin.read())
 # warm-up without tensor work (fork-safe): imports and the spec compile every run repeats
 first = dict(a.split("=", 1) for a in next(s for s in steps if s["op"] == "run")["args"][1:])
-from draftsmith.framework.engine import load_adapter
-import draftsmith.framework.plan, draftsmith.framework.synth, safetensors.torch, tqdm
+from draftsmith.framework.compile.engine import load_adapter
+import draftsmith.framework.convert.plan, draftsmith.framework.convert.synth, safetensors.torch, tqdm
 load_adapter(first["adapter"], adapter_dir=first.get("adapter_dir"))
 out = []
 for step in steps:
@@ -183,7 +183,7 @@ def test_refuses_existing_destination(sources):
     import hashlib
     import io
 
-    from draftsmith.framework.cli import main
+    from draftsmith.framework.cli.main import main
 
     base, src, other = sources
     out = base / "dest2" / "out"
@@ -257,7 +257,7 @@ def test_fallback_swap_is_undone(tmp_path, monkeypatch):
     """Without renameat2: a run killed between moving the old output aside and renaming the
     new one in leaves ``.out.old-<pid>``; the next run puts it back (or drops it if a new
     output made it), never losing the only complete copy."""
-    from draftsmith.framework import convert as C
+    from draftsmith.framework.convert import execute as C
 
     rng = random.Random(SEED)
     out = tmp_path / "out"

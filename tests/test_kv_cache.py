@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from draftsmith.framework.hosts.kv_cache import PagedKVCache, ring_pages
+from draftsmith.framework.runtime.kv_cache import PagedKVCache, ring_pages
 from draftsmith.lowering.base import MaskSpec
 from test_host import (HKV, D, W, assert_matches, build, make_config, make_target, make_weights,
                        rand_hidden, ref_draft)

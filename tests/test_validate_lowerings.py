@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from draftsmith.framework.errors import UserError
-from draftsmith.framework.lowerings import validate_lowerings
+from draftsmith.framework.compile.lowerings import validate_lowerings
 from draftsmith.lowering.base import LOWERINGS, LoweringInfo
 from helpers import minimax, minimax_raw
 

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from draftsmith.adapters import ADAPTER_DIR
-from draftsmith.framework import cli, docs
+from draftsmith.framework import docs
+from draftsmith.framework.cli import main as cli
 
 GUIDE = Path(ADAPTER_DIR).parent / "docs" / "writing-an-adapter.md"
 _BLOCK = re.compile(r"^```bash\n(.*?)^```$", re.M | re.S)

@@ -58,7 +58,7 @@ def readme_with_excerpt(text: str, excerpt: str) -> str | None:
 
 def missing_schema_lines(adapter_dir: Path | None = None) -> list[str]:
     """Shipped adapters whose first line is not the schema line."""
-    from draftsmith.adapters import ADAPTER_DIR
+    from ...adapters import ADAPTER_DIR
 
     d = Path(adapter_dir or ADAPTER_DIR)
     bad = []

@@ -17,7 +17,7 @@ from .markdown import (DEVICES, GUIDE_FILE, SCHEMA_FILE, SPEC_FILE, SUPPORTED_FI
 
 def repo_root() -> Path:
     """The repository (or install) root: the parent of the shipped ``adapters/`` folder."""
-    from draftsmith.adapters import ADAPTER_DIR
+    from ...adapters import ADAPTER_DIR
 
     return Path(ADAPTER_DIR).parent
 
@@ -45,7 +45,7 @@ class Drafter:
 def load_drafters(adapter_dir: str | Path | None = None) -> list[Drafter]:
     """Every adapter in ``adapters/`` (and in ``adapter_dir`` when given, which wins on a
     name clash), compiled, with its flattened full-size config; sorted by name."""
-    from ..loading import adapter_files
+    from ..spec.loading import adapter_files
 
     files = adapter_files(adapter_dir)
     # the result is a pure function of the spec files' bytes: cache on them
@@ -61,8 +61,8 @@ _CACHE: dict[tuple, list[Drafter]] = {}
 
 
 def _load(names: list[str], adapter_dir) -> list[Drafter]:
-    from ..engine import load_adapter
-    from ..synth import source_config
+    from ..compile.engine import load_adapter
+    from ..convert.synth import source_config
 
     out = []
     for name in names:

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from ..schema import AdapterSpec, json_schema
+from ..spec.schema import AdapterSpec, json_schema
 from .markdown import EXAMPLE_ADAPTER, GUIDE_FILE, SCHEMA_FILE, SCHEMA_LINE, _banner, _code, _table, _yaml
 
 # --------------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ TRIM = 6  # mappings longer than this (below the section's own keys) are trimmed
 
 
 def _example_source() -> tuple[dict | None, str]:
-    from ..loading import adapter_files, read_spec_data
+    from ..spec.loading import adapter_files, read_spec_data
 
     files = adapter_files()
     if EXAMPLE_ADAPTER not in files:
@@ -234,7 +234,7 @@ def _nav(cur: Any, steps: list[str]) -> Any:
 
 def _registry_md() -> list[str]:
     """The transform ops and their parameters (the closed registry; import-deterministic)."""
-    from draftsmith.transforms import TRANSFORMS
+    from ...transforms import TRANSFORMS
 
     lines = [
         "## Transform ops (`weights.transforms[].op`)",

@@ -26,10 +26,10 @@ from typing import Any
 import torch
 import yaml
 
-from .checkpoint import read_config, read_headers
-from .errors import UserError
-from .family import get_dotted
-from .flatten import merge_sections
+from ..convert.checkpoint import read_config, read_headers
+from ..errors import UserError
+from ..compile.family import get_dotted
+from ..compile.flatten import merge_sections
 
 SECTION_CANDIDATES = ("text_config", "transformer_layer_config", "llm_config", "language_config", "model_config")
 LAYER_MODULES = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")

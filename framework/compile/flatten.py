@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from .attention import resolve_layers, write_back
-from .errors import UserError
+from ..errors import UserError
 from .family import get_dotted, pop_dotted, set_dotted
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from draftsmith.lowering.base import MaskSpec
+from ...lowering.base import MaskSpec
 
 from .layers import LayerShape
 from .modules import mlp_kind

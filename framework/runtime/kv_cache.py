@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from draftsmith.lowering.base import MaskSpec, PagedKV
+from ...lowering.base import MaskSpec, PagedKV
 
 
 def ring_pages(window: Optional[int], page_size: int, max_context: Optional[int]) -> int:

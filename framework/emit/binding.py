@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from draftsmith.framework.errors import UserError
+from ..errors import UserError
 
 # Key an in-memory routed config carries: its tensors are still in the source layout.
 SOURCE_LAYOUT_KEY = "draftsmith_tensors"
@@ -38,7 +38,7 @@ def file_sha256(path: Path) -> str:
 def device_class(device: Optional[torch.device] = None) -> str:
     """The host's device class (``cpu``, ``sm90``, ``sm100``, ...) of ``device``; default the
     current CUDA device when there is one, else ``cpu``."""
-    from draftsmith.framework.hosts.select import device_class as host_device_class
+    from ..runtime.select import device_class as host_device_class
 
     if device is None:
         cuda = torch.cuda.is_available()
@@ -73,8 +73,8 @@ class AdapterBinding:
     @cached_property
     def adapter(self):
         """The compiled adapter (``draftsmith.framework.engine.Adapter``), loaded on first use."""
-        from draftsmith.framework.engine import compile_spec
-        from draftsmith.framework.loading import load_spec
+        from ..compile.engine import compile_spec
+        from ..spec.loading import load_spec
 
         if not self.adapter_file.is_file():
             raise UserError(f"{self.adapter_file}: adapter file not found (emitted module is stale)")
@@ -139,7 +139,7 @@ class AdapterBinding:
         return list(self.flat_config(config)["draftsmith"]["layers"])
 
     def mask(self, config: Any, layer_idx: int):
-        from draftsmith.lowering import MaskSpec
+        from ...lowering import MaskSpec
 
         layer = self.layers(config)[layer_idx]
         return MaskSpec(causal=bool(layer["causal"]), window=layer.get("window"))
@@ -157,13 +157,13 @@ class AdapterBinding:
         return names
 
     def needs_context_kernel(self, config: Any, device: str) -> bool:
-        from draftsmith.lowering import get_lowering
+        from ...lowering import get_lowering
 
         return any(get_lowering(n).needs_context_kernel for n in self.lowerings(config, device))
 
     def block_attention(self, config, layer_idx, q, cache, k_blk, v_blk, scale, device=None):
         """Run layer ``layer_idx``'s lowering for ``device`` (see ``lowering/base.py``)."""
-        from draftsmith.lowering import get_lowering
+        from ...lowering import get_lowering
 
         name = self.lowerings(config, device or device_class(q.device))[layer_idx]
         return get_lowering(name).fn(q, cache, k_blk, v_blk, self.mask(config, layer_idx), scale)
@@ -171,7 +171,7 @@ class AdapterBinding:
 
 def emit(*args, **kwargs):
     """See :func:`draftsmith.framework.emit.emit`."""
-    from draftsmith.framework.emit import emit as _emit
+    from .render import emit as _emit
 
     return _emit(*args, **kwargs)
 
@@ -180,7 +180,7 @@ def cli(opts: dict, adapter) -> int:
     """``draftsmith emit adapter=NAME target=trtllm out=DIR``: write the package, print the
     summary (``max_draft_len``, ``speculative_config``, paste rows). ``adapter`` is compiled
     with the command line's ``adapter.*`` overrides, which the module records."""
-    from draftsmith.framework.emit import DEFAULT, default_engine, spec_overrides, write_package
+    from .render import DEFAULT, default_engine, spec_overrides, write_package
 
     target = opts.get("target") or "trtllm"
     if target != "trtllm":

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from draftsmith.transforms.base import TensorMeta, dtype_from_name
+from ...transforms.base import TensorMeta, dtype_from_name
 
-from .errors import UserError
+from ..errors import UserError
 
 
 class GQADFlash:

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import UserError
+from ..errors import UserError
 from .schema import AdapterSpec
 from .yaml_lines import line_of, load_yaml
 
@@ -38,7 +38,7 @@ CLI_KEYS: dict[str, Any] = {
 
 
 def builtin_adapter_dir() -> Path:
-    from draftsmith.adapters import ADAPTER_DIR
+    from ...adapters import ADAPTER_DIR
 
     return ADAPTER_DIR
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from draftsmith.transforms.base import Binding, Context, Transform
+from ...transforms.base import Binding, Context, Transform
 
-from .convert import atomic_dir, publish
-from .errors import UserError
-from .family import set_dotted
-from .st_writer import ShardedSaver
+from .execute import atomic_dir, publish
+from ..errors import UserError
+from ..compile.family import set_dotted
+from .writer import ShardedSaver
 
 SYNTH_SHARD_BYTES = 1 << 30
 

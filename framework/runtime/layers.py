@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from draftsmith.lowering.base import MaskSpec, PagedKV
+from ...lowering.base import MaskSpec, PagedKV
 
 from . import fused
 from .modules import GatedMLP, PartialNeoxRope, RMSNorm, share_rows, stacked_weight

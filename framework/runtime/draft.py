@@ -18,9 +18,9 @@ from typing import Optional
 import torch
 from safetensors.torch import save_file
 
-from draftsmith.framework.hosts import get_host
-from draftsmith.framework.hosts.config import torch_dtype
-from draftsmith.framework.hosts.loading import build_drafter
+from . import get_host
+from .config import torch_dtype
+from .loading import build_drafter
 
 CHUNK = 8192  # rows of random context generated (and seeded) together
 

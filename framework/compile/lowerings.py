@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from draftsmith.lowering.base import get_lowering
+from ...lowering.base import get_lowering
 
 from .attention import DEVICE_CLASSES
-from .errors import UserError
+from ..errors import UserError
 
 #: Head dims assumed for TensorRT-LLM's context FMHA kernel on this path (an assumption,
 #: see docs/trtllm-interface.md); only checked for layers whose lowering needs that kernel.
@@ -45,7 +45,7 @@ def validate_lowerings(adapter_or_config: Any, device: str, *, check_available: 
         raise UserError(f"device class {device!r}: expected one of {', '.join(DEVICE_CLASSES)}")
     cfg = adapter_or_config
     if not isinstance(cfg, dict):
-        from .synth import source_config
+        from ..convert.synth import source_config
 
         cfg = cfg.flatten_config(raw_config if raw_config is not None else source_config(cfg, "full"))
     head_dim = cfg["head_dim"]

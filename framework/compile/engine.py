@@ -14,17 +14,17 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from draftsmith.lowering.base import get_lowering
-from draftsmith.transforms.base import Context, Transform, get_transform
-from draftsmith.transforms.names import NameTemplate
+from ...lowering.base import get_lowering
+from ...transforms.base import Context, Transform, get_transform
+from ...transforms.names import NameTemplate
 
 from .attention import DEVICE_CLASSES
-from .errors import UserError
+from ..errors import UserError
 from .family import get_family
 from .flatten import flatten
-from .loading import key_path
+from ..spec.loading import key_path
 from .rename import Renamer
-from .schema import AdapterSpec
+from ..spec.schema import AdapterSpec
 
 
 class Adapter:
@@ -119,7 +119,7 @@ class Adapter:
 
     def plan(self, source: Path):
         """The conversion plan of checkpoint folder ``source`` (headers only)."""
-        from .plan import build_plan
+        from ..convert.plan import build_plan
 
         return build_plan(self, Path(source))
 
@@ -129,10 +129,10 @@ class Adapter:
         ``config`` is the *flattened* config. Used by engines that hand tensors to a loader
         (the generated TensorRT-LLM ``load_weights``); refuses an incomplete mapping.
         """
-        from .checkpoint import SourceTensor
-        from .convert import run_group
-        from .plan import plan_from_metas
-        from draftsmith.transforms.base import TensorMeta
+        from ..convert.checkpoint import SourceTensor
+        from ..convert.execute import run_group
+        from ..convert.plan import plan_from_metas
+        from ...transforms.base import TensorMeta
 
         metas = {n: SourceTensor(n, Path("<memory>"), TensorMeta(tuple(t.shape), t.dtype)) for n, t in tensors.items()}
         plan = plan_from_metas(self, config, metas, None)
@@ -163,7 +163,7 @@ def compile_spec(spec: AdapterSpec, path: Path | None = None) -> Adapter:
 
 def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
     """Load, validate and compile adapter ``adapter`` (name or YAML path)."""
-    from .loading import load_spec
+    from ..spec.loading import load_spec
 
     spec, path = load_spec(adapter, overrides, adapter_dir)
     return compile_spec(spec, path)
@@ -171,7 +171,7 @@ def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
 
 def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> Adapter:
     """The adapter serving a raw ``config.json``, by architecture; else an error listing them."""
-    from .loading import adapter_files
+    from ..spec.loading import adapter_files
 
     known = []
     for name in sorted(adapter_files(adapter_dir)):

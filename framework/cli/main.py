@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import IncompleteCheckpoint, UserError
+from ..errors import IncompleteCheckpoint, UserError
 
 USAGE = """usage: draftsmith <command> key=value ...
 
@@ -37,8 +37,8 @@ def _need(opts: dict, key: str, command: str) -> str:
 
 
 def _adapter(spec, path, opts, source: Path | None = None):
-    from .checkpoint import drafter_subfolder_hint, read_config
-    from .engine import compile_spec, route
+    from ..convert.checkpoint import drafter_subfolder_hint, read_config
+    from ..compile.engine import compile_spec, route
 
     if spec is not None:
         return compile_spec(spec, path)
@@ -49,7 +49,7 @@ def _adapter(spec, path, opts, source: Path | None = None):
 
 
 def cmd_synth(opts, spec, path):
-    from .synth import synthesize
+    from ..convert.synth import synthesize
 
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "synth"))
@@ -81,7 +81,7 @@ def describe_plan(plan) -> str:
         ops = " + ".join(dict.fromkeys(a.transform.name for a in g.apps)) or "copy"
         for o in g.outputs:
             by_out[o] = f"{o} <- {', '.join(g.sources)} [{ops}]"
-    from .plan import Problem, format_report
+    from ..convert.plan import Problem, format_report
 
     # compress layer ranges like the report does
     rows = [Problem(o, "<-", by_out[o].split(" <- ", 1)[1]) for o in plan.outputs if o in by_out]
@@ -103,8 +103,8 @@ def cmd_inspect(opts, spec, path):
 
 
 def cmd_convert(opts, spec, path):
-    from .convert import execute
-    from .synth import synthesize
+    from ..convert.execute import execute
+    from ..convert.synth import synthesize
 
     if opts.get("source") in (None, ""):
         adapter = _adapter(spec, path, opts)
@@ -118,7 +118,7 @@ def cmd_convert(opts, spec, path):
         adapter = _adapter(spec, path, opts, source)
         out = Path(_need(opts, "out", "convert"))
     if opts.get("to", "dflash") not in ("dflash",):
-        from .export import export
+        from ..convert.export import export
 
         export(adapter, source, out, opts["to"], overwrite=opts["overwrite"])
         print(f"wrote {opts['to']} checkpoint to {out}")
@@ -130,7 +130,7 @@ def cmd_convert(opts, spec, path):
 
 
 def cmd_schema(opts, spec, path):
-    from .schema import json_schema
+    from ..spec.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     if opts.get("out"):
@@ -152,9 +152,9 @@ def cmd_draft(opts, spec, path):
 
 
 def _draft(opts, spec, path, scratch: list[Path]):
-    from .convert import execute
-    from .draft import format_report, report_json, run_draft
-    from .synth import synthesize
+    from ..convert.execute import execute
+    from ..runtime.draft import format_report, report_json, run_draft
+    from ..convert.synth import synthesize
 
     if opts.get("checkpoint") in (None, ""):
         adapter = _adapter(spec, path, opts)
@@ -166,7 +166,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         target = Path(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
     else:
         checkpoint = Path(opts["checkpoint"])
-        from .checkpoint import read_config
+        from ..convert.checkpoint import read_config
 
         if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
             adapter = _adapter(spec, path, opts, checkpoint)
@@ -198,13 +198,13 @@ def _draft(opts, spec, path, scratch: list[Path]):
 
 
 def cmd_emit(opts, spec, path):
-    from .hosts import trtllm
+    from ..emit import binding as trtllm
 
     return trtllm.cli(opts, _adapter(spec, path, opts))
 
 
 def cmd_docs(opts, spec, path):
-    from . import docs
+    from .. import docs
 
     return docs.cli(opts)
 
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     try:
-        from .loading import compose
+        from ..spec.loading import compose
 
         opts, spec, path = compose(args)
         set_threads(opts.get("threads"))

@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from draftsmith.transforms.base import ST_TO_TORCH, TensorMeta
+from ...transforms.base import ST_TO_TORCH, TensorMeta
 
-from .errors import UserError
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

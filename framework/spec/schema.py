@@ -176,7 +176,7 @@ class ConfigSpec(Strict):
     @field_validator("default_dtype")
     @classmethod
     def _dtype(cls, v: str) -> str:
-        from draftsmith.transforms.base import dtype_from_name
+        from ...transforms.base import dtype_from_name
 
         dtype_from_name(v)  # ValueError naming the known dtypes
         return v

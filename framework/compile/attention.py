@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from .errors import UserError
+from ..errors import UserError
 from .family import get_dotted
-from .schema import AttentionSpec
+from ..spec.schema import AttentionSpec
 
 DEVICE_CLASSES = ("sm100", "sm90", "cpu")
 

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from draftsmith.lowering.base import LoweringInfo, get_lowering
+from ...lowering.base import LoweringInfo, get_lowering
 
 
 def device_class(device: torch.device | str) -> str:

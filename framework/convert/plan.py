@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draftsmith.transforms.base import Binding, Context, TensorMeta, Transform, TransformError
+from ...transforms.base import Binding, Context, TensorMeta, Transform, TransformError
 
 from .checkpoint import SourceTensor, read_config, read_headers
-from .errors import UserError
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

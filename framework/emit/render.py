@@ -27,9 +27,9 @@ from pathlib import Path
 from string import Template
 from typing import Any, Optional, Sequence
 
-from draftsmith.framework.convert import atomic_dir, publish
-from draftsmith.framework.errors import UserError
-from draftsmith.framework.hosts.trtllm import file_sha256
+from ..convert.execute import atomic_dir, publish
+from ..errors import UserError
+from .binding import file_sha256
 
 TRTLLM_BASE_MODULE = "tensorrt_llm._torch.models.modeling_dspark"
 TRTLLM_BASE_CLASS = "GQADSparkForCausalLM"
@@ -210,8 +210,8 @@ def emit(
     Raises :class:`UserError` on an unknown target, a contradicting ``max_draft_len``, or
     missing inputs.
     """
-    from draftsmith.framework.engine import compile_spec
-    from draftsmith.framework.loading import load_spec
+    from ..compile.engine import compile_spec
+    from ..spec.loading import load_spec
 
     if target != "trtllm":
         raise UserError(f"target={target!r}: unknown; known: trtllm")
@@ -242,7 +242,7 @@ def default_engine(adapter_name: str, backbone: Optional[str] = DEFAULT) -> Engi
 def spec_overrides(adapter: Any, adapter_dir: Optional[Path] = None) -> list[str]:
     """``adapter.*`` overrides that turn the adapter file's spec into ``adapter.spec``
     (for a module emitted from a command line; checked at run time by spec sha256)."""
-    from draftsmith.framework.loading import load_spec
+    from ..spec.loading import load_spec
 
     base, _ = load_spec(adapter.name, adapter_dir=adapter_dir)
 
@@ -458,7 +458,7 @@ DSpark drafters keep the builder that was registered before). Weight conversion,
 and lowerings come from the adapter file at run time, through draftsmith.
 """
 
-from draftsmith.framework.hosts.trtllm import AdapterBinding, device_class
+from draftsmith.framework.emit.binding import AdapterBinding, device_class
 import $config_utils_module as engine_config_utils
 from $base_module import $base_class
 $registry_import
@@ -548,7 +548,7 @@ def register_at_runtime(adapter: str, adapter_dir: Optional[Path] = None, cache_
     import importlib.util
     import sys
 
-    from draftsmith.framework.loading import load_spec
+    from ..spec.loading import load_spec
 
     registry = engine.get("registry_module", TRTLLM_REGISTRY_MODULE)
     try:

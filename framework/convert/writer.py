@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from draftsmith.transforms.base import TORCH_TO_ST, TensorMeta
+from ...transforms.base import TORCH_TO_ST, TensorMeta
 
 
 class ShardWriter:

@@ -20,11 +20,11 @@ import torch
 from safetensors import safe_open
 from tqdm import tqdm
 
-from draftsmith.transforms.base import Context, TransformError
+from ...transforms.base import Context, TransformError
 
-from .errors import UserError
+from ..errors import UserError
 from .plan import Group, Plan
-from .st_writer import ShardWriter, WriteQueue, shard_layout, shard_names
+from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
 
 
 def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from draftsmith.transforms.names import NameTemplate
+from ...transforms.names import NameTemplate
 
-from .schema import RenameRule
+from ..spec.schema import RenameRule
 
 DROP = None
 

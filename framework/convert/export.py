@@ -61,14 +61,14 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from draftsmith.transforms.base import Context
-from draftsmith.transforms.names import NameTemplate
+from ...transforms.base import Context
+from ...transforms.names import NameTemplate
 
-from .convert import atomic_dir, execute, publish
-from .st_writer import ShardedSaver
+from .execute import atomic_dir, execute, publish
+from .writer import ShardedSaver
 from .synth import run_inverse
-from .errors import UserError
-from .family import get_dotted, pop_dotted, set_dotted
+from ..errors import UserError
+from ..compile.family import get_dotted, pop_dotted, set_dotted
 
 #: ``to=`` aliases resolved from the drafter's features.
 ALIASES = ("speculators",)
@@ -81,8 +81,8 @@ _NOT_CARRIED = ("draftsmith",)
 
 def resolve_target(to: str, flat: dict[str, Any], adapter_dir=None):
     """The adapter ``to`` names (``speculators``: by Markov / confidence head)."""
-    from .engine import load_adapter
-    from .loading import adapter_files
+    from ..compile.engine import load_adapter
+    from ..spec.loading import adapter_files
 
     name = to
     if to == "speculators":

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from draftsmith.lowering.jit import check_interpreter, jitted, next_pow2, triton
+from ...lowering.jit import check_interpreter, jitted, next_pow2, triton
 
 if triton is not None:
     import triton.language as tl

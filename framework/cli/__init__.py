@@ -1,0 +1,1 @@
+"""The ``draftsmith`` command line (Hydra composes its arguments; see :mod:`.compose`)."""

@@ -1,0 +1,2 @@
+"""Stage 5, emit: the TensorRT-LLM custom-model package (:mod:`.render`) and what it calls
+at run time (:mod:`.binding`)."""

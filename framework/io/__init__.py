@@ -1,0 +1,1 @@
+"""Atomic publishing of output folders (temp dir + rename)."""
