@@ -25,7 +25,6 @@ import math
 import torch
 
 
-import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
 import read_ceiling  # noqa: E402
 from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering import gluon_window_block  # noqa: E402

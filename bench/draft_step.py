@@ -31,7 +31,6 @@ from types import SimpleNamespace
 
 import torch
 
-import checkout  # noqa: E402,F401  (draftsmith.* from this checkout when not installed)
 from draftsmith.framework.runtime import DFlashDraftModel, DraftStepGraph  # noqa: E402
 
 
@@ -89,7 +88,7 @@ def fill_context(model: DFlashDraftModel, n: int, context: int, page: int):
     last W-1 rows come from random target hidden states."""
     cache = model.make_cache(n, page_size=page, max_context=context)
     width = model.cfg.num_target_layers * model.cfg.target_hidden_size
-    first = min(cache.needed_from(l, context) for l in range(model.cfg.num_layers))
+    first = min(cache.needed_from(l, context) for l in range(model.cfg.dims.num_layers))
     g = torch.Generator(model.device).manual_seed(1)
     for s in range(n):
         cache.advance(s, first)
@@ -102,7 +101,7 @@ def step_bytes(model: DFlashDraftModel, n: int, context: int) -> int:
     skip = ("fc.", "hidden_norm.", "markov_head.markov_w1.")  # context-only, or gathered rows
     w = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if not name.startswith(skip))
     w += model.lm_head.weight.numel() * model.lm_head.weight.element_size()
-    s = model.cfg.layer
+    s = model.shape
     kv = 0
     for m in model.cfg.masks:
         seen = context if m.window is None else min(context, m.window - 1)
@@ -112,14 +111,14 @@ def step_bytes(model: DFlashDraftModel, n: int, context: int) -> int:
 
 def step_flops(model: DFlashDraftModel, n: int, context: int) -> float:
     """Matmul FLOPs of one step (projections, attention, lm_head, Markov w2)."""
-    c, s = model.cfg, model.cfg.layer
+    c, s = model.cfg, model.shape
     t = n * c.block_size
     per_tok = (s.hidden * (s.heads + 2 * s.kv_heads) * s.head_dim + s.heads * s.head_dim * s.hidden
                + 3 * s.hidden * s.inter)
     keys = sum((context if m.window is None else min(context, m.window - 1)) + c.block_size for m in c.masks)
     attn = 4 * t * s.heads * s.head_dim * keys
-    heads = n * c.max_draft_len * c.vocab_size * (s.hidden + c.markov_rank)
-    return 2.0 * (t * per_tok * c.num_layers + heads) + attn
+    heads = n * c.max_draft_len * c.dims.vocab * (s.hidden + c.heads.markov_rank)
+    return 2.0 * (t * per_tok * c.dims.num_layers + heads) + attn
 
 
 def time_ms(fn, device: torch.device, iters: int, reps: int = 1) -> float:
@@ -253,7 +252,7 @@ def main(argv=None) -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.batches:
         cache = fill_context(model, n, args.context, args.page)
-        anchor = torch.randint(0, model.cfg.vocab_size, (n,), device=dev)
+        anchor = torch.randint(0, model.cfg.dims.vocab, (n,), device=dev)
         eager = time_ms(lambda: model.draft(anchor, cache), dev, args.iters)
         graph = b2b = float("nan")
         if dev.type == "cuda":

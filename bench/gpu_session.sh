@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
-# installed (the lent H200): the package is mapped by symlinks into a scratch site dir.
+# installed (the lent H200): PYTHONPATH=<checkout> is enough (draftsmith/__init__.py maps the
+# top-level folders into the package).
 # Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
 # attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling, ncu, draft-profile, draft   (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SITE=$(mktemp -d)
-mkdir -p "$SITE/draftsmith" "$OUT"
-cp "$ROOT"/draftsmith/*.py "$SITE/draftsmith/"
-for d in framework transforms lowering adapters; do ln -s "$ROOT/$d" "$SITE/draftsmith/$d"; done
-export PYTHONPATH="$SITE:$ROOT/tests"
+mkdir -p "$OUT"
+export PYTHONPATH="$ROOT:$ROOT/tests"
 cd "$ROOT"
 if [ -n "${SMI:-}" ]; then  # sample SM clock, power and temperature every 100 ms into $OUT/smi.csv
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \

@@ -21,7 +21,6 @@ import datetime
 
 import torch
 
-import checkout  # noqa: F401  (draftsmith.* from this checkout when not installed)
 from attention import B, D, HKV, HQ, W, bench_graph, capture_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
 from draftsmith.lowering import gluon_window_block as gwb
 from draftsmith.lowering.base import MaskSpec

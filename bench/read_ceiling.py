@@ -18,7 +18,6 @@ import torch
 import triton
 import triton.language as tl
 
-import checkout  # noqa: F401  (draftsmith.* from this checkout when not installed)
 from draftsmith.lowering.jit import jitted
 
 TILE = 8192  # bf16 elements per load step: 16 KB

@@ -15,7 +15,6 @@ import itertools
 
 import torch
 
-import checkout  # noqa: F401  (draftsmith.* from this checkout when not installed)
 from attention import bench_graph, copy_bandwidth
 from draftsmith.lowering.triton_window_block import merge_config, merge_splits
 

@@ -20,9 +20,33 @@ Softmax is computed in float32. GQA: query head ``i`` uses KV head ``i // (Hq //
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional, get_args
 
 import torch
+
+from ..registry import Registry
+
+#: The kinds of device a lowering is chosen for (defined here once; every table keys on it).
+DeviceClass = Literal["sm100", "sm90", "cpu"]
+DEVICE_CLASSES: tuple[str, ...] = get_args(DeviceClass)
+
+
+def device_class(device: "torch.device | str | None" = None) -> str:
+    """``"cpu"``; ``"sm90"`` for CUDA capability 9.x; ``"sm100"`` for 10.x; else ``"sm{major}{minor}"``.
+
+    ``device=None``: the current CUDA device when there is one, else the CPU.
+    """
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cpu":
+        return "cpu"
+    if device.type != "cuda":
+        raise ValueError(f"unsupported device {device}")
+    major, minor = torch.cuda.get_device_capability(device)
+    if major in (9, 10):
+        return f"sm{major}0"
+    return f"sm{major}{minor}"
 
 
 @dataclass(frozen=True)
@@ -125,27 +149,19 @@ class LoweringInfo:
     name: str
     fn: LoweringFn
     description: str
-    devices: tuple[str, ...]  # device classes it may be chosen for: "cpu", "sm90", "sm100"
+    devices: tuple[DeviceClass, ...]  # device classes it may be chosen for
     available: Callable[[], bool]  # whether it can run in this process (libraries, GPU)
     needs_context_kernel: bool = False  # whether it needs the engine's separate context kernel
     head_dims: Optional[tuple[int, ...]] = None  # head dims it supports; None = any
 
 
-LOWERINGS: dict[str, LoweringInfo] = {}
+LOWERINGS: Registry[LoweringInfo] = Registry("lowering", builtins=__package__)
 
 
 def register_lowering(info: LoweringInfo) -> LoweringInfo:
-    if info.name in LOWERINGS:
-        raise ValueError(f"lowering {info.name!r} registered twice")
-    LOWERINGS[info.name] = info
-    return info
+    return LOWERINGS.register(info.name, info)
 
 
 def get_lowering(name: str) -> LoweringInfo:
     """Look a lowering up by name; an unknown name lists the known ones."""
-    import draftsmith.lowering  # noqa: F401  (registers the built-in lowerings)
-
-    try:
-        return LOWERINGS[name]
-    except KeyError:
-        raise KeyError(f"unknown lowering {name!r}; known: {', '.join(sorted(LOWERINGS))}") from None
+    return LOWERINGS.lookup(name)

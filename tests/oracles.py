@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.lowering.base import PagedKV
 
 
@@ -108,7 +109,8 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     """
     f = lambda t: t.double()  # noqa: E731
     w = {k: f(v) for k, v in w.items()}
-    ds, norms = dspark_heads(config), config["draftsmith"]["norms"]
+    resolved = ResolvedDrafter.from_config(config)  # the input's compiled section: norm styles, masks
+    ds, norms = dspark_heads(config), resolved.norms
     HQ, HKV, D = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
     eps, theta, rot = config["rms_norm_eps"], config["rope_theta"], config["rotary_dim"]
 
@@ -142,7 +144,7 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     x = emb[torch.tensor([anchor] + [config["dflash_config"]["mask_token_id"]] * (b - 1))]
     pc, pb = torch.arange(ctx_start, c_len), torch.arange(c_len, c_len + b)
     kpos = torch.cat([pc, pb])
-    for i, lay in enumerate(config["draftsmith"]["layers"]):
+    for i, mask in enumerate(resolved.masks):
         p = f"layers.{i}."
         a_ = p + "self_attn."
         y = norm(x, w[p + "input_layernorm.weight"], "input_layernorm")
@@ -154,11 +156,11 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
         k, v = torch.cat([kc, kb]), torch.cat([vc, vb])
         qp, kp = pb[:, None], kpos[None, :]
         ok = torch.ones(b, len(kpos), dtype=torch.bool)
-        if lay["causal"]:
+        if mask.causal:
             ok &= kp <= qp
-        if lay["window"] is not None:
-            ok &= (qp - kp).abs() <= lay["window"] - 1
-            assert ctx_start == 0 or ctx_start <= c_len - (lay["window"] - 1), "reference context too short"
+        if mask.window is not None:
+            ok &= (qp - kp).abs() <= mask.window - 1
+            assert ctx_start == 0 or ctx_start <= c_len - (mask.window - 1), "reference context too short"
         else:
             assert ctx_start == 0, "a full layer needs the whole context"
         heads = []

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import execute
@@ -38,8 +39,7 @@ def test_synth_inspect_convert_roundtrip(name, tmp_path, capsys):
     bad = [n for n in got if not bits_equal(got[n], res.targets[n])]
     assert not bad, f"{name}: converted tensors differ from synth's targets: {bad}"
     # the converted config: outputs convention, and what synth flattened
-    assert cfg["draftsmith"]["adapter"] == name
-    assert cfg["draftsmith"]["target_layer_ids_convention"] == "output"
+    assert R.from_config(cfg).adapter == name
     assert cfg["dflash_config"] == res.config["dflash_config"]
 
 
@@ -71,5 +71,5 @@ def test_tiny_configs_fit_the_torch_host():
         assert cfg["rotary_dim"] % 2 == 0 and cfg["rotary_dim"] <= cfg["head_dim"]
         if a.quant_methods:
             assert cfg["hidden_size"] % 32 == 0 and cfg["intermediate_size"] % 32 == 0
-        for lay in cfg["draftsmith"]["layers"]:
-            assert lay["window"] is None or lay["window"] <= 16
+        for mask in R.from_config(cfg).masks:
+            assert mask.window is None or mask.window <= 16

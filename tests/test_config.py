@@ -3,6 +3,7 @@
 import pytest
 
 from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.errors import UserError
 from helpers import minimax, minimax_raw
 
@@ -21,10 +22,13 @@ def test_shipped_config_flattens():
     assert "quantization_config" not in cfg and "text_config" not in cfg
     assert "dspark_block_size" not in cfg  # consumed aliases are not left behind
     assert cfg["torch_dtype"] == "bfloat16"
-    assert cfg["draftsmith"]["max_draft_len"] == 7
-    assert [l["causal"] for l in cfg["draftsmith"]["layers"]] == [False] * 5
-    assert {l["window"] for l in cfg["draftsmith"]["layers"]} == {4096}
-    assert cfg["draftsmith"]["norms"]["hidden_norm"] == "plain" and cfg["draftsmith"]["norms"]["q_norm"] == "gemma"
+    r = R.from_config(cfg)
+    assert r.max_draft_len == 7
+    assert [m.causal for m in r.masks] == [False] * 5
+    assert {m.window for m in r.masks} == {4096}
+    assert r.norms["hidden_norm"] == "plain" and r.norms["q_norm"] == "gemma"
+    assert r.sources["dims.head_dim"] == "config.json: text_config.head_dim"
+    assert r.sources["sample_from_anchor"].startswith("spec default")
 
 
 def test_nested_section_wins_over_top_level():
@@ -67,7 +71,7 @@ def test_sliding_window_translation_and_override():
     raw = minimax_raw()
     raw["text_config"]["layer_types"] = ["sliding_attention", "full_attention"] * 2 + ["sliding_attention"]
     cfg = minimax().flatten_config(raw)
-    assert [l["window"] for l in cfg["draftsmith"]["layers"]] == [4096, None, 4096, None, 4096]
+    assert [m.window for m in R.from_config(cfg).masks] == [4096, None, 4096, None, 4096]
     assert cfg["dflash_config"]["use_swa"] is True
     a = load_adapter("minimax_dspark", ["attention.window=2048"])
     assert a.flatten_config(minimax_raw())["dflash_config"]["swa_window_size"] == 2048
@@ -78,8 +82,8 @@ def test_use_swa_only_window():
     del raw["text_config"]["layer_types"], raw["text_config"]["sliding_window"]
     raw["dflash_config"] = {"use_swa": True, "swa_window_size": 512}
     cfg = minimax().flatten_config(raw)
-    assert [l["window"] for l in cfg["draftsmith"]["layers"]] == [512] * 5
-    assert [l["causal"] for l in cfg["draftsmith"]["layers"]] == [False] * 5
+    assert [m.window for m in R.from_config(cfg).masks] == [512] * 5
+    assert [m.causal for m in R.from_config(cfg).masks] == [False] * 5
 
 
 @pytest.mark.parametrize("meta", [{"is_causal": True}, {"sliding_window_non_causal": False}])
@@ -90,17 +94,17 @@ def test_explicit_causality_wins(meta, use_swa_only):
         del raw["text_config"]["layer_types"], raw["text_config"]["sliding_window"]
         raw["dflash_config"] = {"use_swa": True, "swa_window_size": 64}
     raw["text_config"].update(meta)
-    layers = minimax().flatten_config(raw)["draftsmith"]["layers"]
-    assert all(l["causal"] for l in layers)
+    masks = R.from_config(minimax().flatten_config(raw)).masks
+    assert all(m.causal for m in masks)
     a = load_adapter("minimax_dspark", ["attention.explicit_causality_wins=false"])
-    assert not any(l["causal"] for l in a.flatten_config(raw)["draftsmith"]["layers"])
+    assert not any(m.causal for m in R.from_config(a.flatten_config(raw)).masks)
 
 
 def test_per_layer_override():
     a = load_adapter("minimax_dspark", ["+adapter.attention.layers.2.causal=true", "+adapter.attention.layers.4.window=full"])
-    layers = a.flatten_config(minimax_raw())["draftsmith"]["layers"]
-    assert [l["causal"] for l in layers] == [False, False, True, False, False]
-    assert layers[4]["window"] is None and layers[3]["window"] == 4096
+    masks = R.from_config(a.flatten_config(minimax_raw())).masks
+    assert [m.causal for m in masks] == [False, False, True, False, False]
+    assert masks[4].window is None and masks[3].window == 4096
 
 
 def test_unhandled_quantization_refused():

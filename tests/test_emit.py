@@ -23,9 +23,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from draftsmith.framework.compile.resolved import ResolvedDrafter as R
+from draftsmith.framework.compile.resolved import max_draft_len_rule
 from draftsmith.framework.emit.render import (
     EngineNames,
-    derive_max_draft_len,
     resolve_max_draft_len,
     write_package,
 )
@@ -165,16 +166,19 @@ def import_package(monkeypatch, out: Path, package: str):
 
 
 def test_max_draft_len_derivation():
-    assert derive_max_draft_len(7, True) == 7
-    assert derive_max_draft_len(7, False) == 6
+    assert max_draft_len_rule(7, True) == 7
+    assert max_draft_len_rule(7, False) == 6
+    with pytest.raises(UserError, match="leaves no slot to draft"):
+        max_draft_len_rule(1, False)
     flat = make_config(sfa=True)
     assert resolve_max_draft_len(flat)[0] == BLOCK
     assert resolve_max_draft_len(make_config(sfa=False))[0] == BLOCK - 1
-    no_dspark = {k: v for k, v in make_config(sfa=False).items() if k not in ("dspark_config", "draftsmith")}
-    assert resolve_max_draft_len(no_dspark)[0] == BLOCK - 1  # DFlash: slot 0 is only the anchor
-    anchor_default = make_config(sfa=True)
-    del anchor_default["dspark_config"]["sample_from_anchor"]
-    assert resolve_max_draft_len(anchor_default)[0] == BLOCK  # DSpark default
+    # the compiled section decides; the raw dspark_config is not read again
+    no_dspark = {k: v for k, v in make_config(sfa=False).items() if k != "dspark_config"}
+    assert resolve_max_draft_len(no_dspark)[0] == BLOCK - 1
+    no_section = {k: v for k, v in make_config(sfa=False).items() if k != "draftsmith"}
+    with pytest.raises(UserError, match="no draftsmith section"):
+        resolve_max_draft_len(no_section)
 
 
 def test_contradicting_max_draft_len_is_refused(tmp_path):
@@ -182,7 +186,7 @@ def test_contradicting_max_draft_len_is_refused(tmp_path):
         resolve_max_draft_len(make_config(sfa=True), explicit=3)
     bad = make_config(sfa=True)
     bad["draftsmith"]["max_draft_len"] = 3
-    with pytest.raises(UserError, match="config draftsmith.max_draft_len = 3"):
+    with pytest.raises(UserError, match="max_draft_len 3 contradicts the derived 4"):
         write_package(FakeAdapter(bad), adapter_file(tmp_path), tmp_path / "out", TRTLLM)
     with pytest.raises(UserError, match="adapter spec max_draft_len = 5"):
         write_package(FakeAdapter(make_config()), adapter_file(tmp_path), tmp_path / "out", TRTLLM,
@@ -336,7 +340,7 @@ def test_config_route(tmp_path, monkeypatch):
     pkg = import_package(monkeypatch, out, res.package)
     pkg.ADAPTER.__dict__["adapter"] = fake
     routed = pkg.route_config(raw)
-    assert routed["draftsmith"]["layers"] and routed["draftsmith_tensors"] == "source"
+    assert R.from_config(routed).layers and routed["draftsmith_tensors"] == "source"
     assert pkg.route_config(dict(raw, architectures=["Other"])) is None
     assert pkg.route_config(make_config()) is None  # already converted: nothing to route
 
@@ -414,7 +418,7 @@ def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path
     pkg = import_package(monkeypatch, tmp_path / "out", res.package)
     raw_config, raw_tensors = read_checkpoint(src)
     routed = pkg.route_config(raw_config)
-    assert routed is not None and routed["draftsmith"] == host.config["draftsmith"]
+    assert routed is not None and R.from_config(routed) == host.cfg
     emitted = pkg.MinimaxDsparkDrafter(routed)
     emitted.load_weights(raw_tensors)
     emitted.load_weights_from_target_model(BorrowedTarget(src / "target", dtype=emitted.dtype))
@@ -452,24 +456,3 @@ def test_cli_records_overrides_and_the_binding_reproduces_them(tmp_path, capsys)
     assert binding.adapter.spec.attention.window == 2048  # spec sha256 checked on load
     assert binding.adapter.spec.attention.lowering["windowed"].sm100 == "trtllm_gen"
     assert main(["emit", "adapter=minimax_dspark", "target=vllm", f"out={tmp_path}"]) == 2
-
-
-def test_register_at_runtime(tmp_path, monkeypatch):
-    """No engine: nothing happens. With one (stand-in registries): emitted, imported, registered."""
-    from draftsmith.framework.emit.render import register_at_runtime
-
-    assert register_at_runtime("minimax_dspark", cache_dir=tmp_path / "none") is None
-    assert not (tmp_path / "none").exists()
-    names, calls, *_ = install_fake_engine(monkeypatch, "fake_trtllm_rt")
-    pkg = register_at_runtime("minimax_dspark", cache_dir=tmp_path / "cache", base_module="draftsmith.framework.runtime",
-                              base_class="DFlashDraftModel", registry_module=names.registry_module,
-                              spec_mode_module=names.spec_mode_module,
-                              config_utils_module=names.config_utils_module, backbone=None,
-                              package="emitted_rt")
-    try:
-        assert pkg.__name__ == "emitted_rt" and calls["draft"], "the DSpark builder was not registered"
-        assert any(p.name.startswith("minimax_dspark-") for p in (tmp_path / "cache").iterdir())
-    finally:
-        for name in [n for n in sys.modules if n.startswith("emitted_rt")]:
-            monkeypatch.delitem(sys.modules, name)
-        sys.path[:] = [p for p in sys.path if not p.startswith(str(tmp_path))]

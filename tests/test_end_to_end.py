@@ -6,6 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.runtime.draft import run_draft
@@ -40,4 +41,4 @@ def test_adapter_end_to_end(name, context, tmp_path):
     assert rep.tokens[0].tolist() == toks
     if conf is not None:
         torch.testing.assert_close(d["outputs.confidence"].double(), conf, rtol=1e-4, atol=1e-6)
-    assert rep.tokens.shape == (2, cfg["draftsmith"]["max_draft_len"])
+    assert rep.tokens.shape == (2, R.from_config(cfg).max_draft_len)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.compile.engine import load_adapter, route
@@ -44,9 +45,9 @@ SEMANTIC = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_
 def assert_same_semantics(ref_cfg, back_cfg):
     for k in SEMANTIC:
         assert back_cfg.get(k) == ref_cfg.get(k), k
-    strip = lambda c: [(l["causal"], l["window"]) for l in c["draftsmith"]["layers"]]  # noqa: E731
-    assert strip(back_cfg) == strip(ref_cfg)
-    assert back_cfg["draftsmith"]["max_draft_len"] == ref_cfg["draftsmith"]["max_draft_len"]
+    back, ref = R.from_config(back_cfg), R.from_config(ref_cfg)
+    assert back.masks == ref.masks
+    assert back.max_draft_len == ref.max_draft_len
 
 
 def test_minimax_to_speculators_and_back(tmp_path):
@@ -59,8 +60,8 @@ def test_minimax_to_speculators_and_back(tmp_path):
     assert raw["sliding_window_non_causal"] is True  # DSpark's non-causal windows, said explicitly
     assert_same_semantics(ref_cfg, back_cfg)
     assert sorted(back) == sorted(ref)
-    gemma = {k for k, v in ref_cfg["draftsmith"]["norms"].items() if v == "gemma"}
-    assert gemma and all(v == "plain" for v in back_cfg["draftsmith"]["norms"].values())
+    gemma = {k for k, v in R.from_config(ref_cfg).norms.items() if v == "gemma"}
+    assert gemma and all(v == "plain" for v in R.from_config(back_cfg).norms.values())
     restyled = 0
     for name, t in ref.items():
         kind = _norm_kind(back_adapter.family, name)
@@ -87,7 +88,7 @@ def test_exact_roundtrips(tmp_path, src_name, to, want):
     if to == "minimax_dspark_v0":  # MXFP8 re-quantization and Gemma norms: not exact, close
         def effective(cfg, adapter, n, t):  # the multiplier the engine applies: 1 + w for a Gemma norm
             kind = _norm_kind(adapter.family, n)
-            return t.float() + 1.0 if kind and cfg["draftsmith"]["norms"][kind] == "gemma" else t.float()
+            return t.float() + 1.0 if kind and R.from_config(cfg).norms[kind] == "gemma" else t.float()
 
         for n, t in ref.items():
             got = effective(back_cfg, back_adapter, n, back[n])

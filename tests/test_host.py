@@ -18,7 +18,10 @@ import torch
 from safetensors.torch import save_file
 
 from draftsmith.framework.runtime import DFlashDraftModel, PagedKVCache, get_host
+from draftsmith.framework.errors import UserError
+from draftsmith.framework.compile.resolved import Dims, Heads, LayerPlan, Mlp, ResolvedDrafter, Rope
 from draftsmith.framework.runtime.loading import build_drafter
+from draftsmith.lowering.base import MaskSpec
 from oracles import dspark_heads as dspark
 from oracles import draft_oracle as ref_draft  # noqa: F401  (also imported by test_kv_cache)
 
@@ -31,8 +34,10 @@ TABLE = {"cpu": "dense", "sm90": "triton_window_block", "sm100": "trtllm_gen"}
 
 
 def make_config(gemma=True, act="swigluoai", sfa=True, rank=RANK, conf=True, conf_markov=True, layers=LAYERS,
-                block=BLOCK):
-    """A flattened draftsmith config.json (docs/converted-format.md) at tiny dims."""
+                block=BLOCK, tables=None):
+    """A flattened draftsmith config.json (docs/converted-format.md) at tiny dims; ``tables``:
+    the lowering table of each layer (default :data:`TABLE` for all)."""
+    tables = tables or [TABLE] * len(layers)
     style = "gemma" if gemma else "plain"
     norms = {k: style for k in ("input_layernorm", "post_attention_layernorm", "q_norm", "norm")}
     norms.update(k_norm="plain", hidden_norm="plain")  # as TensorRT-LLM computes them: folded
@@ -48,9 +53,18 @@ def make_config(gemma=True, act="swigluoai", sfa=True, rank=RANK, conf=True, con
         "dflash_config": {"block_size": block, "mask_token_id": MASK_ID, "target_layer_ids": TGT_LAYERS,
                           "use_swa": True, "swa_window_size": W},
         "dspark_config": dspark,
-        "draftsmith": {"adapter": "test", "family": "gqa_dflash", "target_layer_ids_convention": "output",
-                       "max_draft_len": block if sfa else block - 1, "norms": norms,
-                       "layers": [{"causal": c, "window": w, "lowering": dict(TABLE)} for c, w in layers]},
+        "draftsmith": ResolvedDrafter(
+            adapter="test", spec_sha256="0" * 64, family="gqa_dflash",
+            dims=Dims(hidden=HID, heads=HQ, kv_heads=HKV, head_dim=D, rotary_dim=ROT, intermediate=INTER,
+                      vocab=VOCAB, num_layers=len(layers), target_hidden=TGT_H, num_target_layers=len(TGT_LAYERS),
+                      dtype="float32"),
+            rope=Rope(theta=THETA, type="default"), rms_norm_eps=EPS,
+            mlp=Mlp(kind="swiglu_oai", alpha=1.702, limit=7.0) if act == "swigluoai" else Mlp(kind="swiglu"),
+            block_size=block, mask_token_id=MASK_ID, target_layer_ids=TGT_LAYERS, sample_from_anchor=sfa,
+            norms=norms, heads=Heads(markov_rank=rank, confidence=conf, confidence_with_markov=conf and conf_markov),
+            layers=[LayerPlan(mask=MaskSpec(c, w), lowering=t) for (c, w), t in zip(layers, tables)],
+            sources={"all": "test_host.make_config"},
+        ).section(),
     }
 
 
@@ -58,7 +72,7 @@ def make_weights(config: dict, seed: int = 0) -> dict[str, torch.Tensor]:
     """Random weights in the target layout; norm weights near 0 (gemma) or near 1 (plain)."""
     g = torch.Generator().manual_seed(seed)
     ds = dspark(config)
-    norms = config["draftsmith"]["norms"]
+    norms = ResolvedDrafter.from_config(config).norms
 
     def lin(o, i):
         return torch.randn(o, i, generator=g) / math.sqrt(i)
@@ -282,13 +296,13 @@ def test_attention_mask_args():
 def test_lowering_choice_and_errors():
     config = make_config()
     assert DFlashDraftModel(config, dtype=torch.float32).layer_lowerings == ["dense"] * 3
-    with pytest.raises(KeyError, match="known"):
+    with pytest.raises(UserError, match="unknown lowering 'nope'; known"):
         DFlashDraftModel(config, dtype=torch.float32, lowering="nope")
-    with pytest.raises(RuntimeError, match="trtllm_gen"):
+    with pytest.raises(UserError, match="trtllm_gen does not run on cpu"):
         DFlashDraftModel(config, dtype=torch.float32, lowering="trtllm_gen")
-    bad = make_config()
-    del bad["draftsmith"]["layers"][1]["lowering"]["cpu"]
-    with pytest.raises(ValueError, match="layer 1 has no lowering"):
+    no_cpu = {k: v for k, v in TABLE.items() if k != "cpu"}
+    bad = make_config(tables=[TABLE, no_cpu, TABLE])
+    with pytest.raises(UserError, match=r"layer 1 \(full\): no lowering for device class cpu"):
         DFlashDraftModel(bad, dtype=torch.float32)
 
 
@@ -348,9 +362,7 @@ def test_bf16_host_close_to_reference():
 def test_cuda_graph_replay_matches_eager():
     from draftsmith.framework.runtime.graphs import DraftStepGraph
 
-    config = make_config()
-    for layer in config["draftsmith"]["layers"]:
-        layer["lowering"]["sm100"] = "triton_window_block"
+    config = make_config(tables=[dict(TABLE, sm100="triton_window_block")] * len(LAYERS))
     weights, target = make_weights(config), make_target()
     model = DFlashDraftModel(config, device="cuda", dtype=torch.float32)
     model.load_weights(weights)
@@ -427,9 +439,7 @@ def test_run_draft_cuda_matches_cpu(tmp_path):
     """run_draft on CUDA (per-layer table: triton_window_block on sm90/sm100) against CPU dense."""
     from draftsmith.framework.runtime.draft import run_draft
 
-    config = make_config()
-    for layer in config["draftsmith"]["layers"]:
-        layer["lowering"]["sm100"] = "triton_window_block"
+    config = make_config(tables=[dict(TABLE, sm100="triton_window_block")] * len(LAYERS))
     weights, target = make_weights(config), make_target()
     ck, tg = write_checkpoint(tmp_path, config, weights, target)
     gpu = run_draft(ck, tg, device="cuda", context=3000, seed=2, batch=3)

@@ -1,5 +1,5 @@
-"""Interrupted conversions: SIGKILL at exact kill points (the ``DRAFTSMITH_TEST_KILL_AT``
-hook in framework/convert.py) and after random delays leaves nothing at the destination
+"""Interrupted conversions: SIGKILL at exact kill points (a step hook installed with
+``framework/io/publish.set_step_hook``) and after random delays leaves nothing at the destination
 (or the old output, untouched, when replacing one), nothing beside it but its own temp
 dir, and the next run succeeds with the same bytes and tidies up.
 
@@ -29,6 +29,7 @@ SERVER = r"""
 import hashlib, json, os, shutil, signal, sys, time
 from pathlib import Path
 import draftsmith.framework.cli.main, draftsmith.framework.convert.execute  # imported once; no tensor work here
+from draftsmith.framework.io.publish import set_step_hook
 
 def snapshot(d):
     d = Path(d)
@@ -46,8 +47,13 @@ def run(args, kill_at=None, delay=None, delay_frac=None, timed=False):
         delay = delay_frac * last[0]
     pid = os.fork()
     if pid == 0:
-        if kill_at is not None:
-            os.environ["DRAFTSMITH_TEST_KILL_AT"] = str(kill_at)
+        if kill_at is not None:  # the kill_at-th step point SIGKILLs this child
+            count = [0]
+            def hook():
+                count[0] += 1
+                if count[0] == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            set_step_hook(hook)
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, 1); os.dup2(fd, 2)
         try:
@@ -92,7 +98,6 @@ print(json.dumps(out))
 
 def serve(steps: list[dict]) -> list[dict]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("DRAFTSMITH_TEST_KILL_AT", None)
     p = subprocess.run([sys.executable, "-c", SERVER], input=json.dumps(steps), capture_output=True, text=True,
                        timeout=240, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -257,7 +262,7 @@ def test_fallback_swap_is_undone(tmp_path, monkeypatch):
     """Without renameat2: a run killed between moving the old output aside and renaming the
     new one in leaves ``.out.old-<pid>``; the next run puts it back (or drops it if a new
     output made it), never losing the only complete copy."""
-    from draftsmith.framework.convert import execute as C
+    from draftsmith.framework.io import publish as C
 
     rng = random.Random(SEED)
     out = tmp_path / "out"

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework import docs
 from draftsmith.framework.cli import main as cli
@@ -99,8 +100,8 @@ def test_walkthrough_runs(tmp_path, monkeypatch, capsys):
         assert rc == expected, f"`{cmd}` exited {rc}, expected {expected}:\n{out[-3000:]}"
 
     cfg = json.loads((tmp_path / "acme-converted" / "config.json").read_text())
-    assert cfg["draftsmith"]["adapter"] == "acme_dspark"
-    assert cfg["draftsmith"]["max_draft_len"] == 7
+    assert R.from_config(cfg).adapter == "acme_dspark"
+    assert R.from_config(cfg).max_draft_len == 7
     assert "quantization_config" not in cfg
     page = (tmp_path / "docs-preview" / "supported-drafters.md").read_text()
     assert "`AcmeDSparkDraftModel`" in page and "`acme_dspark`" in page

@@ -24,6 +24,8 @@ from typing import Annotated, Any, ClassVar, Optional
 import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from ..registry import Registry
+
 # safetensors dtype strings <-> torch dtypes (the subset drafters use).
 ST_TO_TORCH: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -185,21 +187,13 @@ class Transform:
         return f"{self.name}({self.params.model_dump_json(exclude_defaults=True)})"
 
 
-TRANSFORMS: dict[str, type[Transform]] = {}
+TRANSFORMS: Registry[type[Transform]] = Registry("transform", builtins=__package__)
 
 
 def register_transform(cls: type[Transform]) -> type[Transform]:
-    if cls.name in TRANSFORMS:
-        raise ValueError(f"transform {cls.name!r} registered twice")
-    TRANSFORMS[cls.name] = cls
-    return cls
+    return TRANSFORMS.register(cls.name, cls)
 
 
 def get_transform(op: str) -> type[Transform]:
     """Look a transform up by name; an unknown name lists the known ones."""
-    import draftsmith.transforms  # noqa: F401  (registers the built-ins)
-
-    try:
-        return TRANSFORMS[op]
-    except KeyError:
-        raise KeyError(f"unknown transform {op!r}; known: {', '.join(sorted(TRANSFORMS))}") from None
+    return TRANSFORMS.lookup(op)

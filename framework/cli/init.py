@@ -28,7 +28,7 @@ import yaml
 
 from ..convert.checkpoint import read_config, read_headers
 from ..errors import UserError
-from ..compile.family import get_dotted
+from ..compile.dotted import get_dotted
 from ..compile.flatten import merge_sections
 
 SECTION_CANDIDATES = ("text_config", "transformer_layer_config", "llm_config", "language_config", "model_config")

@@ -6,13 +6,29 @@ found stale docs); 2 bad input (one line per problem, no traceback).
 
 from __future__ import annotations
 
+import difflib
 import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from .. import docs
+from ..compile.engine import compile_spec, route
+from ..compile.resolved import ResolvedDrafter, dump_sources
+from ..convert.checkpoint import drafter_subfolder_hint, read_config
+from ..convert.execute import execute
+from ..convert.export import export
+from ..convert.plan import Problem, format_report as format_plan_rows
+from ..convert.synth import synthesize
+from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
+from ..runtime.draft import format_report, report_json, run_draft
+from ..spec.schema import json_schema
+from . import init
+from .compose import compose
 
 USAGE = """usage: draftsmith <command> key=value ...
 
@@ -37,9 +53,6 @@ def _need(opts: dict, key: str, command: str) -> str:
 
 
 def _adapter(spec, path, opts, source: Path | None = None):
-    from ..convert.checkpoint import drafter_subfolder_hint, read_config
-    from ..compile.engine import compile_spec, route
-
     if spec is not None:
         return compile_spec(spec, path)
     if source is None:
@@ -49,8 +62,6 @@ def _adapter(spec, path, opts, source: Path | None = None):
 
 
 def cmd_synth(opts, spec, path):
-    from ..convert.synth import synthesize
-
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "synth"))
     synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=True)
@@ -60,32 +71,33 @@ def cmd_synth(opts, spec, path):
 
 def describe_plan(plan) -> str:
     n_bytes = sum(m.nbytes for m in plan.outputs.values())
+    r = ResolvedDrafter.from_config(plan.config)
     lines = [
         f"source: {plan.source} ({len(plan.sources)} tensors)",
-        f"adapter: {plan.config['draftsmith']['adapter']}   family: {plan.config['draftsmith']['family']}",
-        f"output: {len(plan.outputs)} tensors, {n_bytes / 2**20:.1f} MiB, dtype {plan.config['torch_dtype']}, "
-        f"max_draft_len {plan.config['draftsmith']['max_draft_len']}",
+        f"adapter: {r.adapter}   family: {r.family}",
+        f"output: {len(plan.outputs)} tensors, {n_bytes / 2**20:.1f} MiB, dtype {r.dims.dtype}, "
+        f"max_draft_len {r.max_draft_len}",
     ]
     if plan.dropped:
         lines.append(f"dropped by rename: {len(plan.dropped)}")
     if plan.ignored:
         lines.append(f"shared with target (ignored): {', '.join(plan.ignored)}")
     lines.append("layers:")
-    for i, l in enumerate(plan.config["draftsmith"]["layers"]):
-        mask = "full" if l["window"] is None else f"window {l['window']}"
-        low = ", ".join(f"{k}={v}" for k, v in l["lowering"].items())
-        lines.append(f"  {i}: {'causal' if l['causal'] else 'non-causal'} {mask}  [{low}]")
+    for i, l in enumerate(r.layers):
+        mask = "full" if l.mask.window is None else f"window {l.mask.window}"
+        low = ", ".join(f"{k}={v}" for k, v in l.lowering.items())
+        lines.append(f"  {i}: {'causal' if l.mask.causal else 'non-causal'} {mask}  [{low}]")
+    lines.append("values (source):")
+    lines += ["  " + line for line in dump_sources(r).splitlines() if not line.startswith(("layers =", "norms ="))]
     lines.append("tensors (target <- source, transforms):")
     by_out = {}
     for g in plan.groups:
         ops = " + ".join(dict.fromkeys(a.transform.name for a in g.apps)) or "copy"
         for o in g.outputs:
             by_out[o] = f"{o} <- {', '.join(g.sources)} [{ops}]"
-    from ..convert.plan import Problem, format_report
-
     # compress layer ranges like the report does
     rows = [Problem(o, "<-", by_out[o].split(" <- ", 1)[1]) for o in plan.outputs if o in by_out]
-    lines += ["  " + r.replace(" | <- | ", " <- ", 1) for r in format_report(rows).splitlines()]
+    lines += ["  " + r.replace(" | <- | ", " <- ", 1) for r in format_plan_rows(rows).splitlines()]
     return "\n".join(lines)
 
 
@@ -103,9 +115,6 @@ def cmd_inspect(opts, spec, path):
 
 
 def cmd_convert(opts, spec, path):
-    from ..convert.execute import execute
-    from ..convert.synth import synthesize
-
     if opts.get("source") in (None, ""):
         adapter = _adapter(spec, path, opts)
         work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
@@ -118,8 +127,6 @@ def cmd_convert(opts, spec, path):
         adapter = _adapter(spec, path, opts, source)
         out = Path(_need(opts, "out", "convert"))
     if opts.get("to", "dflash") not in ("dflash",):
-        from ..convert.export import export
-
         export(adapter, source, out, opts["to"], overwrite=opts["overwrite"])
         print(f"wrote {opts['to']} checkpoint to {out}")
         return 0
@@ -130,8 +137,6 @@ def cmd_convert(opts, spec, path):
 
 
 def cmd_schema(opts, spec, path):
-    from ..spec.schema import json_schema
-
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     if opts.get("out"):
         Path(opts["out"]).write_text(text)
@@ -152,10 +157,6 @@ def cmd_draft(opts, spec, path):
 
 
 def _draft(opts, spec, path, scratch: list[Path]):
-    from ..convert.execute import execute
-    from ..runtime.draft import format_report, report_json, run_draft
-    from ..convert.synth import synthesize
-
     if opts.get("checkpoint") in (None, ""):
         adapter = _adapter(spec, path, opts)
         work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
@@ -166,8 +167,6 @@ def _draft(opts, spec, path, scratch: list[Path]):
         target = Path(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
     else:
         checkpoint = Path(opts["checkpoint"])
-        from ..convert.checkpoint import read_config
-
         if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
             adapter = _adapter(spec, path, opts, checkpoint)
             work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
@@ -183,8 +182,6 @@ def _draft(opts, spec, path, scratch: list[Path]):
     if opts["device"] not in ("cpu", "cuda") and not str(opts["device"]).startswith("cuda:"):
         raise UserError(f"device={opts['device']}: expected cpu or cuda")
     if str(opts["device"]).startswith("cuda"):
-        import torch
-
         if not torch.cuda.is_available():
             raise UserError(f"device={opts['device']}: CUDA is not available here")
     try:
@@ -198,20 +195,25 @@ def _draft(opts, spec, path, scratch: list[Path]):
 
 
 def cmd_emit(opts, spec, path):
-    from ..emit import binding as trtllm
-
-    return trtllm.cli(opts, _adapter(spec, path, opts))
+    """``draftsmith emit adapter=NAME target=trtllm out=DIR``: write the package, print the
+    summary (``max_draft_len``, ``speculative_config``, paste rows). The adapter is compiled
+    with the command line's ``adapter.*`` overrides, which the module records."""
+    adapter = _adapter(spec, path, opts)
+    target = opts.get("target") or "trtllm"
+    if target != "trtllm":
+        raise UserError(f"draftsmith emit: target={target}: unknown; known: trtllm")
+    out = Path(_need(opts, "out", "emit"))
+    res = write_package(adapter, adapter.path, out, default_engine(adapter, DEFAULT),
+                        overrides=spec_overrides(adapter, opts.get("adapter_dir")))
+    print(res.summary())
+    return 0
 
 
 def cmd_docs(opts, spec, path):
-    from .. import docs
-
     return docs.cli(opts)
 
 
 def cmd_init(opts, spec, path):
-    from . import init
-
     return init.cli(opts)
 
 
@@ -227,8 +229,6 @@ def set_threads(threads) -> None:
         return
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise UserError(f"threads={threads}: expected a positive integer")
-    import torch
-
     torch.set_num_threads(threads)
 
 
@@ -239,15 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
-        import difflib
-
         close = difflib.get_close_matches(command, COMMANDS, n=1)
         print(f"error: unknown command {command!r}" + (f" (did you mean {close[0]!r}?)" if close else ""), file=sys.stderr)
         print(USAGE, file=sys.stderr)
         return 2
     try:
-        from ..spec.loading import compose
-
         opts, spec, path = compose(args)
         set_threads(opts.get("threads"))
         return COMMANDS[command](opts, spec, path) or 0

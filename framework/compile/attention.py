@@ -9,36 +9,17 @@ per-layer overrides in the spec.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from ...lowering.base import DEVICE_CLASSES, MaskSpec
 from ..errors import UserError
-from .family import get_dotted
 from ..spec.schema import AttentionSpec
-
-DEVICE_CLASSES = ("sm100", "sm90", "cpu")
-
-
-@dataclass(frozen=True)
-class LayerAttention:
-    """One layer's mask and its lowering per device class."""
-
-    causal: bool
-    window: Optional[int]
-    lowering: dict[str, str]
-
-    @property
-    def bounds(self) -> tuple[int, int]:
-        """flash-attn style (left, right); -1 = unbounded."""
-        if self.window is None:
-            return (-1, 0) if self.causal else (-1, -1)
-        return (self.window - 1, 0) if self.causal else (self.window - 1, self.window - 1)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from .dotted import get_dotted
+from .resolved import LayerPlan
 
 
-def resolve_layers(att: AttentionSpec, cfg: dict[str, Any], where: str = "config") -> list[LayerAttention]:
+def resolve_layers(att: AttentionSpec, cfg: dict[str, Any], where: str = "config") -> list[LayerPlan]:
+    """Each layer's mask and lowering per device class (see the module docstring)."""
     n = cfg["num_hidden_layers"]
     layer_types = cfg.get("layer_types")
     use_swa = get_dotted(cfg, "dflash_config.use_swa")
@@ -78,14 +59,16 @@ def resolve_layers(att: AttentionSpec, cfg: dict[str, Any], where: str = "config
                             "(sliding_window, dflash_config.swa_window_size or attention.window)")
         kind = "full" if windows[i] is None else "windowed"
         choice = att.lowering[kind]
-        out.append(LayerAttention(causal[i], windows[i], {d: getattr(choice, d) for d in DEVICE_CLASSES}))
+        out.append(LayerPlan(mask=MaskSpec(causal[i], windows[i]),
+                             lowering={d: getattr(choice, d) for d in DEVICE_CLASSES}))
     return out
 
 
-def write_back(cfg: dict[str, Any], layers: list[LayerAttention]) -> None:
+def write_back(cfg: dict[str, Any], layers: list[LayerPlan]) -> None:
     """Write the resolved table in the HF and DFlash spellings (in place)."""
-    windows = sorted({l.window for l in layers if l.window is not None})
-    cfg["layer_types"] = ["full_attention" if l.window is None else "sliding_attention" for l in layers]
+    masks = [l.mask for l in layers]
+    windows = sorted({m.window for m in masks if m.window is not None})
+    cfg["layer_types"] = ["full_attention" if m.window is None else "sliding_attention" for m in masks]
     cfg["sliding_window"] = windows[-1] if windows else None
     dc = cfg.setdefault("dflash_config", {})
     dc["use_swa"] = bool(windows)
@@ -93,7 +76,7 @@ def write_back(cfg: dict[str, Any], layers: list[LayerAttention]) -> None:
         dc["swa_window_size"] = windows[-1]
     else:
         dc.pop("swa_window_size", None)
-    causal = {l.causal for l in layers}
+    causal = {m.causal for m in masks}
     if len(causal) == 1:
         cfg["is_causal"] = causal.pop()
     cfg.pop("sliding_window_non_causal", None)

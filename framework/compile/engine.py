@@ -6,6 +6,7 @@ lowerings); unknown names fail with the file, the key path and the known names.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from functools import cached_property
 from pathlib import Path
@@ -14,16 +15,19 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from ...lowering.base import get_lowering
-from ...transforms.base import Context, Transform, get_transform
+from ...lowering.base import DEVICE_CLASSES
+from ...transforms.base import Context, TensorMeta, Transform, get_transform
 from ...transforms.names import NameTemplate
 
-from .attention import DEVICE_CLASSES
 from ..errors import UserError
 from .family import get_family
 from .flatten import flatten
-from ..spec.loading import key_path
+from ..convert.checkpoint import SourceTensor
+from ..convert.execute import run_group
+from ..convert.plan import build_plan, plan_from_metas
+from ..spec.loading import adapter_files, key_path, load_spec
 from .rename import Renamer
+from .resolved import check_lowering
 from ..spec.schema import AdapterSpec
 
 
@@ -61,16 +65,7 @@ class Adapter:
                 raise UserError(f"{where}: {key}: {e}") from None
         for kind, choice in spec.attention.lowering.items():
             for dev in DEVICE_CLASSES:
-                name = getattr(choice, dev)
-                try:
-                    info = get_lowering(name)
-                except KeyError as e:
-                    raise UserError(f"{where}: attention.lowering.{kind}.{dev}: {e.args[0]}") from None
-                if dev not in info.devices:
-                    raise UserError(
-                        f"{where}: attention.lowering.{kind}.{dev}: {name} does not run on {dev} "
-                        f"(it runs on {', '.join(info.devices)})"
-                    )
+                check_lowering(getattr(choice, dev), dev, where=f"{where}: attention.lowering.{kind}.{dev}")
 
     @property
     def architectures(self) -> list[str]:
@@ -119,8 +114,6 @@ class Adapter:
 
     def plan(self, source: Path):
         """The conversion plan of checkpoint folder ``source`` (headers only)."""
-        from ..convert.plan import build_plan
-
         return build_plan(self, Path(source))
 
     def convert_state_dict(self, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -129,11 +122,6 @@ class Adapter:
         ``config`` is the *flattened* config. Used by engines that hand tensors to a loader
         (the generated TensorRT-LLM ``load_weights``); refuses an incomplete mapping.
         """
-        from ..convert.checkpoint import SourceTensor
-        from ..convert.execute import run_group
-        from ..convert.plan import plan_from_metas
-        from ...transforms.base import TensorMeta
-
         metas = {n: SourceTensor(n, Path("<memory>"), TensorMeta(tuple(t.shape), t.dtype)) for n, t in tensors.items()}
         plan = plan_from_metas(self, config, metas, None)
         if not plan.complete:
@@ -149,8 +137,6 @@ def _params_msg(err: dict, cls) -> str:
     """A transform-params error; an unknown key gets a did-you-mean from the op's params."""
     if err["type"] != "extra_forbidden" or len(err["loc"]) != 1:
         return err["msg"]
-    import difflib
-
     known = sorted(cls.Params.model_fields)
     close = difflib.get_close_matches(str(err["loc"][0]), known, n=1)
     return f"unknown key of {cls.name} params" + (
@@ -163,16 +149,12 @@ def compile_spec(spec: AdapterSpec, path: Path | None = None) -> Adapter:
 
 def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
     """Load, validate and compile adapter ``adapter`` (name or YAML path)."""
-    from ..spec.loading import load_spec
-
     spec, path = load_spec(adapter, overrides, adapter_dir)
     return compile_spec(spec, path)
 
 
 def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> Adapter:
     """The adapter serving a raw ``config.json``, by architecture; else an error listing them."""
-    from ..spec.loading import adapter_files
-
     known = []
     for name in sorted(adapter_files(adapter_dir)):
         a = load_adapter(name, adapter_dir=adapter_dir)

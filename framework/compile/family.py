@@ -13,7 +13,9 @@ import torch
 
 from ...transforms.base import TensorMeta, dtype_from_name
 
+from ...registry import Registry
 from ..errors import UserError
+from .dotted import get_dotted
 
 
 class GQADFlash:
@@ -30,6 +32,9 @@ class GQADFlash:
         "hidden_norm": "hidden_norm.weight",
         "norm": "norm.weight",
     }
+    #: config keys the family derives from others when the config lacks them
+    derived = {"head_dim": "hidden_size / num_attention_heads", "rotary_dim": "head_dim",
+               "target_hidden_size": "hidden_size"}
     required = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
         "intermediate_size", "vocab_size", "dflash_config.block_size",
@@ -69,10 +74,6 @@ class GQADFlash:
     def mirror(self, cfg: dict[str, Any]) -> None:
         """Copies TensorRT-LLM's DFlash loader reads at the top level (``block_size``)."""
         cfg["block_size"] = cfg["dflash_config"]["block_size"]
-
-    def max_draft_len(self, cfg: dict[str, Any]) -> int:
-        b = cfg["dflash_config"]["block_size"]
-        return b if cfg["dspark_config"]["sample_from_anchor"] else b - 1
 
     def target_layout(self, cfg: dict[str, Any]) -> dict[str, TensorMeta]:
         """Every tensor the converted checkpoint holds, in a fixed order."""
@@ -124,41 +125,10 @@ class GQADFlash:
         return {"model.embed_tokens.weight": TensorMeta((v, ht), dt), "lm_head.weight": TensorMeta((v, ht), dt)}
 
 
-FAMILIES = {f.name: f for f in (GQADFlash(),)}
+FAMILIES: Registry[GQADFlash] = Registry("family")
+FAMILIES.register(GQADFlash.name, GQADFlash())
 
 
-def get_family(name: str):
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise KeyError(f"unknown family {name!r}; known: {', '.join(sorted(FAMILIES))}") from None
-
-
-def get_dotted(d: dict, key: str, default=None):
-    cur: Any = d
-    for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return default
-        cur = cur[part]
-    return cur
-
-
-def set_dotted(d: dict, key: str, value) -> None:
-    parts = key.split(".")
-    cur = d
-    for part in parts[:-1]:
-        nxt = cur.get(part)
-        if not isinstance(nxt, dict):
-            nxt = cur[part] = {}
-        cur = nxt
-    cur[parts[-1]] = value
-
-
-def pop_dotted(d: dict, key: str) -> None:
-    parts = key.split(".")
-    cur = d
-    for part in parts[:-1]:
-        cur = cur.get(part)
-        if not isinstance(cur, dict):
-            return
-    cur.pop(parts[-1], None)
+def get_family(name: str) -> GQADFlash:
+    """The family named ``name``; an unknown name lists the known ones."""
+    return FAMILIES.lookup(name)

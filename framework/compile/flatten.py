@@ -6,9 +6,21 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .attention import resolve_layers, write_back
+from pydantic import ValidationError
+
 from ..errors import UserError
-from .family import get_dotted, pop_dotted, set_dotted
+from .attention import resolve_layers, write_back
+from .dotted import get_dotted, pop_dotted, set_dotted
+from .resolved import Dims, Heads, Mlp, ResolvedDrafter, Rope
+
+
+def mlp_kind(hidden_act: str) -> str:
+    """Map the config's ``hidden_act`` to an MLP kind: ``silu`` -> swiglu, ``swigluoai`` -> swiglu_oai."""
+    kinds = {"silu": "swiglu", "swigluoai": "swiglu_oai"}
+    try:
+        return kinds[hidden_act]
+    except KeyError:
+        raise UserError(f"config: hidden_act {hidden_act!r} is not supported; known: {', '.join(kinds)}") from None
 
 
 def merge_sections(raw: dict[str, Any], sections: list[str]) -> dict[str, Any]:
@@ -35,6 +47,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     out = copy.deepcopy(merged)
 
     # aliases and defaults
+    sources: dict[str, str] = {}  # flattened key -> where its value came from
     for key, rule in cs.fields.items():
         value, found = None, None
         for alias in rule.from_:
@@ -46,6 +59,10 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
             if rule.default is None and rule.required:
                 raise UserError(f"{where}: none of {', '.join(rule.from_) or key} is set (needed for {key})")
             value = copy.deepcopy(rule.default)
+            if value is not None:
+                sources[key] = f"spec default (config.fields.{key}.default)"
+        else:
+            sources[key] = f"config.json: {_qualified(raw, cs.sections, found)}"
         for alias in rule.from_:
             if alias != key:
                 pop_dotted(out, alias)
@@ -53,7 +70,10 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
             set_dotted(out, key, value)
 
     # dtype
-    dtype = next((merged[k] for k in cs.dtype_keys if merged.get(k) is not None), cs.default_dtype)
+    dtype_key = next((k for k in cs.dtype_keys if merged.get(k) is not None), None)
+    dtype = merged[dtype_key] if dtype_key else cs.default_dtype
+    sources["torch_dtype"] = (f"config.json: {_qualified(raw, cs.sections, dtype_key)}" if dtype_key
+                              else "spec default (config.default_dtype)")
     for k in cs.dtype_keys:
         out.pop(k, None)
     out["torch_dtype"] = str(dtype).removeprefix("torch.")
@@ -82,19 +102,101 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     write_back(out, layers)
 
     adapter.family.mirror(out)
-    mdl = adapter.family.max_draft_len(out)
-    if spec.max_draft_len is not None and spec.max_draft_len != mdl:
+    for key in [*MATH_KEYS.values(), *SWIGLU_KEYS.values(), "rope_scaling"]:
+        if key not in sources:
+            sources[key] = _source(adapter, raw, merged, cs.sections, key)
+    if spec.target_layer_ids == "input":
+        sources["dflash_config.target_layer_ids"] += " (input convention, shifted by -1)"
+    resolved = resolve(adapter, out, layers, sources, where)
+    if spec.max_draft_len is not None and spec.max_draft_len != resolved.max_draft_len:
         raise UserError(
-            f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {mdl} "
-            f"(block_size {dc['block_size']}, sample_from_anchor {out['dspark_config']['sample_from_anchor']})"
+            f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {resolved.max_draft_len} "
+            f"(block_size {resolved.block_size}, sample_from_anchor {resolved.sample_from_anchor})"
         )
-    out["draftsmith"] = {
-        "adapter": spec.name,
-        "spec_sha256": adapter.spec_sha256,
-        "family": adapter.family.name,
-        "target_layer_ids_convention": "output",
-        "max_draft_len": mdl,
-        "norms": adapter.norm_styles(),
-        "layers": [l.as_dict() for l in layers],
-    }
+    out["draftsmith"] = resolved.section()
     return dict(sorted(out.items()))
+
+
+#: ResolvedDrafter field (dotted) -> the flattened config key it is read from.
+MATH_KEYS = {
+    "dims.hidden": "hidden_size", "dims.heads": "num_attention_heads", "dims.kv_heads": "num_key_value_heads",
+    "dims.head_dim": "head_dim", "dims.rotary_dim": "rotary_dim", "dims.intermediate": "intermediate_size",
+    "dims.vocab": "vocab_size", "dims.num_layers": "num_hidden_layers", "dims.target_hidden": "target_hidden_size",
+    "dims.dtype": "torch_dtype", "rope.theta": "rope_theta", "rms_norm_eps": "rms_norm_eps",
+    "mlp.kind": "hidden_act", "block_size": "dflash_config.block_size",
+    "mask_token_id": "dflash_config.mask_token_id", "target_layer_ids": "dflash_config.target_layer_ids",
+    "sample_from_anchor": "dspark_config.sample_from_anchor", "heads.markov_rank": "dspark_config.markov_rank",
+    "heads.markov_head_type": "dspark_config.markov_head_type",
+    "heads.confidence": "dspark_config.enable_confidence_head",
+    "heads.confidence_with_markov": "dspark_config.confidence_head_with_markov",
+}
+SWIGLU_KEYS = {"mlp.alpha": "swiglu_alpha", "mlp.limit": "swiglu_limit"}
+
+
+def _qualified(raw: dict[str, Any], sections: list[str], key: str) -> str:
+    """``key`` as it is spelled in the raw config (``text_config.head_dim`` when nested)."""
+    top = key.split(".")[0]
+    for sec in sections:
+        if isinstance(raw.get(sec), dict) and top in raw[sec]:
+            return f"{sec}.{key}"
+    return key
+
+
+def _source(adapter, raw, merged, sections, key: str) -> str:
+    """Where the flattened ``key`` came from when no config.fields rule set it (the raw
+    ``config.json`` key, never a file path: the record must not depend on where it was read)."""
+    if get_dotted(merged, key) is not None:
+        return f"config.json: {_qualified(raw, sections, key)}"
+    derived = adapter.family.derived.get(key)
+    return f"derived: {derived}" if derived else f"family {adapter.family.name} default"
+
+
+def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where: str) -> ResolvedDrafter:
+    """The :class:`ResolvedDrafter` of a completed flattened config ``out``."""
+    dc, ds = out["dflash_config"], out["dspark_config"]
+    kind = mlp_kind(out["hidden_act"])
+    src = {field: sources[key] for field, key in MATH_KEYS.items()}
+    if kind == "swiglu_oai":
+        src.update({field: sources[key] for field, key in SWIGLU_KEYS.items()})
+    rope_type, scaling = rope_of(out)
+    src["rope.type"] = src["rope.scaling"] = sources["rope_scaling"]
+    src["norms"] = "spec: weights.transforms (norm_fold_gemma modes)"
+    src["layers"] = "config.json: layer_types, sliding_window, is_causal + spec: attention"
+    try:
+        return ResolvedDrafter(
+            adapter=adapter.spec.name,
+            spec_sha256=adapter.spec_sha256,
+            family=adapter.family.name,
+            dims=Dims(
+                hidden=out["hidden_size"], heads=out["num_attention_heads"], kv_heads=out["num_key_value_heads"],
+                head_dim=out["head_dim"], rotary_dim=out["rotary_dim"], intermediate=out["intermediate_size"],
+                vocab=out["vocab_size"], num_layers=out["num_hidden_layers"],
+                target_hidden=out["target_hidden_size"], num_target_layers=len(dc["target_layer_ids"]),
+                dtype=out["torch_dtype"],
+            ),
+            rope=Rope(theta=out["rope_theta"], type=rope_type, scaling=scaling),
+            rms_norm_eps=out["rms_norm_eps"],
+            mlp=Mlp(kind=kind, alpha=out.get("swiglu_alpha") if kind == "swiglu_oai" else None,
+                    limit=out.get("swiglu_limit") if kind == "swiglu_oai" else None),
+            block_size=dc["block_size"],
+            mask_token_id=dc["mask_token_id"],
+            target_layer_ids=tuple(dc["target_layer_ids"]),
+            sample_from_anchor=ds["sample_from_anchor"],
+            norms=adapter.norm_styles(),
+            heads=Heads(markov_rank=ds["markov_rank"], markov_head_type=ds["markov_head_type"],
+                        confidence=ds["enable_confidence_head"],
+                        confidence_with_markov=ds["enable_confidence_head"] and ds["confidence_head_with_markov"]),
+            layers=tuple(layers),
+            sources=src,
+        )
+    except ValidationError as e:
+        raise UserError(*(f"{where}: {'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors())) from None
+
+
+def rope_of(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(rope type, its scaling parameters)`` of a flattened config (``default``, {} without any)."""
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(scaling, dict):
+        return "default", {}
+    params = {k: v for k, v in scaling.items() if k not in ("rope_type", "type")}
+    return str(scaling.get("rope_type") or scaling.get("type") or "default"), params

@@ -7,12 +7,8 @@ checkpoint. On any failure nothing exists at the destination.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import signal
 import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,7 +18,9 @@ from tqdm import tqdm
 
 from ...transforms.base import Context, TransformError
 
+from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
+from ..io.publish import atomic_dir, publish, step_point
 from .plan import Group, Plan
 from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
 
@@ -56,118 +54,6 @@ def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.float()).all())
 
 
-def atomic_dir(out: Path, overwrite: bool):
-    """A temp dir beside ``out``; :func:`publish` renames it into place."""
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(out)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
-
-
-def clean_stale_temps(out: Path) -> None:
-    """Tidy what an earlier, killed run left beside ``out``: its temp dirs are removed; an
-    old output it had moved aside is put back if ``out`` is gone, else removed."""
-    for p in out.parent.glob(f".{out.name}.tmp-*"):
-        pid = p.name[len(f".{out.name}.tmp-"):].split("-")[0]
-        if not (pid.isdigit() and _alive(int(pid))):
-            _remove(p)
-    for p in out.parent.glob(f".{out.name}.old-*"):
-        pid = p.name[len(f".{out.name}.old-"):]
-        if pid.isdigit() and _alive(int(pid)):
-            continue
-        if not os.path.lexists(out):
-            os.rename(p, out)  # killed between moving the old output aside and publishing
-        else:
-            _remove(p)
-
-
-def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-
-
-_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
-
-
-def _renameat2(src: Path, dst: Path, flags: int) -> bool:
-    """Linux ``renameat2``; False where the call or the flag is unsupported (then the caller
-    falls back to plain renames). Raises ``FileExistsError`` for NOREPLACE onto an existing path."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd = -100
-    if fn(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), flags) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err == errno.EEXIST:
-        raise FileExistsError(err, os.strerror(err), str(dst))
-    return False
-
-
-_kill_count = 0
-
-
-def _kill_point() -> None:
-    """Test hook (tests/test_interrupt.py): with ``DRAFTSMITH_TEST_KILL_AT=N`` in the
-    environment, the N-th kill point this process reaches SIGKILLs it. Kill points: after
-    each tensor written, after the config/index, and between the steps of :func:`publish`."""
-    at = os.environ.get("DRAFTSMITH_TEST_KILL_AT")
-    if at:
-        global _kill_count
-        _kill_count += 1
-        if _kill_count == int(at):
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def publish(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
-    ``overwrite``, by an atomic exchange where the OS has one (else: moved aside, the new
-    output renamed in, the old removed; :func:`clean_stale_temps` undoes a half-done swap)."""
-    for f in sorted(tmp.rglob("*")):
-        if not f.is_file():
-            continue
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
-    _kill_point()
-    if not os.path.lexists(out):
-        try:
-            if _renameat2(tmp, out, _RENAME_NOREPLACE):
-                return
-        except FileExistsError:
-            pass  # appeared meanwhile: handled below
-        else:
-            os.rename(tmp, out)
-            return
-    if not overwrite:
-        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-    if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
-        _kill_point()
-        _remove(tmp)
-        return
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    os.rename(out, old)
-    _kill_point()
-    os.rename(tmp, out)
-    _kill_point()
-    _remove(old)
-
-
 def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
     """Write the converted checkpoint of a complete plan to ``out`` (atomically)."""
     if not plan.complete:
@@ -194,7 +80,7 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
     ctx = Context(plan.config, pool)
     shards = shard_layout(plan.outputs, plan.max_shard_bytes)
     names = shard_names(len(shards))
-    meta = {"format": "pt", "draftsmith_adapter": plan.config["draftsmith"]["adapter"]}
+    meta = {"format": "pt", "draftsmith_adapter": ResolvedDrafter.from_config(plan.config).adapter}
     total = sum(m.nbytes for m in plan.outputs.values())
     writers = [ShardWriter(tmp / n, s, meta) for n, s in zip(names, shards)]
     where = {t: w for w in writers for t in w.metas}
@@ -212,7 +98,7 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=None if progress else True, leave=False)
     done = 0
     order = {n: i for i, n in enumerate(plan.outputs)}
-    queue = WriteQueue(depth=2, after_write=_kill_point)  # file writes overlap conversion
+    queue = WriteQueue(depth=2, after_write=step_point)  # file writes overlap conversion
     try:
         for g in sorted(plan.groups, key=lambda g: order[g.outputs[0]]):
             outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)
@@ -238,4 +124,4 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
         }
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
-    _kill_point()
+    step_point()

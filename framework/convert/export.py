@@ -3,8 +3,8 @@
 The source checkpoint is converted into the family target layout first (the ordinary
 plan, streamed into a temp dir); then the *target* adapter runs backwards, as ``synth``
 does: its transforms' inverses (``split`` <- ``fuse``, quantization, norm folding) and its
-rename rules' inverses, group by group. ``to=speculators`` picks ``speculators_dspark``
-when the drafter has a Markov or confidence head, else ``speculators_dflash``.
+rename rules' inverses, group by group. ``to=`` names an adapter or an ``export.alias``
+(``speculators``: the adapters sharing it are told apart by ``export.with_heads``).
 
 The config is an inverse of :func:`~.flatten.flatten`, derived from the flattened config:
 
@@ -56,22 +56,25 @@ import shutil
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from safetensors import safe_open
 
+from ...lowering.base import MaskSpec
 from ...transforms.base import Context
 from ...transforms.names import NameTemplate
-
-from .execute import atomic_dir, execute, publish
-from .writer import ShardedSaver
-from .synth import run_inverse
+from ..compile.engine import load_adapter
+from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..compile.family import get_dotted, pop_dotted, set_dotted
+from ..io.publish import atomic_dir, publish
+from ..spec.loading import adapter_files
+from .execute import execute
+from .synth import _groups, inverse_apps, run_inverse
+from .writer import ShardedSaver
+from ..compile.dotted import get_dotted, pop_dotted, set_dotted
 
 #: ``to=`` aliases resolved from the drafter's features.
-ALIASES = ("speculators",)
 #: keys export rewrites (identity, or the attention table, compared per layer instead)
 _REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding_window_non_causal",
               "use_sliding_window")
@@ -80,30 +83,30 @@ _NOT_CARRIED = ("draftsmith",)
 
 
 def resolve_target(to: str, flat: dict[str, Any], adapter_dir=None):
-    """The adapter ``to`` names (``speculators``: by Markov / confidence head)."""
-    from ..compile.engine import load_adapter
-    from ..spec.loading import adapter_files
-
-    name = to
-    if to == "speculators":
-        ds = flat.get("dspark_config") or {}
-        heads = bool(ds.get("markov_rank")) or bool(ds.get("enable_confidence_head"))
-        name = "speculators_dspark" if heads else "speculators_dflash"
+    """The adapter ``to`` names: an adapter name, or an ``export.alias`` (several adapters
+    may share one, told apart by ``export.with_heads``: whether the drafter has a Markov or
+    confidence head)."""
     files = adapter_files(adapter_dir)
-    if name not in files:
-        raise UserError(
-            f"to={to}: not an adapter name; known: dflash, {', '.join(ALIASES)}, {', '.join(sorted(files))}"
-        )
-    return load_adapter(name, adapter_dir=adapter_dir)
+    if to in files:
+        return load_adapter(to, adapter_dir=adapter_dir)
+    r = ResolvedDrafter.from_config(flat)
+    heads = bool(r.heads.markov_rank) or r.heads.confidence
+    adapters = [load_adapter(n, adapter_dir=adapter_dir) for n in sorted(files)]
+    aliases = sorted({a.spec.export.alias for a in adapters if a.spec.export.alias})
+    picked = [a for a in adapters if a.spec.export.alias == to and a.spec.export.with_heads in (None, heads)]
+    if len(picked) != 1:
+        raise UserError(f"to={to}: not an adapter name; known: dflash, {', '.join(aliases)}, {', '.join(sorted(files))}"
+                        if not picked else f"to={to}: names {', '.join(a.name for a in picked)}; set export.with_heads")
+    return picked[0]
 
 
 # ---- config -------------------------------------------------------------------------------------
 
 
-def _attention_keys(cfg: dict, layers: list[dict]) -> None:
+def _attention_keys(cfg: dict, masks: Sequence[MaskSpec]) -> None:
     """Write the resolved per-layer causality back as explicit keys (in place)."""
-    win = {l["causal"] for l in layers if l["window"] is not None}
-    full = {l["causal"] for l in layers if l["window"] is None}
+    win = {m.causal for m in masks if m.window is not None}
+    full = {m.causal for m in masks if m.window is None}
     cfg.pop("is_causal", None)
     cfg.pop("sliding_window_non_causal", None)
     if len(full) == 1:
@@ -112,7 +115,7 @@ def _attention_keys(cfg: dict, layers: list[dict]) -> None:
         cfg["is_causal"] = next(iter(win))
     if len(win) == 1:
         cfg["sliding_window_non_causal"] = not win.pop()
-    cfg["use_sliding_window"] = any(l["window"] is not None for l in layers)
+    cfg["use_sliding_window"] = any(m.window is not None for m in masks)
 
 
 def _template_descriptors(value: Any) -> bool:
@@ -126,7 +129,7 @@ def source_config_from_flat(target, flat: dict[str, Any]) -> dict[str, Any]:
     for k in _NOT_CARRIED:
         cfg.pop(k, None)
     cfg.pop("model_type", None)  # names the source format: the template's goes in
-    _attention_keys(cfg, flat["draftsmith"]["layers"])
+    _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks)
     dc = cfg.setdefault("dflash_config", {})
     if spec.target_layer_ids == "input":
         dc["target_layer_ids"] = [i + 1 for i in dc["target_layer_ids"]]
@@ -187,13 +190,13 @@ def check_config(target, flat: dict, raw: dict) -> dict:
     """Flatten ``raw`` with ``target``; refuse when it does not read back as ``flat``."""
     back = target.flatten_config(raw, where=f"{target.name} config (export)")
     problems = _compare(flat, back, list(target.spec.config.drop))
-    a = [(l["causal"], l["window"]) for l in flat["draftsmith"]["layers"]]
-    b = [(l["causal"], l["window"]) for l in back["draftsmith"]["layers"]]
+    ours, theirs = ResolvedDrafter.from_config(flat), ResolvedDrafter.from_config(back)
+    a = [(m.causal, m.window) for m in ours.masks]
+    b = [(m.causal, m.window) for m in theirs.masks]
     if a != b:
         problems.append(f"layers (causal, window): {a} would read back as {b}")
-    if flat["draftsmith"]["max_draft_len"] != back["draftsmith"]["max_draft_len"]:
-        problems.append(f"max_draft_len: {flat['draftsmith']['max_draft_len']} would read back as "
-                        f"{back['draftsmith']['max_draft_len']}")
+    if ours.max_draft_len != theirs.max_draft_len:
+        problems.append(f"max_draft_len: {ours.max_draft_len} would read back as {theirs.max_draft_len}")
     if problems:
         raise UserError(*(f"to={target.name}: the {target.name} format cannot express {p}" for p in problems))
     return back
@@ -220,8 +223,6 @@ def restyle_norm(w: torch.Tensor, src: str, dst: str) -> torch.Tensor:
 
 def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None) -> Path:
     """Convert ``source`` (``adapter``'s format) and write it in adapter ``to``'s source format."""
-    from .synth import _groups, inverse_apps
-
     source, out = Path(source), Path(out)
     plan = adapter.plan(source)
     if not plan.complete:
@@ -233,7 +234,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     layout = target.family.target_layout(tflat)
     if {n: (m.shape, m.dtype) for n, m in layout.items()} != {n: (m.shape, m.dtype) for n, m in plan.outputs.items()}:
         raise UserError(f"to={target.name}: the target layout differs from the converted one")
-    src_styles, dst_styles = flat["draftsmith"]["norms"], target.norm_styles()
+    src_styles, dst_styles = ResolvedDrafter.from_config(flat).norms, target.norm_styles()
     ctx = Context(tflat)
     apps = inverse_apps(target, layout)
 

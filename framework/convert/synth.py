@@ -19,9 +19,9 @@ from safetensors.torch import save_file
 
 from ...transforms.base import Binding, Context, Transform
 
-from .execute import atomic_dir, publish
+from ..io.publish import atomic_dir, publish
 from ..errors import UserError
-from ..compile.family import set_dotted
+from ..compile.dotted import set_dotted
 from .writer import ShardedSaver
 
 SYNTH_SHARD_BYTES = 1 << 30

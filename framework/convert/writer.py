@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from ...transforms.base import TORCH_TO_ST, TensorMeta
 
@@ -97,8 +98,6 @@ class ShardedSaver:
         self.size += n
 
     def flush(self) -> None:
-        from safetensors.torch import save_file
-
         if self.shard:
             name = f"part-{len(self.files) + 1:05d}.safetensors"
             save_file(self.shard, str(self.folder / name), metadata={"format": "pt"})

@@ -28,6 +28,7 @@ import difflib
 import sys
 from pathlib import Path
 
+from ...adapters import ADAPTER_DIR
 from .drafters import (Drafter, default_docs_dir, load_drafters, readme_table_excerpt, repo_root,  # noqa: F401
                        serving_config, supported_drafters_md)
 from .markdown import (README_BEGIN, README_END, SCHEMA_FILE, SCHEMA_LINE, SPEC_FILE, SUPPORTED_FILE,  # noqa: F401
@@ -58,8 +59,6 @@ def readme_with_excerpt(text: str, excerpt: str) -> str | None:
 
 def missing_schema_lines(adapter_dir: Path | None = None) -> list[str]:
     """Shipped adapters whose first line is not the schema line."""
-    from ...adapters import ADAPTER_DIR
-
     d = Path(adapter_dir or ADAPTER_DIR)
     bad = []
     for p in sorted(d.glob("*.yaml")):

@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...adapters import ADAPTER_DIR
+from ..compile.engine import load_adapter
+from ..compile.resolved import ResolvedDrafter
+from ..convert.synth import source_config
+from ..spec.loading import adapter_files
 from .markdown import (DEVICES, GUIDE_FILE, SCHEMA_FILE, SPEC_FILE, SUPPORTED_FILE, TRTLLM_STATUS, _banner, _code,
                        _table, _yaml, per_layer)
 
@@ -17,8 +22,6 @@ from .markdown import (DEVICES, GUIDE_FILE, SCHEMA_FILE, SPEC_FILE, SUPPORTED_FI
 
 def repo_root() -> Path:
     """The repository (or install) root: the parent of the shipped ``adapters/`` folder."""
-    from ...adapters import ADAPTER_DIR
-
     return Path(ADAPTER_DIR).parent
 
 
@@ -41,12 +44,14 @@ class Drafter:
     def name(self) -> str:
         return self.adapter.name
 
+    @property
+    def resolved(self) -> ResolvedDrafter:
+        return ResolvedDrafter.from_config(self.config)
+
 
 def load_drafters(adapter_dir: str | Path | None = None) -> list[Drafter]:
     """Every adapter in ``adapters/`` (and in ``adapter_dir`` when given, which wins on a
     name clash), compiled, with its flattened full-size config; sorted by name."""
-    from ..spec.loading import adapter_files
-
     files = adapter_files(adapter_dir)
     # the result is a pure function of the spec files' bytes: cache on them
     key = (None if adapter_dir is None else str(Path(adapter_dir).resolve()),
@@ -61,9 +66,6 @@ _CACHE: dict[tuple, list[Drafter]] = {}
 
 
 def _load(names: list[str], adapter_dir) -> list[Drafter]:
-    from ..compile.engine import load_adapter
-    from ..convert.synth import source_config
-
     out = []
     for name in names:
         a = load_adapter(name, adapter_dir=adapter_dir)
@@ -95,7 +97,7 @@ def _dequant_cell(d: Drafter) -> str:
     quants = sorted({(t.quant_method, t.name) for t in d.adapter.transforms if t.quant_method})
     if not quants:
         return "none (plain weights)"
-    return ", ".join(f"{q} (`{op}`) -> {d.config['torch_dtype']}" for q, op in quants)
+    return ", ".join(f"{q} (`{op}`) -> {d.resolved.dims.dtype}" for q, op in quants)
 
 
 def serving_config(d: Drafter) -> dict[str, Any]:
@@ -109,14 +111,14 @@ def serving_config(d: Drafter) -> dict[str, Any]:
     serving = dict(d.spec.docs.serving)
     decoding = serving.pop("decoding_type", None)
     if decoding is None:
-        decoding = "DSpark" if d.config["dspark_config"].get("markov_rank") else "DFlash"
+        decoding = "DSpark" if d.resolved.heads.markov_rank else "DFlash"
     model = serving.pop("speculative_model", None)
     if model is None:
         m = re.search(r"\(the ([\w.-]+)/ folder\)", d.spec.docs.example_checkpoint)
         model = f"<checkpoint>/{m.group(1)}" if m else "<checkpoint>"
     serving.pop("max_draft_len", None)  # derived, below
     out = {"decoding_type": decoding, "speculative_model": model,
-           "max_draft_len": d.config["draftsmith"]["max_draft_len"]}
+           "max_draft_len": d.resolved.max_draft_len}
     out.update(dict(sorted(serving.items())))
     return out
 
@@ -163,15 +165,14 @@ def supported_table(drafters: list[Drafter], footnotes: bool = True, limit: int 
 
 
 def feature_rows(d: Drafter) -> list[Any]:
-    cfg = d.config
-    layers = cfg["draftsmith"]["layers"]
-    window = per_layer([l["window"] for l in layers], lambda w: "full" if w is None else str(w))
-    causal = per_layer([l["causal"] for l in layers], lambda c: "causal" if c else "non-causal")
-    lowering = [per_layer([l["lowering"][dev] for l in layers], _code) for dev, _ in DEVICES]
+    r = d.resolved
+    window = per_layer([m.window for m in r.masks], lambda w: "full" if w is None else str(w))
+    causal = per_layer([m.causal for m in r.masks], lambda c: "causal" if c else "non-causal")
+    lowering = [per_layer([l.lowering[dev] for l in r.layers], _code) for dev, _ in DEVICES]
     limits = "; ".join(d.spec.docs.limitations) or "none known"
     return [
         _code(d.name), _code(d.spec.family),
-        f"{cfg['dflash_config']['block_size']} / {cfg['draftsmith']['max_draft_len']}",
+        f"{r.block_size} / {r.max_draft_len}",
         window, causal, _dequant_cell(d), _norms_cell(d.adapter), *lowering, TRTLLM_STATUS, limits,
     ]
 

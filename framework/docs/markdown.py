@@ -18,7 +18,6 @@ README_END = "<!-- supported-drafters:end -->"
 #: module is generated (``draftsmith emit``) and the drafter math is run on the torch
 #: reference host only. Change this when a TensorRT-LLM run backs the table.
 TRTLLM_STATUS = "generated; run against the torch reference host only"
-EXAMPLE_ADAPTER = "minimax_dspark"
 DEVICES = (("sm100", "SM100"), ("sm90", "SM90"), ("cpu", "CPU"))
 
 

@@ -14,8 +14,10 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from ...transforms import TRANSFORMS
+from ..spec.loading import adapter_files, read_spec_data
 from ..spec.schema import AdapterSpec, json_schema
-from .markdown import EXAMPLE_ADAPTER, GUIDE_FILE, SCHEMA_FILE, SCHEMA_LINE, _banner, _code, _table, _yaml
+from .markdown import GUIDE_FILE, SCHEMA_FILE, SCHEMA_LINE, _banner, _code, _table, _yaml
 
 # --------------------------------------------------------------------------------------
 # adapter-spec.md: the schema, walked
@@ -155,13 +157,12 @@ TRIM = 6  # mappings longer than this (below the section's own keys) are trimmed
 
 
 def _example_source() -> tuple[dict | None, str]:
-    from ..spec.loading import adapter_files, read_spec_data
-
     files = adapter_files()
-    if EXAMPLE_ADAPTER not in files:
-        return None, ""
-    data, _, _ = read_spec_data(EXAMPLE_ADAPTER, files)
-    return data, f"adapters/{EXAMPLE_ADAPTER}.yaml"
+    for name in sorted(files):
+        data, _, _ = read_spec_data(name, files)
+        if (data.get("docs") or {}).get("reference_example") is True:
+            return data, f"adapters/{name}.yaml"
+    return None, ""
 
 
 def _trim(v: Any, depth: int, trimmed: list[bool]) -> Any:
@@ -234,8 +235,6 @@ def _nav(cur: Any, steps: list[str]) -> Any:
 
 def _registry_md() -> list[str]:
     """The transform ops and their parameters (the closed registry; import-deterministic)."""
-    from ...transforms import TRANSFORMS
-
     lines = [
         "## Transform ops (`weights.transforms[].op`)",
         "",

@@ -5,14 +5,15 @@ An emitted module holds no conversion or mask logic of its own: it builds one
 
 - :meth:`AdapterBinding.convert`: source tensors -> target layout (``Adapter.convert_state_dict``);
   a pass-through when the config says the tensors are already converted.
-- :meth:`AdapterBinding.layers`: the per-layer ``{causal, window, lowering}`` table of the
-  config's ``draftsmith`` section (flattening a raw config first).
-- :meth:`AdapterBinding.mask_args`, :meth:`lowerings`, :meth:`needs_context_kernel`,
-  :meth:`block_attention`: answers derived from that table.
+- :meth:`AdapterBinding.resolved`: the config's :class:`ResolvedDrafter` (flattening a raw
+  config first); :meth:`mask_args`, :meth:`lowerings`, :meth:`needs_context_kernel`,
+  :meth:`block_attention` answer from it.
 - :meth:`AdapterBinding.route_config`, :meth:`routed_config_loader`: recognise the drafter's raw
   ``config.json`` by architecture and return the flattened config.
 
-Emission itself lives in :mod:`draftsmith.framework.emit` (re-exported here as :func:`emit`).
+Serving a converted checkpoint reads only its ``config.json``: the adapter spec is loaded
+(safe YAML, no Hydra) only to flatten and convert a raw checkpoint in memory. Emission
+itself lives in :mod:`.render`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from ...lowering.base import MaskSpec, device_class, get_lowering
+from ..compile.engine import compile_spec
+from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
+from ..spec.loading import load_spec
 
 # Key an in-memory routed config carries: its tensors are still in the source layout.
 SOURCE_LAYOUT_KEY = "draftsmith_tensors"
@@ -33,17 +38,6 @@ SOURCE_LAYOUT_KEY = "draftsmith_tensors"
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def device_class(device: Optional[torch.device] = None) -> str:
-    """The host's device class (``cpu``, ``sm90``, ``sm100``, ...) of ``device``; default the
-    current CUDA device when there is one, else ``cpu``."""
-    from ..runtime.select import device_class as host_device_class
-
-    if device is None:
-        cuda = torch.cuda.is_available()
-        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    return host_device_class(device)
 
 
 def config_dict(config: Any) -> dict:
@@ -73,9 +67,6 @@ class AdapterBinding:
     @cached_property
     def adapter(self):
         """The compiled adapter (``draftsmith.framework.engine.Adapter``), loaded on first use."""
-        from ..compile.engine import compile_spec
-        from ..spec.loading import load_spec
-
         if not self.adapter_file.is_file():
             raise UserError(f"{self.adapter_file}: adapter file not found (emitted module is stale)")
         actual = file_sha256(self.adapter_file)
@@ -117,7 +108,7 @@ class AdapterBinding:
             if path.is_file():
                 flat = binding.route_config(json.loads(path.read_text()))
                 if flat is not None:
-                    import transformers
+                    import transformers  # optional heavy dependency: only when routing inside an engine
 
                     return transformers.PretrainedConfig.from_dict(flat)
             return original(model_name_or_path, *args, **kwargs)
@@ -134,15 +125,13 @@ class AdapterBinding:
             return dict(weights)
         return self.adapter.convert_state_dict(dict(weights), self.flat_config(raw))
 
-    # -- attention ------------------------------------------------------------------------
-    def layers(self, config: Any) -> list[dict]:
-        return list(self.flat_config(config)["draftsmith"]["layers"])
+    # -- attention (from the config's ResolvedDrafter; the spec is never read for these) --
+    def resolved(self, config: Any) -> ResolvedDrafter:
+        """The compiled drafter of ``config`` (flattened first when it is a raw config)."""
+        return ResolvedDrafter.from_config(self.flat_config(config))
 
-    def mask(self, config: Any, layer_idx: int):
-        from ...lowering import MaskSpec
-
-        layer = self.layers(config)[layer_idx]
-        return MaskSpec(causal=bool(layer["causal"]), window=layer.get("window"))
+    def mask(self, config: Any, layer_idx: int) -> MaskSpec:
+        return self.resolved(config).layers[layer_idx].mask
 
     def mask_args(self, config: Any, layer_idx: int) -> tuple[bool, tuple[int, int]]:
         """``(causal, (left, right))`` in flash-attn terms, ``-1`` unbounded."""
@@ -150,46 +139,14 @@ class AdapterBinding:
         return mask.causal, mask.bounds
 
     def lowerings(self, config: Any, device: str) -> list[str]:
-        """The lowering each layer uses on ``device`` (``sm100`` | ``sm90`` | ``cpu``)."""
-        names = [layer["lowering"].get(device) for layer in self.layers(config)]
-        if None in names:
-            raise UserError(f"adapter {self.name}: layer {names.index(None)} has no lowering for {device}")
-        return names
+        """The lowering each layer uses on ``device`` (``sm100`` | ``sm90`` | ``cpu``), checked."""
+        return list(self.resolved(config).lowering_table(device).lowerings)
 
     def needs_context_kernel(self, config: Any, device: str) -> bool:
-        from ...lowering import get_lowering
-
-        return any(get_lowering(n).needs_context_kernel for n in self.lowerings(config, device))
+        return self.resolved(config).lowering_table(device).needs_context_kernel
 
     def block_attention(self, config, layer_idx, q, cache, k_blk, v_blk, scale, device=None):
         """Run layer ``layer_idx``'s lowering for ``device`` (see ``lowering/base.py``)."""
-        from ...lowering import get_lowering
-
-        name = self.lowerings(config, device or device_class(q.device))[layer_idx]
-        return get_lowering(name).fn(q, cache, k_blk, v_blk, self.mask(config, layer_idx), scale)
-
-
-def emit(*args, **kwargs):
-    """See :func:`draftsmith.framework.emit.emit`."""
-    from .render import emit as _emit
-
-    return _emit(*args, **kwargs)
-
-
-def cli(opts: dict, adapter) -> int:
-    """``draftsmith emit adapter=NAME target=trtllm out=DIR``: write the package, print the
-    summary (``max_draft_len``, ``speculative_config``, paste rows). ``adapter`` is compiled
-    with the command line's ``adapter.*`` overrides, which the module records."""
-    from .render import DEFAULT, default_engine, spec_overrides, write_package
-
-    target = opts.get("target") or "trtllm"
-    if target != "trtllm":
-        raise UserError(f"draftsmith emit: target={target}: unknown; known: trtllm")
-    if opts.get("out") in (None, ""):
-        raise UserError("draftsmith emit: missing out=...")
-    res = write_package(
-        adapter, adapter.path, Path(opts["out"]), default_engine(adapter.name, DEFAULT),
-        overrides=spec_overrides(adapter, opts.get("adapter_dir")),
-    )
-    print(res.summary())
-    return 0
+        r = self.resolved(config)
+        name = r.lowering_table(device or device_class(q.device)).lowerings[layer_idx]
+        return get_lowering(name).fn(q, cache, k_blk, v_blk, r.layers[layer_idx].mask, scale)

@@ -27,8 +27,11 @@ from pathlib import Path
 from string import Template
 from typing import Any, Optional, Sequence
 
-from ..convert.execute import atomic_dir, publish
+from ..compile.engine import compile_spec
+from ..compile.resolved import LayerPlan, ResolvedDrafter
 from ..errors import UserError
+from ..io.publish import atomic_dir, publish
+from ..spec.loading import load_spec
 from .binding import file_sha256
 
 TRTLLM_BASE_MODULE = "tensorrt_llm._torch.models.modeling_dspark"
@@ -36,13 +39,7 @@ TRTLLM_BASE_CLASS = "GQADSparkForCausalLM"
 TRTLLM_REGISTRY_MODULE = "tensorrt_llm._torch.models.modeling_utils"
 TRTLLM_SPEC_MODE_MODULE = "tensorrt_llm._torch.speculative.interface"
 TRTLLM_CONFIG_UTILS_MODULE = "tensorrt_llm._torch.pyexecutor.config_utils"
-DEFAULT = "default"  # sentinel: take the backbone from DEFAULT_BACKBONES
-
-# Backbone class registered under the drafter architecture, per adapter. Unconfirmed that
-# it builds the drafter's dense layers (docs/trtllm-interface.md); pass backbone= to change.
-DEFAULT_BACKBONES = {
-    "minimax_dspark": "tensorrt_llm._torch.models.modeling_minimaxm3:MiniMaxM3ForCausalLM",
-}
+DEFAULT = "default"  # sentinel: take the backbone from the spec's engine.trtllm_backbone
 
 
 @dataclass
@@ -83,40 +80,15 @@ class EmitResult:
         )
 
 
-def derive_max_draft_len(block_size: int, sample_from_anchor: bool) -> int:
-    """``B`` draft tokens when slot 0 already predicts (``sample_from_anchor``), else ``B-1``."""
-    if block_size < 2 and not sample_from_anchor:
-        raise UserError(f"dflash_config.block_size: {block_size} leaves no slot to draft")
-    return block_size if sample_from_anchor else block_size - 1
-
-
 def resolve_max_draft_len(flat: dict, explicit: Optional[int] = None) -> tuple[int, str]:
-    """``(max_draft_len, reason)`` from a flattened config; refuses a contradicting value.
-
-    ``sample_from_anchor`` absent: ``True`` when the config has a ``dspark_config``
-    (DSpark's default, TensorRT-LLM's ``shift_label`` default), else ``False`` (DFlash).
-    Explicit values checked: ``explicit`` and ``draftsmith.max_draft_len``.
-    """
-    block = (flat.get("dflash_config") or {}).get("block_size")
-    if not isinstance(block, int):
-        raise UserError("config: dflash_config.block_size is missing; cannot derive max_draft_len")
-    dspark = flat.get("dspark_config")
-    anchor = bool(dspark.get("sample_from_anchor", True)) if isinstance(dspark, dict) else False
-    derived = derive_max_draft_len(block, anchor)
-    claims = {
-        "adapter spec max_draft_len": explicit,
-        "config draftsmith.max_draft_len": (flat.get("draftsmith") or {}).get("max_draft_len"),
-    }
-    bad = [f"{k} = {v}" for k, v in claims.items() if v is not None and v != derived]
-    if bad:
-        raise UserError(
-            *(
-                f"{b} contradicts the derived max_draft_len {derived} "
-                f"(block_size {block}, sample_from_anchor {str(anchor).lower()})"
-                for b in bad
-            )
-        )
-    return derived, f"block_size {block}, sample_from_anchor {str(anchor).lower()}"
+    """``(max_draft_len, reason)`` of a flattened config (its :class:`ResolvedDrafter`);
+    refuses an ``explicit`` value that contradicts it."""
+    r = ResolvedDrafter.from_config(flat)
+    reason = f"block_size {r.block_size}, sample_from_anchor {str(r.sample_from_anchor).lower()}"
+    if explicit is not None and explicit != r.max_draft_len:
+        raise UserError(f"adapter spec max_draft_len = {explicit} contradicts the derived max_draft_len "
+                        f"{r.max_draft_len} ({reason})")
+    return r.max_draft_len, reason
 
 
 def speculative_config_snippet(max_draft_len: int, package: str, extra: Optional[dict] = None) -> str:
@@ -210,16 +182,13 @@ def emit(
     Raises :class:`UserError` on an unknown target, a contradicting ``max_draft_len``, or
     missing inputs.
     """
-    from ..compile.engine import compile_spec
-    from ..spec.loading import load_spec
-
     if target != "trtllm":
         raise UserError(f"target={target!r}: unknown; known: trtllm")
     spec, yaml_path = load_spec(adapter, list(overrides), adapter_dir=adapter_dir)
     compiled = compile_spec(spec, yaml_path)
     engine = EngineNames(
         f"{base_module}:{base_class}", registry_module, spec_mode_module, config_utils_module,
-        default_engine(compiled.name, backbone).backbone,
+        default_engine(compiled, backbone).backbone,
     )
     return write_package(
         compiled, Path(yaml_path), Path(out), engine, config=config, overrides=overrides,
@@ -227,13 +196,14 @@ def emit(
     )
 
 
-def default_engine(adapter_name: str, backbone: Optional[str] = DEFAULT) -> EngineNames:
-    """TensorRT-LLM's names, with ``backbone`` resolved (:data:`DEFAULT`: the table)."""
+def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNames:
+    """TensorRT-LLM's names, with ``backbone`` resolved (:data:`DEFAULT`: the compiled
+    ``adapter``'s ``engine.trtllm_backbone``)."""
     if backbone == DEFAULT:
-        backbone = DEFAULT_BACKBONES.get(adapter_name)
+        backbone = adapter.spec.engine.trtllm_backbone
         if backbone is None:
             raise UserError(
-                f"adapter {adapter_name}: no default backbone; pass backbone='module:Class' "
+                f"adapter {adapter.name}: no engine.trtllm_backbone; pass backbone='module:Class' "
                 "(the engine class that builds the drafter's layers) or backbone=None"
             )
     return EngineNames(backbone=backbone)
@@ -242,8 +212,6 @@ def default_engine(adapter_name: str, backbone: Optional[str] = DEFAULT) -> Engi
 def spec_overrides(adapter: Any, adapter_dir: Optional[Path] = None) -> list[str]:
     """``adapter.*`` overrides that turn the adapter file's spec into ``adapter.spec``
     (for a module emitted from a command line; checked at run time by spec sha256)."""
-    from ..spec.loading import load_spec
-
     base, _ = load_spec(adapter.name, adapter_dir=adapter_dir)
 
     def leaves(d, prefix=""):
@@ -299,7 +267,7 @@ def write_package(
         f"    {n},\n" for n in registry_names
     ) + ")"
     values = dict(
-        layer_lines=_layer_lines(flat["draftsmith"]["layers"]),
+        layer_lines=_layer_lines(ResolvedDrafter.from_config(flat).layers),
         registry_import=registry_import,
         adapter=adapter.name,
         adapter_file=str(yaml_path),
@@ -366,7 +334,7 @@ def write_package(
     )
 
 
-def _layer_lines(layers: list[dict]) -> str:
+def _layer_lines(layers: Sequence[LayerPlan]) -> str:
     """One header line per run of identical layers: mask, then lowering per device class."""
     runs: list[list] = []
     for i, layer in enumerate(layers):
@@ -377,9 +345,9 @@ def _layer_lines(layers: list[dict]) -> str:
     lines = []
     for idx, layer in runs:
         span = f"{idx[0]}-{idx[-1]}" if len(idx) > 1 else f"{idx[0]}"
-        mask = "causal" if layer["causal"] else "non-causal"
-        mask += f", window {layer['window']}" if layer.get("window") else ", full"
-        low = ", ".join(f"{k} {v}" for k, v in layer["lowering"].items())
+        mask = "causal" if layer.mask.causal else "non-causal"
+        mask += f", window {layer.mask.window}" if layer.mask.window else ", full"
+        low = ", ".join(f"{k} {v}" for k, v in layer.lowering.items())
         lines.append(f"  - {span}: {mask} -> {low}")
     return "\n".join(lines)
 
@@ -534,33 +502,3 @@ def install_config_route():
     original = engine_config_utils.load_pretrained_config
     engine_config_utils.load_pretrained_config = ADAPTER.routed_config_loader(original)
 '''
-
-
-def register_at_runtime(adapter: str, adapter_dir: Optional[Path] = None, cache_dir: Optional[Path] = None,
-                        **engine: Any):
-    """The run-time registration path: when the engine is importable (``tensorrt_llm`` by
-    default; the module names are the same keywords as :func:`emit`), emit ``adapter``'s
-    package into a cache folder keyed by the adapter file's sha256 and import it, which
-    registers its classes. Returns the imported package, or ``None`` when the engine's
-    registry module cannot be imported (nothing is written then).
-    """
-    import importlib
-    import importlib.util
-    import sys
-
-    from ..spec.loading import load_spec
-
-    registry = engine.get("registry_module", TRTLLM_REGISTRY_MODULE)
-    try:
-        if importlib.util.find_spec(registry) is None:
-            return None
-    except (ImportError, ValueError):  # a parent package is missing, or a bare stand-in
-        if registry not in sys.modules:
-            return None
-    _, yaml_path = load_spec(adapter, list(engine.get("overrides", ())), adapter_dir=adapter_dir)
-    sha = file_sha256(Path(yaml_path))[:16]
-    root = Path(cache_dir or Path.home() / ".cache" / "draftsmith" / "trtllm") / f"{Path(yaml_path).stem}-{sha}"
-    result = emit(adapter, "trtllm", root, adapter_dir=adapter_dir, **engine)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    return importlib.import_module(result.package)

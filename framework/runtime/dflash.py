@@ -24,13 +24,13 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from ...lowering.base import device_class
+from ..compile.resolved import ResolvedDrafter
 from . import fused
-from .config import DraftConfig
 from .heads import ConfidenceHead, MarkovHead
 from .kv_cache import PagedKVCache
-from .layers import DFlashDecoderLayer
+from .layers import DFlashDecoderLayer, LayerShape
 from .modules import PartialNeoxRope, RMSNorm
-from .select import choose_lowerings, device_class
 
 
 @dataclass
@@ -49,7 +49,8 @@ class DraftOutput:
 class DFlashDraftModel(nn.Module):
     """GQA DFlash/DSpark drafter built from the flattened draft config (``config.json`` dict).
 
-    ``device``: where weights and caches live; ``dtype``: weight dtype (default the config's
+    ``self.cfg`` is its :class:`ResolvedDrafter` (read with ``ResolvedDrafter.from_config``),
+    ``self.shape`` the per-layer sizes. ``device``: where weights and caches live; ``dtype``: weight dtype (default the config's
     ``torch_dtype``); ``lowering``: one lowering name for every layer, overriding the
     per-layer ``draftsmith.layers[i].lowering[device_class]`` table. Weights start
     uninitialised: call :meth:`load_weights` and :meth:`load_weights_from_target_model`.
@@ -59,21 +60,22 @@ class DFlashDraftModel(nn.Module):
                  lowering: Optional[str] = None):
         super().__init__()
         self.config = config
-        self.cfg = cfg = DraftConfig.from_dict(config)
+        self.cfg = cfg = ResolvedDrafter.from_config(config)
+        self.shape = s = LayerShape.of(cfg)
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.dtype = dtype or cfg.dtype
-        s = cfg.layer
+        self.dtype = dtype or cfg.torch_dtype
         rope = PartialNeoxRope(s.head_dim, s.rotary_dim, s.rope_theta, self.device)
         with torch.device("meta"):
-            self.fc = nn.Linear(cfg.num_target_layers * cfg.target_hidden_size, s.hidden, bias=False)
+            self.fc = nn.Linear(cfg.dims.num_target_layers * cfg.dims.target_hidden, s.hidden, bias=False)
             self.hidden_norm = RMSNorm(s.hidden, s.eps, cfg.norms["hidden_norm"] == "gemma")
-            self.layers = nn.ModuleList(DFlashDecoderLayer(s, cfg.norms, rope) for _ in range(cfg.num_layers))
+            self.layers = nn.ModuleList(DFlashDecoderLayer(s, cfg.norms, rope) for _ in range(cfg.dims.num_layers))
             self.norm = RMSNorm(s.hidden, s.eps, cfg.norms["norm"] == "gemma")
-            self.markov_head = MarkovHead(cfg.vocab_size, cfg.markov_rank) if cfg.markov_rank else None
+            h = cfg.heads
+            self.markov_head = MarkovHead(cfg.dims.vocab, h.markov_rank) if h.markov_rank else None
             self.confidence_head = (
-                ConfidenceHead(s.hidden, cfg.markov_rank, cfg.confidence_with_markov) if cfg.confidence else None
+                ConfidenceHead(s.hidden, h.markov_rank, h.confidence_with_markov) if h.confidence else None
             )
         self.to(self.dtype).to_empty(device=self.device)
         for layer in self.layers:
@@ -82,7 +84,7 @@ class DFlashDraftModel(nn.Module):
         self.__dict__["embed_tokens"] = None  # borrowed from the target, not drafter parameters
         self.__dict__["lm_head"] = None
         self.device_class = device_class(self.device)
-        self.lowerings = choose_lowerings(cfg.lowering_tables, self.device_class, lowering, s.head_dim)
+        self.lowerings = cfg.lowering_infos(self.device_class, lowering)
 
     # ---- introspection -------------------------------------------------------------------
 
@@ -141,9 +143,9 @@ class DFlashDraftModel(nn.Module):
         emb, head = target_model.model.embed_tokens, target_model.lm_head
         for name, mod in (("embed_tokens", emb), ("lm_head", head)):
             w = mod.weight
-            if w.shape != (self.cfg.vocab_size, self.cfg.layer.hidden):
+            if w.shape != (self.cfg.dims.vocab, self.shape.hidden):
                 raise ValueError(f"target {name} is {tuple(w.shape)}, drafter needs "
-                                 f"{(self.cfg.vocab_size, self.cfg.layer.hidden)}")
+                                 f"{(self.cfg.dims.vocab, self.shape.hidden)}")
             if w.device != self.device or w.dtype != self.dtype:
                 mod = _copy_module(mod, name, self.device, self.dtype)
             self.__dict__[name] = mod
@@ -169,7 +171,7 @@ class DFlashDraftModel(nn.Module):
 
     def make_cache(self, num_seqs: int, page_size: int = 16, max_context: Optional[int] = None) -> PagedKVCache:
         """An empty :class:`PagedKVCache` for this drafter's layers (``max_context``: needed for full layers)."""
-        s = self.cfg.layer
+        s = self.shape
         return PagedKVCache(self.cfg.masks, num_seqs, s.kv_heads, s.head_dim, page_size, max_context,
                             self.device, self.dtype)
 

@@ -18,8 +18,8 @@ from typing import Optional
 import torch
 from safetensors.torch import save_file
 
+from ...transforms.base import dtype_from_name
 from . import get_host
-from .config import torch_dtype
 from .loading import build_drafter
 
 CHUNK = 8192  # rows of random context generated (and seeded) together
@@ -91,13 +91,13 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         raise ValueError(f"context and batch must be >= 1, got {context}, {batch}")
     dev = torch.device(device)
     model, _ = build_drafter(get_host(host).model_cls, checkpoint_dir, target_dir, dev,
-                             torch_dtype(dtype) if dtype else None, lowering)
+                             dtype_from_name(dtype) if dtype else None, lowering)
     cfg = model.cfg
-    width = cfg.num_target_layers * cfg.target_hidden_size
+    width = cfg.dims.num_target_layers * cfg.dims.target_hidden
     cache = model.make_cache(batch, page_size=page_size, max_context=context)
-    first = 0 if dump else min((cache.needed_from(l, context) for l in range(cfg.num_layers)), default=0)
+    first = 0 if dump else min((cache.needed_from(l, context) for l in range(cfg.dims.num_layers)), default=0)
     g = torch.Generator().manual_seed(seed)
-    anchors = torch.randint(0, cfg.vocab_size, (batch,), generator=g)
+    anchors = torch.randint(0, cfg.dims.vocab, (batch,), generator=g)
 
     t0 = time.perf_counter()
     dumped_hidden = None

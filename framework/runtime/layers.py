@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...lowering.base import MaskSpec, PagedKV
+from ..compile.resolved import ResolvedDrafter
 
 from . import fused
 from .modules import GatedMLP, PartialNeoxRope, RMSNorm, share_rows, stacked_weight
@@ -21,7 +22,7 @@ from .modules import GatedMLP, PartialNeoxRope, RMSNorm, share_rows, stacked_wei
 
 @dataclass(frozen=True)
 class LayerShape:
-    """The sizes one layer needs (read from the flattened config by ``DFlashDraftModel``)."""
+    """The sizes one layer needs (:meth:`of` a :class:`ResolvedDrafter`)."""
 
     hidden: int
     heads: int
@@ -34,6 +35,14 @@ class LayerShape:
     mlp: str  # "swiglu" | "swiglu_oai"
     alpha: float
     limit: float
+
+    @classmethod
+    def of(cls, r: ResolvedDrafter) -> "LayerShape":
+        """The layer shape of a compiled drafter (``alpha``/``limit`` 0 for plain swiglu: unused)."""
+        d = r.dims
+        return cls(hidden=d.hidden, heads=d.heads, kv_heads=d.kv_heads, head_dim=d.head_dim,
+                   rotary_dim=d.rotary_dim, rope_theta=r.rope.theta, eps=r.rms_norm_eps, inter=d.intermediate,
+                   mlp=r.mlp.kind, alpha=r.mlp.alpha or 0.0, limit=r.mlp.limit or 0.0)
 
 
 class DFlashAttention(nn.Module):

@@ -140,12 +140,3 @@ class GatedMLP(nn.Module):
             u = u.clamp(-self.limit, self.limit)
             a = g * torch.sigmoid(self.alpha * g) * (u + 1.0)
         return self.down_proj(a.to(y.dtype))
-
-
-def mlp_kind(hidden_act: str) -> str:
-    """Map the config's ``hidden_act`` to an MLP kind: ``silu`` -> swiglu, ``swigluoai`` -> swiglu_oai."""
-    kinds = {"silu": "swiglu", "swigluoai": "swiglu_oai"}
-    try:
-        return kinds[hidden_act]
-    except KeyError:
-        raise ValueError(f"unsupported hidden_act {hidden_act!r}; known: {', '.join(kinds)}") from None

@@ -1,10 +1,11 @@
-"""Loading specs: find adapter files, read them safely, compose with Hydra, validate.
+"""Loading specs: find adapter files, read them safely, apply overrides, validate.
 
-The flow for ``draftsmith <command> key=value ...``::
+The library flow (:func:`load_spec`, no Hydra)::
 
-    adapter YAML files --(safe YAML, no code)--> ConfigStore group ``adapter``
-    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=True)
-    --(pydantic)--> AdapterSpec
+    adapter YAML (safe loader, no code) --extends--> data --pydantic--> defaults filled in
+    --dotted overrides, ``${a.b}`` references--> AdapterSpec
+
+The command line composes the same files with Hydra instead (``cli/compose.py``).
 
 A spec is data: YAML is read with the safe loader, ``_target_`` keys and interpolation
 resolvers (``${name:...}``) are refused, ``extends:`` names a sibling adapter by name only
@@ -16,30 +17,23 @@ from __future__ import annotations
 
 import difflib
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
+from ...adapters import ADAPTER_DIR
 from ..errors import UserError
 from .schema import AdapterSpec
+from .overrides import apply_overrides, resolve_references
 from .yaml_lines import line_of, load_yaml
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _RESOLVER = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 
-#: Keys the command line may set besides ``adapter.*`` (each command reads its own).
-CLI_KEYS: dict[str, Any] = {
-    "adapter_dir": None, "source": None, "out": None, "seed": 0, "scale": "tiny",
-    "checkpoint": None, "target": None, "device": "cpu", "context": 64, "batch": 1,
-    "format": "table", "dump": None, "check": False, "overwrite": False, "to": "dflash",
-    "lowering": None, "page_size": 16, "threads": None, "verbose": False,
-}
-
-
 def builtin_adapter_dir() -> Path:
-    from ...adapters import ADAPTER_DIR
-
     return ADAPTER_DIR
 
 
@@ -133,9 +127,6 @@ def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
 
     ``loc`` steps through fields, list indexes and dict keys (``attention.lowering.windowed``).
     """
-    import types
-    import typing
-
     def unwrap(ann):  # Optional[X] / X | None -> X (the model or container member)
         while typing.get_origin(ann) in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(ann) if a is not type(None)]
@@ -188,97 +179,23 @@ def validate_spec(data: dict, file: Path, lines: dict | None = None) -> AdapterS
         raise UserError(*validation_problems(e, file, lines or {})) from None
 
 
-def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
-    """Compose ``key=value`` command-line arguments with Hydra.
-
-    Returns (cli options, validated spec or None when no ``adapter=`` was given, spec path).
-    """
-    from hydra import compose as hydra_compose
-    from hydra import initialize
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    for a in args:
-        if "=" not in a:
-            raise UserError(f"argument {a!r}: expected key=value (e.g. adapter=minimax_dspark)")
-    adapter_dir = next((a.split("=", 1)[1] for a in args if a.startswith("adapter_dir=")), None)
-    files = adapter_files(adapter_dir)
-    chosen = next((a.split("=", 1)[1] for a in args if a.startswith("adapter=")), None)
-    if chosen is not None and chosen.endswith(".yaml"):  # adapter=path/to/file.yaml
-        p = Path(chosen)
-        if not p.is_file():
-            raise UserError(f"adapter={chosen}: no such file")
-        files[p.stem] = p.resolve()
-        args = [f"adapter={p.stem}" if a == f"adapter={chosen}" else a for a in args]
-        chosen = p.stem
-    if chosen is not None and chosen not in files:
-        raise UserError(f"adapter={chosen}: unknown adapter; known: {', '.join(sorted(files))}")
-
-    cs = ConfigStore.instance()
-    # hold only this call's adapter: Hydra deep-copies the whole store on every compose, so
-    # specs left from earlier calls would make each compose slower in a long-lived process
-    cs.repo.pop("adapter", None)
-    data, lines, path = ({}, {}, None)
-    if chosen is not None:
-        data, lines, path = read_spec_data(chosen, files)
-        # validate the file alone first (errors carry its line numbers), then store it with
-        # every default filled in, so that overrides can reach any field of the schema
-        full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
-        cs.store(group="adapter", name=chosen, node=full)
-    cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": None}, "_self_"], **CLI_KEYS})
-    GlobalHydra.instance().clear()
-    try:
-        with initialize(version_base=None, config_path=None):
-            cfg = hydra_compose("draftsmith_cli", overrides=list(args))
-            container = OmegaConf.to_container(cfg, resolve=True)
-    except Exception as e:  # Hydra/OmegaConf errors: make them one line
-        raise UserError(_hydra_message(e, args, data, path, lines)) from None
-    finally:
-        GlobalHydra.instance().clear()
-    spec_data = container.pop("adapter", None)
-    spec = validate_spec(spec_data, path, lines) if spec_data is not None else None
-    return container, spec, path
-
-
-def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None, lines: dict | None = None) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    full_key = str(getattr(e, "full_key", None) or "")
-    if full_key.startswith("adapter.") and path is not None:
-        # an interpolation that failed to resolve: in the spec file, or from the command line
-        parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", full_key[8:]) if p)
-        value: Any = data
-        for p in parts:
-            value = value.get(p) if isinstance(value, dict) else (
-                value[p] if isinstance(value, list) and isinstance(p, int) and p < len(value) else None)
-        if isinstance(value, str) and "${" in value:
-            return f"{_where(path, lines or {}, parts)}: {key_path(parts)}: {text}"
-        return f"command line: {full_key}: {text}"
-    m = re.match(r"Could not override '([^']+)'", text)
-    if m:
-        key = m.group(1)
-        parts = key.split(".")
-        if parts[0] == "adapter" and path is not None:
-            known = _known_keys(AdapterSpec, tuple(parts[1:-1]))
-            close = difflib.get_close_matches(parts[-1], known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            return f"{path}: {'.'.join(parts[1:])}: unknown key in override {key}{hint}"
-        close = difflib.get_close_matches(key, list(CLI_KEYS) + ["adapter"], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"command line: unknown key {key!r}{hint}; known: {', '.join(sorted(CLI_KEYS))}, adapter, adapter.*"
-    return f"command line: {text}"
-
-
 def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Path | None = None) -> tuple[AdapterSpec, Path]:
-    """Load adapter ``adapter`` (name or YAML path) with ``adapter.*`` overrides: the library entry point."""
-    def scoped(o: str) -> str:
-        sigil = o[: len(o) - len(o.lstrip("+~"))]
-        key = o[len(sigil):]
-        return o if key.startswith("adapter.") else f"{sigil}adapter.{key}"
-
-    args = [f"adapter={adapter}"] + [scoped(o) for o in overrides]
-    if adapter_dir is not None:
-        args.append(f"adapter_dir={adapter_dir}")
-    _, spec, path = compose(args)
-    assert spec is not None and path is not None
-    return spec, path
+    """Load adapter ``adapter`` (name or YAML path) with dotted overrides: the library entry
+    point (no Hydra). ``overrides``: ``key=value``, ``+key=value`` (a new key), ``~key``
+    (remove), keys optionally prefixed ``adapter.``; values are YAML scalars or lists."""
+    files = adapter_files(adapter_dir)
+    name = adapter
+    if adapter.endswith(".yaml"):  # adapter=path/to/file.yaml
+        p = Path(adapter)
+        if not p.is_file():
+            raise UserError(f"adapter={adapter}: no such file")
+        files[p.stem] = p.resolve()
+        name = p.stem
+    if name not in files:
+        raise UserError(f"adapter={name}: unknown adapter; known: {', '.join(sorted(files))}")
+    data, lines, path = read_spec_data(name, files)
+    # the file alone first (errors carry its line numbers), then every default filled in so
+    # that overrides can reach any field of the schema
+    full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
+    full = resolve_references(apply_overrides(full, overrides, path), path)
+    return validate_spec(full, path, lines), path

@@ -12,6 +12,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ...transforms.base import dtype_from_name
+
 MAX_REGEX_LEN = 512
 #: Most unbounded quantifiers (``*``, ``+``, ``{n,}``) one spec regex may hold: k adjacent
 #: overlapping ones backtrack in O(n**k) on a failing name.
@@ -176,8 +178,6 @@ class ConfigSpec(Strict):
     @field_validator("default_dtype")
     @classmethod
     def _dtype(cls, v: str) -> str:
-        from ...transforms.base import dtype_from_name
-
         dtype_from_name(v)  # ValueError naming the known dtypes
         return v
     refuse_unhandled_quantization: bool = Field(
@@ -287,8 +287,33 @@ class DocsSpec(Strict):
     example_checkpoint: str = Field(description="Example checkpoint path or hub id.")
     notes: list[str] = Field(default_factory=list, description="Footnotes for the docs table.")
     limitations: list[str] = Field(default_factory=list, description="Known limitations, shown in the docs.")
+    reference_example: bool = Field(
+        False,
+        description="Quote this adapter's YAML as the worked example in the generated spec reference "
+        "(`docs/adapter-spec.md`); exactly one shipped adapter sets it.",
+    )
     serving: dict[str, Any] = Field(
         default_factory=dict, description="Extra `speculative_config` keys shown in the serving snippet."
+    )
+
+
+class EngineSpec(Strict):
+    trtllm_backbone: Optional[str] = Field(
+        None,
+        description="`package.module:ClassName` of the TensorRT-LLM class that `draftsmith emit` registers "
+        "under the drafter architecture to build its layers; unset: `emit` asks for `backbone=`.",
+    )
+
+
+class ExportSpec(Strict):
+    alias: Optional[str] = Field(
+        None, pattern=r"^[a-z][a-z0-9_]*$",
+        description="A name `draftsmith convert to=<alias>` resolves to this adapter (besides its own name).",
+    )
+    with_heads: Optional[bool] = Field(
+        None,
+        description="With an alias shared by several adapters: this one is picked when the drafter has "
+        "(true) or lacks (false) a Markov or confidence head; unset: always.",
     )
 
 
@@ -323,6 +348,8 @@ class AdapterSpec(Strict):
     max_draft_len: Optional[int] = Field(
         None, ge=1, description="Explicit max_draft_len; refused if it contradicts the derived value."
     )
+    export: ExportSpec = Field(default_factory=ExportSpec, description="How `convert to=` names this adapter.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Serving-engine classes `emit` names.")
     docs: DocsSpec = Field(description="What the generated docs table shows.")
     synth: SynthSpec = Field(description="How `draftsmith synth` makes a source-format checkpoint.")
 

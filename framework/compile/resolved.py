@@ -1,0 +1,279 @@
+"""The compiled drafter: one frozen, versioned record of everything a host or engine needs.
+
+Flattening (:func:`~.flatten.flatten`) builds a :class:`ResolvedDrafter` and writes its
+``model_dump(mode="json")`` as the converted ``config.json``'s ``draftsmith`` section.
+:meth:`ResolvedDrafter.from_config` is the only reader of that section (host, emitter,
+export, CLI, docs, tests). Every math-bearing value carries where it came from in
+:attr:`ResolvedDrafter.sources` (a checkpoint key, a spec default, a family default or a
+derivation).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
+
+from ...lowering.base import DEVICE_CLASSES, DeviceClass, LoweringInfo, MaskSpec, get_lowering
+from ...transforms.base import dtype_from_name
+from ..errors import UserError
+
+#: Version of the ``draftsmith`` section this code writes and reads.
+RESOLVED_VERSION = 1
+
+NormKind = Literal["input_layernorm", "post_attention_layernorm", "q_norm", "k_norm", "hidden_norm", "norm"]
+NORM_KINDS: tuple[str, ...] = NormKind.__args__
+
+#: Head dims assumed for TensorRT-LLM's context FMHA kernel on this path (an assumption,
+#: see docs/trtllm-interface.md); only checked for layers whose lowering needs that kernel.
+CONTEXT_KERNEL_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
+
+
+def max_draft_len_rule(block_size: int, sample_from_anchor: bool) -> int:
+    """``K``, tokens drafted per step: ``B`` when slot 0 already predicts
+    (``sample_from_anchor``), else ``B - 1``. The one place this rule is written."""
+    if block_size < 2 and not sample_from_anchor:
+        raise UserError(f"dflash_config.block_size: {block_size} leaves no slot to draft")
+    return block_size if sample_from_anchor else block_size - 1
+
+
+def check_lowering(name: str, device: str, head_dim: Optional[int] = None, where: str = "") -> LoweringInfo:
+    """The lowering ``name`` checked for ``device`` (and ``head_dim`` when given).
+
+    The one per-lowering rule: raises :class:`UserError` (prefixed ``where``) for an unknown
+    name (listing the known ones), a device class it does not run on, or a head dim it lacks.
+    """
+    prefix = f"{where}: " if where else ""
+    if device not in DEVICE_CLASSES:
+        raise UserError(f"{prefix}device class {device!r}: expected one of {', '.join(DEVICE_CLASSES)}")
+    try:
+        info = get_lowering(name)
+    except KeyError as e:
+        raise UserError(f"{prefix}{e.args[0]}") from None
+    if device not in info.devices:
+        raise UserError(f"{prefix}lowering {name} does not run on {device} (it runs on {', '.join(info.devices)})")
+    if head_dim is not None and info.head_dims is not None and head_dim not in info.head_dims:
+        raise UserError(f"{prefix}lowering {name} supports head dims {list(info.head_dims)}, not {head_dim}")
+    return info
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Rope(_Frozen):
+    """Rotary position embedding (partial NeoX over the first ``rotary_dim`` dims of a head)."""
+
+    theta: float = Field(description="RoPE base (``rope_theta``)", gt=0)
+    type: str = Field(description="RoPE type (``rope_type``); the host implements ``default`` only")
+    scaling: dict[str, Any] = Field(default_factory=dict,
+                                    description="the rope type's scaling parameters, as read (empty for ``default``)")
+
+
+class Mlp(_Frozen):
+    """The gated MLP: ``down(act(gate) * up)``."""
+
+    kind: Literal["swiglu", "swiglu_oai"] = Field(
+        description="``swiglu`` (``hidden_act: silu``) or ``swiglu_oai`` (``hidden_act: swigluoai``: clamped, "
+                    "``alpha`` sigmoid gate, ``up + 1``)")
+    alpha: Optional[float] = Field(None, description="``swiglu_alpha`` (swiglu_oai only)")
+    limit: Optional[float] = Field(None, description="``swiglu_limit``, the clamp (swiglu_oai only)")
+
+
+class Dims(_Frozen):
+    """Sizes (all in elements)."""
+
+    hidden: int = Field(description="``hidden_size``", gt=0)
+    heads: int = Field(description="``num_attention_heads``", gt=0)
+    kv_heads: int = Field(description="``num_key_value_heads``", gt=0)
+    head_dim: int = Field(description="``head_dim``", gt=0)
+    rotary_dim: int = Field(description="``rotary_dim``: leading dims of each head that are roped", gt=0)
+    intermediate: int = Field(description="``intermediate_size`` of the MLP", gt=0)
+    vocab: int = Field(description="``vocab_size``", gt=0)
+    num_layers: int = Field(description="``num_hidden_layers`` of the drafter", gt=0)
+    target_hidden: int = Field(description="``target_hidden_size``: hidden size of the target model", gt=0)
+    num_target_layers: int = Field(description="how many target layers feed ``fc`` (``len(target_layer_ids)``)", gt=0)
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(description="``torch_dtype`` of the weights")
+
+    @model_validator(mode="after")
+    def _shapes(self):
+        if self.heads % self.kv_heads:
+            raise ValueError(f"num_attention_heads {self.heads} is not a multiple of num_key_value_heads {self.kv_heads}")
+        if self.rotary_dim > self.head_dim or self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim {self.rotary_dim} must be even and in 1..head_dim ({self.head_dim})")
+        return self
+
+
+class Heads(_Frozen):
+    """DSpark's optional heads (drafter reference, section 1)."""
+
+    markov_rank: int = Field(0, description="rank of the Markov head's low-rank bigram bias; 0 = no head", ge=0)
+    markov_head_type: Literal["vanilla"] = Field("vanilla", description="Markov head variant")
+    confidence: bool = Field(False, description="whether the drafter has a confidence head")
+    confidence_with_markov: bool = Field(False, description="whether the confidence head also reads the Markov "
+                                                             "embedding of the previous token")
+
+    @model_validator(mode="after")
+    def _needs_markov(self):
+        if self.confidence_with_markov and not (self.confidence and self.markov_rank):
+            raise ValueError("confidence_head_with_markov needs a confidence head and a Markov head (markov_rank > 0)")
+        return self
+
+
+class LayerPlan(_Frozen):
+    """One layer's attention: its mask and its lowering per device class."""
+
+    mask: MaskSpec = Field(description="which keys a block query sees (causality, window)")
+    lowering: dict[DeviceClass, str] = Field(description="lowering name per device class")
+
+
+class LoweringTable(_Frozen):
+    """The checked lowering of every layer on one device class."""
+
+    device: DeviceClass = Field(description="the device class")
+    lowerings: tuple[str, ...] = Field(description="lowering name per layer")
+    needs_context_kernel: bool = Field(description="whether any layer's lowering needs the engine's context kernel")
+
+
+class ResolvedDrafter(_Frozen):
+    """The compiled drafter (the ``draftsmith`` section of a converted ``config.json``).
+
+    Drafted slots: with ``sample_from_anchor`` slot ``j`` predicts the token at ``C+j+1`` and
+    all ``B`` slots draft; without it slot 0 holds only the anchor and ``K = B-1``.
+    """
+
+    version: Literal[1] = Field(RESOLVED_VERSION, description="version of this record's layout")
+    adapter: str = Field(description="name of the adapter that compiled it")
+    spec_sha256: str = Field(description="sha256 of the adapter spec (JSON dump, after overrides)")
+    family: str = Field(description="drafter family (closed registry)")
+    dims: Dims = Field(description="sizes")
+    rope: Rope = Field(description="rotary position embedding")
+    rms_norm_eps: float = Field(description="epsilon of every RMSNorm", gt=0)
+    mlp: Mlp = Field(description="the MLP's activation")
+    block_size: int = Field(description="``B``: block slots per draft step", gt=0)
+    mask_token_id: int = Field(description="token id filling the block slots after the anchor", ge=0)
+    target_layer_ids: tuple[int, ...] = Field(description="target layers whose *outputs* feed ``fc`` "
+                                                          "(output convention: 0 = first layer's output)")
+    sample_from_anchor: bool = Field(description="whether slot 0 drafts too (``K = B``) or holds only the anchor")
+    norms: dict[NormKind, Literal["gemma", "plain"]] = Field(
+        description="per norm kind: ``gemma`` (stored ``w``, applied as ``1 + w``) or ``plain``")
+    heads: Heads = Field(description="Markov and confidence heads")
+    layers: tuple[LayerPlan, ...] = Field(description="per layer: mask and lowering per device class")
+    sources: dict[str, str] = Field(description="for every math-bearing field (dotted path): where its value came "
+                                                "from, a checkpoint key or a spec/family default")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _computed_in(cls, data: Any) -> Any:
+        """``max_draft_len`` is computed; a stored value must agree with the rule."""
+        if isinstance(data, Mapping) and "max_draft_len" in data:
+            data = dict(data)
+            stored = data.pop("max_draft_len")
+            want = max_draft_len_rule(int(data.get("block_size", 0)), bool(data.get("sample_from_anchor")))
+            if stored != want:
+                raise ValueError(f"max_draft_len {stored} contradicts the derived {want} (block_size "
+                                 f"{data.get('block_size')}, sample_from_anchor {data.get('sample_from_anchor')})")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if len(self.layers) != self.dims.num_layers:
+            raise ValueError(f"layers has {len(self.layers)} entries for {self.dims.num_layers} layers")
+        if len(self.target_layer_ids) != self.dims.num_target_layers:
+            raise ValueError(f"target_layer_ids has {len(self.target_layer_ids)} entries, "
+                             f"num_target_layers is {self.dims.num_target_layers}")
+        if set(self.norms) != set(NORM_KINDS):
+            raise ValueError(f"norms must name exactly {', '.join(NORM_KINDS)}")
+        if not 0 <= self.mask_token_id < self.dims.vocab:
+            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocab ({self.dims.vocab})")
+        max_draft_len_rule(self.block_size, self.sample_from_anchor)
+        return self
+
+    # -- derived ------------------------------------------------------------------------
+    @computed_field(description="``K``: tokens drafted per step (``B`` with sample_from_anchor, else ``B-1``)")
+    @property
+    def max_draft_len(self) -> int:
+        return max_draft_len_rule(self.block_size, self.sample_from_anchor)
+
+    @property
+    def first_slot(self) -> int:
+        """Block slot whose logits draft token 0 (slots ``first_slot .. B-1`` draft, in order)."""
+        return 0 if self.sample_from_anchor else 1
+
+    @property
+    def masks(self) -> tuple[MaskSpec, ...]:
+        """Each layer's mask, in layer order."""
+        return tuple(l.mask for l in self.layers)
+
+    @property
+    def torch_dtype(self):
+        return dtype_from_name(self.dims.dtype)
+
+    # -- reading ------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], where: str = "config.json") -> "ResolvedDrafter":
+        """The record from a flattened ``config.json`` dict: the only reader of its
+        ``draftsmith`` section. Raises :class:`UserError` naming the key on a missing or bad one."""
+        section = config.get("draftsmith") if isinstance(config, Mapping) else None
+        if not isinstance(section, Mapping):
+            raise UserError(f"{where}: no draftsmith section (is this a draftsmith-converted config.json?)")
+        version = section.get("version")
+        if version != RESOLVED_VERSION:
+            raise UserError(f"{where}: draftsmith.version {version!r} is not {RESOLVED_VERSION} "
+                            "(re-run `draftsmith convert` with this draftsmith)")
+        try:
+            return cls.model_validate(section)
+        except ValidationError as e:
+            raise UserError(*(f"{where}: draftsmith.{'.'.join(str(p) for p in x['loc']) or '<top>'}: {x['msg']}"
+                              for x in e.errors())) from None
+
+    def section(self) -> dict[str, Any]:
+        """The ``draftsmith`` section to write (JSON types)."""
+        return self.model_dump(mode="json")
+
+    # -- lowering validation (the one place) ---------------------------------------------
+    def lowering_table(self, device: str, *, override: Optional[str] = None, check_available: bool = False,
+                       context_kernel_head_dims: Sequence[int] = CONTEXT_KERNEL_HEAD_DIMS) -> LoweringTable:
+        """Per layer the lowering on ``device`` (``override`` replaces every layer's), checked.
+
+        Raises :class:`UserError` naming the layer when a lowering is unknown, does not run on
+        ``device``, lacks the head dim, needs a context kernel the head dim lacks, or (with
+        ``check_available``) cannot run in this process. The need for TensorRT-LLM's context
+        kernel is derived from the lowerings, not assumed.
+        """
+        if device not in DEVICE_CLASSES:
+            raise UserError(f"device class {device!r}: expected one of {', '.join(DEVICE_CLASSES)}")
+        d = self.dims.head_dim
+        names, needs = [], False
+        for i, layer in enumerate(self.layers):
+            m = layer.mask
+            where = f"layer {i} ({'full' if m.window is None else f'window {m.window}'})"
+            name = override or layer.lowering.get(device)
+            if name is None:
+                raise UserError(f"{where}: no lowering for device class {device}; pass lowering=<name> to override")
+            info = check_lowering(name, device, d, where)
+            if info.needs_context_kernel:
+                needs = True
+                if d not in context_kernel_head_dims:
+                    raise UserError(f"{where}: lowering {name} needs the context kernel, which has no head dim {d}")
+            if check_available and not info.available():
+                raise UserError(f"{where}: lowering {name} cannot run in this process ({info.description})")
+            names.append(name)
+        return LoweringTable(device=device, lowerings=tuple(names), needs_context_kernel=needs)
+
+    def lowering_infos(self, device: str, override: Optional[str] = None) -> list[LoweringInfo]:
+        """The registered lowering of each layer on ``device``, checked and available here."""
+        table = self.lowering_table(device, override=override, check_available=True)
+        return [get_lowering(n) for n in table.lowerings]
+
+
+def dump_sources(resolved: ResolvedDrafter) -> str:
+    """The loading report's lines: ``field = value  (source)``, one per math-bearing field."""
+    flat = resolved.model_dump(mode="json")
+    out = []
+    for key, src in sorted(resolved.sources.items()):
+        value: Any = flat
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        out.append(f"{key} = {value}  ({src})")
+    return "\n".join(out)

@@ -1,0 +1,128 @@
+"""Atomic publishing: an output folder is written in a temp dir beside it and renamed into
+place (``renameat2`` NOREPLACE / EXCHANGE on Linux, plain renames elsewhere), so a killed
+run leaves nothing half-written at the destination; :func:`clean_stale_temps` tidies up
+after one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import UserError
+
+
+def atomic_dir(out: Path, overwrite: bool):
+    """A temp dir beside ``out``; :func:`publish` renames it into place."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(out)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+
+
+def clean_stale_temps(out: Path) -> None:
+    """Tidy what an earlier, killed run left beside ``out``: its temp dirs are removed; an
+    old output it had moved aside is put back if ``out`` is gone, else removed."""
+    for p in out.parent.glob(f".{out.name}.tmp-*"):
+        pid = p.name[len(f".{out.name}.tmp-"):].split("-")[0]
+        if not (pid.isdigit() and _alive(int(pid))):
+            _remove(p)
+    for p in out.parent.glob(f".{out.name}.old-*"):
+        pid = p.name[len(f".{out.name}.old-"):]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        if not os.path.lexists(out):
+            os.rename(p, out)  # killed between moving the old output aside and publishing
+        else:
+            _remove(p)
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """Linux ``renameat2``; False where the call or the flag is unsupported (then the caller
+    falls back to plain renames). Raises ``FileExistsError`` for NOREPLACE onto an existing path."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        raise FileExistsError(err, os.strerror(err), str(dst))
+    return False
+
+
+_step_hook: Optional[Callable[[], None]] = None
+
+
+def set_step_hook(hook: Optional[Callable[[], None]]) -> None:
+    """Install ``hook``, called at every step point (``None`` removes it). Used by the
+    interruption tests (tests/test_interrupt.py) to kill a run at an exact step."""
+    global _step_hook
+    _step_hook = hook
+
+
+def step_point() -> None:
+    """A point where a killed run must leave a consistent state: after each tensor written,
+    after the config/index, and between the steps of :func:`publish`."""
+    if _step_hook is not None:
+        _step_hook()
+
+
+def publish(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
+    ``overwrite``, by an atomic exchange where the OS has one (else: moved aside, the new
+    output renamed in, the old removed; :func:`clean_stale_temps` undoes a half-done swap)."""
+    for f in sorted(tmp.rglob("*")):
+        if not f.is_file():
+            continue
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    step_point()
+    if not os.path.lexists(out):
+        try:
+            if _renameat2(tmp, out, _RENAME_NOREPLACE):
+                return
+        except FileExistsError:
+            pass  # appeared meanwhile: handled below
+        else:
+            os.rename(tmp, out)
+            return
+    if not overwrite:
+        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+    if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
+        step_point()
+        _remove(tmp)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    os.rename(out, old)
+    step_point()
+    os.rename(tmp, out)
+    step_point()
+    _remove(old)
