@@ -59,7 +59,8 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     if not plan.complete:
         raise UserError(*plan.problem_lines())
     out = Path(out)
-    tmp = atomic_dir(out, overwrite)
+    protect = [plan.source] if plan.source else []
+    tmp = atomic_dir(out, overwrite, "convert", protect)
     threads = torch.get_num_threads()
     # Python threads instead of OpenMP: a chunk pool (one single-threaded torch op each)
     # shares the cores with the writer thread, where OpenMP workers would spin and stall.
@@ -67,7 +68,7 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     try:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="draftsmith-chunk") as pool:
             _write(plan, tmp, progress, pool)
-        publish(tmp, out, overwrite)
+        publish(tmp, out, overwrite, protect)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

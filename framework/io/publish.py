@@ -15,16 +15,27 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import UserError
+from .ownership import check_replaceable, write_marker
 
 
-def atomic_dir(out: Path, overwrite: bool):
-    """A temp dir beside ``out``; :func:`publish` renames it into place."""
+def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
+    """A temp dir beside ``out``, carrying draftsmith's ownership marker (written by
+    ``command``); :func:`publish` renames it into place. An existing ``out`` is refused
+    unless ``overwrite`` and :func:`~.ownership.check_replaceable` allow replacing it;
+    ``protect`` lists the paths the command reads (never replaced, nor their ancestors)."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(out):
+        if not overwrite:
+            raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+        check_replaceable(out, protect)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"out={out}: cannot create its parent folder ({e.strerror})") from None
     clean_stale_temps(out)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    write_marker(tmp, command)
+    return tmp
 
 
 def clean_stale_temps(out: Path) -> None:
@@ -95,7 +106,7 @@ def step_point() -> None:
         _step_hook()
 
 
-def publish(tmp: Path, out: Path, overwrite: bool) -> None:
+def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
     """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
     ``overwrite``, by an atomic exchange where the OS has one (else: moved aside, the new
     output renamed in, the old removed; :func:`clean_stale_temps` undoes a half-done swap)."""
@@ -116,6 +127,7 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
             return
     if not overwrite:
         raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+    check_replaceable(out, protect)  # again: it may have appeared or changed since atomic_dir
     if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
         step_point()
         _remove(tmp)
