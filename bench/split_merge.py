@@ -16,7 +16,7 @@ import itertools
 import torch
 
 from attention import bench_graph, copy_bandwidth
-from draftsmith.lowering.triton_window_block import merge_config, merge_splits
+from draftsmith.lowering.split_merge import merge_config, merge_splits
 
 B, HQ, D = 7, 64, 128
 LN2 = 0.6931471805599453

@@ -36,6 +36,9 @@ from typing import Optional
 
 import torch
 
+from .page_layout import page_layout, tma_rows
+from .split_merge import merge_splits
+
 try:
     import triton
     from triton.experimental import gluon
@@ -89,8 +92,6 @@ def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bo
     """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64 or 128, pages
     of >= 64 tokens in one of the two TMA layouts, ``B * G <= 128``, and every K/V row of the
     pages and the block on 16 bytes (what its cp.async copies assume)."""
-    from .triton_window_block import page_layout
-
     if not available() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return False
     n, b, hq, d = q.shape
@@ -399,8 +400,6 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
     ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
     phase timer (a diagnostic; a separately compiled kernel). Returns ``out`` or ``(out, lse)``."""
-    from .triton_window_block import merge_splits, tma_rows
-
     n, b, hq, d = q.shape
     hkv = k_blk.shape[2]
     g = hq // hkv

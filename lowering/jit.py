@@ -45,3 +45,16 @@ def check_interpreter() -> None:
 
     if not isinstance(tl.zeros, InterpretedFunction):
         raise RuntimeError("TRITON_INTERPRET=1 was set after triton was imported; set it before")
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of ``device`` (cached); 4 on the CPU interpreter."""
+    if device.type != "cuda":
+        return 4  # the interpreter: a few "multiprocessors" so that tests exercise splits
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]

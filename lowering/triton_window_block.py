@@ -42,7 +42,9 @@ import torch
 
 from . import gluon_window_block
 from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
-from .jit import check_interpreter, interpret_on, jitted, next_pow2
+from .jit import check_interpreter, interpret_on, jitted, next_pow2, sm_count
+from .page_layout import page_layout, tma_rows
+from .split_merge import merge_splits
 
 try:  # Triton is optional: the lowering registers either way and reports itself unavailable.
     import triton
@@ -52,7 +54,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     tl = SimpleNamespace(constexpr="constexpr")  # lets the kernel signatures below parse
 
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 def available() -> bool:
@@ -251,47 +252,9 @@ def _attn_kernel(
             tl.store(lse_ptr + lrow, lse2 * 0.6931471805599453, mask=row_ok)
 
 
-def _reduce_kernel(
-    po_ptr, plse_ptr, out_ptr, lse_ptr,
-    s_on, s_ob, s_oh,
-    B, HQ, D, NUM_SPLITS, NUM_ROWS,
-    ROWS: tl.constexpr, S_PAD: tl.constexpr, D_PAD: tl.constexpr, RETURN_LSE: tl.constexpr,
-):
-    """Merge the split partials of ``ROWS`` consecutive (n, j, head) rows by log-sum-exp
-    (the rows' partials are one contiguous run of ``ROWS * S * D_PAD`` floats)."""
-    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    row_ok = row < NUM_ROWS
-    sp = tl.arange(0, S_PAD)
-    sp_ok = sp < NUM_SPLITS
-    dim = tl.arange(0, D_PAD)
-    dim_ok = dim < D
-    total = B * HQ  # rows per sequence
-    n = row // total
-    rem = row % total
-    j = rem // HQ
-    h = rem % HQ
-    ok2 = row_ok[:, None] & sp_ok[None, :]
-    lse_s = tl.load(plse_ptr + row[:, None] * NUM_SPLITS + sp[None, :], mask=ok2, other=float("-inf"))
-    m = tl.max(lse_s, 1)
-    m = tl.where(m == float("-inf"), 0.0, m)  # a row no split saw: weights 0, den 0 below
-    w = tl.where(ok2, tl.math.exp2(lse_s - m[:, None]), 0.0)
-    den = tl.sum(w, 1)
-    has = den > 0.0
-    den = tl.where(has, den, 1.0)  # no key at all: output 0, LSE -inf (as with one split)
-    po = tl.load(po_ptr + ((row[:, None] * NUM_SPLITS + sp[None, :]) * D_PAD)[:, :, None] + dim[None, None, :],
-                 mask=ok2[:, :, None] & dim_ok[None, None, :], other=0.0)
-    o = tl.sum(po * w[:, :, None], 1) / den[:, None]
-    o_off = n * s_on + j * s_ob + h * s_oh
-    tl.store(out_ptr + o_off[:, None] + dim[None, :], o.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & dim_ok[None, :])
-    if RETURN_LSE:
-        tl.store(lse_ptr + row, tl.where(has, m + tl.math.log2(den), float("-inf")) * 0.6931471805599453,
-                 mask=row_ok)
-
-
 def _kernels():
-    """(attention kernel, reduce kernel), decorated for the current interpreter mode."""
-    return jitted(_attn_kernel, _reduce_kernel)
+    """(attention kernel,), decorated for the current interpreter mode."""
+    return jitted(_attn_kernel)
 
 
 # --------------------------------------------------------------------------------------
@@ -313,18 +276,7 @@ class Config:
     gluon: bool = False  # the warp-specialized Gluon kernel instead (SM90; :mod:`.gluon_window_block`)
 
 
-_SM_COUNT: dict[int, int] = {}
-MERGE_MAX_ROWS, MERGE_WARPS = 8, 4  # split merge: rows per program at most, warps per program
 GLUON_MIN_KEYS = 256  # fewest context keys per split of the Gluon kernel (four tiles; 2 measured no faster)
-
-
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4  # the interpreter: a few "multiprocessors" so that tests exercise splits
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
 
 
 def choose_config(
@@ -350,7 +302,7 @@ def choose_config(
     """
     d_pad = max(16, next_pow2(d))
     rows = b * (hq // hkv)
-    sms = _sm_count(device)
+    sms = sm_count(device)
     if gluon_ok:
         if num_splits is None:  # at most one program per multiprocessor (one fits), >= GLUON_MIN_KEYS keys each
             ctas = n * hkv
@@ -378,33 +330,6 @@ def choose_config(
     if num_stages is None:
         num_stages = 2 if d_pad >= 256 else 3
     return Config(block_m, block_n, max(1, num_splits), num_warps, num_stages, tma=tma_ok)
-
-
-def page_layout(pages: torch.Tensor) -> Optional[str]:
-    """``"nhd"`` when ``pages [num_pages, P, Hkv, D]`` is contiguous, ``"hnd"`` when it is a
-    ``permute(0, 2, 1, 3)`` view of a contiguous ``[num_pages, Hkv, P, D]`` (TensorRT-LLM's
-    per-block layout: each head's page is one contiguous run), else None."""
-    if pages.is_contiguous():
-        return "nhd"
-    if pages.permute(0, 2, 1, 3).is_contiguous():
-        return "hnd"
-    return None
-
-
-def tma_rows(pages: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """``(rows, (TMA_PAGE, TMA_HEAD, TMA_COL))``: the storage of ``pages [num_pages, P, Hkv, D]``
-    as the 2-D tensor that TMA tiles (box ``[keys, D]``) address, a view, and its strides: key
-    ``slot`` of page ``pg``, head ``h`` is row ``pg * TMA_PAGE + h * TMA_HEAD + slot`` from column
-    ``h * TMA_COL``. ``nhd`` storage is ``[num_pages * P, Hkv * D]``, ``hnd`` storage
-    ``[num_pages * Hkv * P, D]``."""
-    num, page, hkv, d = pages.shape
-    layout = page_layout(pages)
-    if layout == "nhd":
-        return pages.view(num * page, hkv * d), (page, 0, d)
-    if layout == "hnd":
-        return pages.permute(0, 2, 1, 3).view(num * hkv * page, d), (hkv * page, page, 0)
-    raise ValueError("tma tiles need pages that are contiguous [pages, P, Hkv, D] or a "
-                     "permute(0, 2, 1, 3) view of contiguous [pages, Hkv, P, D]")
 
 
 def tma_fits(q: torch.Tensor, cache: PagedKV) -> bool:
@@ -511,7 +436,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
     k_desc, v_desc, tma_strides = _descriptors(kp, vp, cfg, d, d_pad) if cfg.tma else (kp, vp, (0, 0, 0))
-    attn, _ = _kernels()
+    (attn,) = _kernels()
     # float32 operands and IEEE dots for float32 inputs, and always in the interpreter, whose
     # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).
     f32_dot = q.dtype == torch.float32 or q.device.type != "cuda"
@@ -534,35 +459,6 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     if split:
         merge_splits(po, plse, out, lse, d)
     return (out, lse) if return_lse else out
-
-
-def merge_splits(po, plse, out, lse=None, d: Optional[int] = None, rows: Optional[int] = None,
-                 num_warps: Optional[int] = None):
-    """Merge split partials into ``out`` ``[N, B, Hq, D]`` (and ``lse``, natural log, when
-    given): ``po`` ``[N, B, Hq, S, D_PAD]`` normalised float32 outputs, ``plse`` ``[N, B, Hq, S]``
-    their log2-sum-exps (-inf for a split that saw no key). ``d``: the head dim (default
-    D_PAD). ``rows`` per program and ``num_warps`` default to :func:`merge_config`."""
-    n, b, hq, s, d_pad = po.shape
-    num_rows = n * b * hq
-    auto_rows, auto_warps = merge_config(num_rows, s, po.device)
-    rows, num_warps = rows or auto_rows, num_warps or auto_warps
-    _, reduce = _kernels()
-    reduce[(-(-num_rows // rows),)](
-        po, plse, out, lse if lse is not None else out,
-        out.stride(0), out.stride(1), out.stride(2),
-        b, hq, d or d_pad, s, num_rows,
-        ROWS=rows, S_PAD=max(2, next_pow2(s)), D_PAD=d_pad, RETURN_LSE=lse is not None, num_warps=num_warps,
-    )
-
-
-def merge_config(num_rows: int, num_splits: int, device: torch.device) -> tuple[int, int]:
-    """``(rows per program, warps)`` of the merge: one row per program while rows are few
-    (batch 1: more programs in flight), more once there are several programs per
-    multiprocessor anyway, never more than 64 partials per program. Tuned on an H200
-    (``bench/split_merge.py``)."""
-    per_sm = num_rows // (4 * _sm_count(device))
-    cap = max(1, 64 // next_pow2(num_splits))
-    return max(1, min(MERGE_MAX_ROWS, cap, next_pow2(per_sm + 1) // 2)), MERGE_WARPS
 
 
 register_lowering(LoweringInfo(

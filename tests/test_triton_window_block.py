@@ -167,7 +167,7 @@ def test_interp_tma_interior_tiles(causal, ws, layout):
     """Interior tiles through tensor descriptors (tile = 16 keys of a 16-key page), edge tiles
     gathered; the first tile starts below the window (its keys there are NaN-poisoned).
     Both page layouts the descriptors take (``[pages, P, Hkv, D]`` and ``[pages, Hkv, P, D]``)."""
-    from draftsmith.lowering.triton_window_block import page_layout
+    from draftsmith.lowering.page_layout import page_layout
 
     gen = torch.Generator().manual_seed(31 + causal + 2 * ws + 4 * (layout == "hnd"))
     page, window = 16, 80
@@ -185,7 +185,7 @@ def test_tma_rows_address_every_key(layout):
     """The 2-D view TMA tiles read (both kernels) holds key ``slot`` of page ``pg``, head ``h``
     at row ``pg * TMA_PAGE + h * TMA_HEAD + slot``, columns from ``h * TMA_COL``, and is a view
     of the pages' storage; other strides are refused."""
-    from draftsmith.lowering.triton_window_block import tma_rows
+    from draftsmith.lowering.page_layout import tma_rows
 
     num, page, hkv, d = 5, 8, 3, 16
     if layout == "hnd":
@@ -297,7 +297,7 @@ def test_interp_low_precision_no_lse(dtype):
 def test_interp_merge_splits(rows, splits):
     """The split merge against a float64 log-sum-exp merge: rows per program not dividing the
     row count, splits that saw no key (-inf), and a row no split saw (output 0, LSE -inf)."""
-    from draftsmith.lowering.triton_window_block import merge_splits
+    from draftsmith.lowering.split_merge import merge_splits
 
     gen = torch.Generator().manual_seed(rows * 10 + splits)
     n, b, hq, d = 2, 3, 5, 16
@@ -496,23 +496,25 @@ def test_gpu_gluon_phase_timer():
 def test_merge_config_rows(monkeypatch):
     """The merge takes one row per program while rows are few, up to MERGE_MAX_ROWS once
     they outnumber programs, and never more than 64 partials per program."""
+    from draftsmith.lowering import jit, split_merge
     from draftsmith.lowering import triton_window_block as twb
 
     dev = torch.device("cuda", 0)
-    monkeypatch.setitem(twb._SM_COUNT, 0, 132)
-    rows = lambda n, s: twb.merge_config(n * 7 * 64, s, dev)[0]  # noqa: E731
+    monkeypatch.setitem(jit._SM_COUNT, 0, 132)
+    rows = lambda n, s: split_merge.merge_config(n * 7 * 64, s, dev)[0]  # noqa: E731
     assert rows(1, 15) == 1 and rows(4, 8) == 2
-    assert rows(16, 2) == twb.MERGE_MAX_ROWS == 8
+    assert rows(16, 2) == split_merge.MERGE_MAX_ROWS == 8
     assert rows(256, 16) == 4 and rows(256, 64) == 1
 
 
 def test_gluon_config_splits_only_below_one_program_per_sm(monkeypatch):
     """With the Gluon kernel, splits fill the multiprocessors at small batch in one wave (one
     program each), never below GLUON_MIN_KEYS keys, and stop once N * Hkv programs cover them."""
+    from draftsmith.lowering import jit, split_merge
     from draftsmith.lowering import triton_window_block as twb
 
     dev = torch.device("cuda", 0)
-    monkeypatch.setitem(twb._SM_COUNT, 0, 132)
+    monkeypatch.setitem(jit._SM_COUNT, 0, 132)
     split = lambda n, span=4095: twb.choose_config(n, 7, 64, 4, 128, span, dev, tma_ok=True,  # noqa: E731
                                                    gluon_ok=True)
     assert all(split(n).gluon for n in (1, 16, 33, 64))
@@ -526,7 +528,7 @@ def test_gluon_config_splits_only_below_one_program_per_sm(monkeypatch):
 @pytest.mark.parametrize("cfg", [TMA_CONFIGS[0], TMA_CONFIGS[-1]], ids=["auto", "tma64s12"])
 def test_gpu_minimax_shape_hnd_pages(cfg):
     """The MiniMax shape with pages stored ``[pages, Hkv, P, D]`` (TensorRT-LLM's layout)."""
-    from draftsmith.lowering.triton_window_block import page_layout
+    from draftsmith.lowering.page_layout import page_layout
 
     gen = torch.Generator().manual_seed(2)
     case = _gpu_case(4, 7, 64, 4, 128, 64, [9000, 4095, 100, 0], 4096, dtype=torch.bfloat16, gen=gen,

@@ -1,0 +1,113 @@
+"""The package's shape: pyproject's package list matches the folders, no import cycle, no
+in-function imports of the package's own modules, and a plain checkout imports without an
+install (``PYTHONPATH=<checkout>``, as the GPU machine and the benches run it)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+TOPS = {"draftsmith": "draftsmith", "draftsmith.framework": "framework", "draftsmith.transforms": "transforms",
+        "draftsmith.lowering": "lowering", "draftsmith.adapters": "adapters"}
+
+
+def package_dirs() -> dict[str, Path]:
+    """Package name -> folder, for every folder with an ``__init__.py`` under the mapped roots."""
+    out = {}
+    for name, top in TOPS.items():
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            rel = init.parent.relative_to(ROOT / top)
+            out[".".join([name, *rel.parts])] = init.parent
+    return out
+
+
+def modules() -> dict[str, Path]:
+    """Module name -> file of every module of the package (``pkg`` for ``pkg/__init__.py``)."""
+    out = {}
+    for pkg, d in package_dirs().items():
+        for f in d.glob("*.py"):
+            out[pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"] = f
+    return out
+
+
+def imports(name: str, path: Path, top_level: bool) -> list[tuple[str, int]]:
+    """``(imported module, line)`` of the package's own modules imported by ``name``:
+    module-level statements (``top_level``) or those inside functions (not)."""
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    known = modules()
+    funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    inside = {id(n) for f in funcs for n in ast.walk(f) if n is not f}
+    out = []
+    for node in ast.walk(tree):
+        if (id(node) in inside) == top_level:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for alias in node.names:
+                target = f"{mod}.{alias.name}" if f"{mod}.{alias.name}" in known else mod
+                if target in known:
+                    out.append((target, node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names if a.name in known]
+    return out
+
+
+def test_pyproject_packages_match_folders():
+    cfg = PYPROJECT["tool"]["setuptools"]
+    assert sorted(cfg["packages"]) == sorted(package_dirs())
+    assert cfg["package-dir"] == TOPS
+
+
+def test_no_import_cycle():
+    mods = modules()
+    graph = {m: sorted({t for t, _ in imports(m, p, True) if t != m}) for m, p in mods.items()}
+    # a package imports its parents' __init__ first: that edge is no cycle of ours
+    graph = {m: [t for t in ts if not m.startswith(t + ".")] for m, ts in graph.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str):
+        state[m] = 1
+        stack.append(m)
+        for t in graph.get(m, []):
+            if state.get(t) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_no_function_level_imports_of_own_modules():
+    found = [f"{p.relative_to(ROOT)}:{line}: {t}" for m, p in modules().items() for t, line in imports(m, p, False)]
+    assert not found, "imports of draftsmith modules inside functions:\n" + "\n".join(found)
+
+
+def test_plain_checkout_imports_without_install():
+    code = (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        "import draftsmith.framework.cli.main, draftsmith.framework.runtime, draftsmith.lowering\n"
+        "from pathlib import Path\n"
+        f"assert Path(draftsmith.framework.__file__).resolve().parent == Path({str(ROOT / 'framework')!r})\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
