@@ -91,8 +91,8 @@ def main() -> int:
             "and any NaN/Inf in an output tensor are refused.",
             "- Output: written into `.<out>.tmp-<pid>-*` beside the destination and renamed into place; an "
             "existing destination is replaced only with `overwrite=true`, by an atomic exchange "
-            "(`renameat2(RENAME_EXCHANGE)`; elsewhere a move-aside that the next run undoes). The test hook "
-            "`DRAFTSMITH_TEST_KILL_AT=N` (framework/convert.py) SIGKILLs at the N-th kill point.",
+            "(`renameat2(RENAME_EXCHANGE)`; elsewhere a move-aside that the next run undoes). The interruption tests install "
+            "a step hook (`framework/io/publish.py`, `set_step_hook`) that SIGKILLs at the N-th step point.",
             ""]
     if p.returncode != 0:
         out += ["## Failures in the last run", "", "```", *p.stdout.strip().splitlines()[-40:], "```", ""]

@@ -1,4 +1,4 @@
-"""Fused host kernels (``framework/hosts/fused.py``) against float64 oracles written here.
+"""Fused host kernels (``framework/runtime/fused.py``) against float64 oracles written here.
 
 ``test_interp_*`` run the Triton kernels through the interpreter on CPU (in a child pytest,
 see ``interp.py``); ``test_gpu_*`` run them on CUDA and check that the host uses them.

@@ -14,9 +14,6 @@ from ...transforms.names import NameTemplate
 
 from ..spec.schema import RenameRule
 
-DROP = None
-
-
 @dataclass
 class CompiledRename:
     rule: RenameRule

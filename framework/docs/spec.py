@@ -261,12 +261,12 @@ def adapter_spec_md() -> str:
     data, src = _example_source()
     sections = schema_sections()
     lines = [
-        _banner("the pydantic schema in `framework/schema.py`"),
+        _banner("the pydantic schema in `framework/spec/schema.py`"),
         "",
         "# Adapter spec reference",
         "",
         "An adapter is one YAML file in `adapters/` (or in a folder given as `adapter_dir=DIR`), "
-        "validated against `AdapterSpec` (`framework/schema.py`). A spec is data: unknown keys, "
+        "validated against `AdapterSpec` (`framework/spec/schema.py`). A spec is data: unknown keys, "
         "`_target_` and interpolation resolvers are refused; `extends: NAME` starts from a sibling "
         "adapter (mappings merge, lists are replaced). Any field can be overridden on the command line "
         "as `adapter.<path>=VALUE`.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...registry import Registry
 from .dflash import DFlashDraftModel, DraftOutput
 from .graphs import DraftStepGraph
 from .kv_cache import PagedKVCache
@@ -18,24 +19,21 @@ from .target import BorrowedTarget
 @dataclass(frozen=True)
 class HostInfo:
     """A registered host: ``model_cls(config: dict, device, dtype, lowering)`` exposing the
-    DFlash drafter interface (see :mod:`draftsmith.framework.hosts.dflash`)."""
+    DFlash drafter interface (see :mod:`draftsmith.framework.runtime.dflash`)."""
 
     name: str
     model_cls: type
     description: str
 
 
-HOSTS: dict[str, HostInfo] = {
-    "torch": HostInfo("torch", DFlashDraftModel, "PyTorch reference host: paged ring KV, any lowering, CUDA graphs"),
-}
+HOSTS: Registry[HostInfo] = Registry("host")
+HOSTS.register("torch", HostInfo("torch", DFlashDraftModel,
+                                 "PyTorch reference host: paged ring KV, any lowering, CUDA graphs"))
 
 
 def get_host(name: str) -> HostInfo:
     """Look a host up by name; an unknown name lists the known ones."""
-    try:
-        return HOSTS[name]
-    except KeyError:
-        raise KeyError(f"unknown host {name!r}; known: {', '.join(sorted(HOSTS))}") from None
+    return HOSTS.lookup(name)
 
 
 __all__ = ["BorrowedTarget", "DFlashDraftModel", "DraftOutput", "DraftStepGraph", "HOSTS", "HostInfo", "PagedKVCache", "get_host"]

@@ -125,8 +125,3 @@ class PagedKVCache:
         """Mark ``n`` more context tokens of ``seq`` as written (all layers)."""
         self._ctx_host[seq] += n
         self.ctx_lens[seq] = self._ctx_host[seq]
-
-    def reset(self, seq: int) -> None:
-        """Forget sequence ``seq``'s context (its pages are reused from position 0)."""
-        self._ctx_host[seq] = 0
-        self.ctx_lens[seq] = 0
