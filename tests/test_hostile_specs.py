@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from draftsmith.framework.spec import schema as S
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
-from draftsmith.framework.spec.loading import CLI_KEYS
+from draftsmith.framework.cli.compose import CLI_KEYS
 from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from ..errors import UserError
 from .attention import resolve_layers, write_back
 from .dotted import get_dotted, pop_dotted, set_dotted
-from .resolved import Dims, Heads, Mlp, ResolvedDrafter, Rope
+from .resolved import ResolvedDrafter
 
 
 def mlp_kind(hidden_act: str) -> str:
@@ -163,34 +163,38 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
     src["norms"] = "spec: weights.transforms (norm_fold_gemma modes)"
     src["layers"] = "config.json: layer_types, sliding_window, is_causal + spec: attention"
     try:
-        return ResolvedDrafter(
+        return ResolvedDrafter.model_validate(dict(
             adapter=adapter.spec.name,
             spec_sha256=adapter.spec_sha256,
             family=adapter.family.name,
-            dims=Dims(
+            dims=dict(
                 hidden=out["hidden_size"], heads=out["num_attention_heads"], kv_heads=out["num_key_value_heads"],
                 head_dim=out["head_dim"], rotary_dim=out["rotary_dim"], intermediate=out["intermediate_size"],
                 vocab=out["vocab_size"], num_layers=out["num_hidden_layers"],
                 target_hidden=out["target_hidden_size"], num_target_layers=len(dc["target_layer_ids"]),
                 dtype=out["torch_dtype"],
             ),
-            rope=Rope(theta=out["rope_theta"], type=rope_type, scaling=scaling),
+            rope=dict(theta=out["rope_theta"], type=rope_type, scaling=scaling),
             rms_norm_eps=out["rms_norm_eps"],
-            mlp=Mlp(kind=kind, alpha=out.get("swiglu_alpha") if kind == "swiglu_oai" else None,
-                    limit=out.get("swiglu_limit") if kind == "swiglu_oai" else None),
+            mlp=dict(kind=kind, alpha=out.get("swiglu_alpha") if kind == "swiglu_oai" else None,
+                     limit=out.get("swiglu_limit") if kind == "swiglu_oai" else None),
             block_size=dc["block_size"],
             mask_token_id=dc["mask_token_id"],
             target_layer_ids=tuple(dc["target_layer_ids"]),
             sample_from_anchor=ds["sample_from_anchor"],
             norms=adapter.norm_styles(),
-            heads=Heads(markov_rank=ds["markov_rank"], markov_head_type=ds["markov_head_type"],
-                        confidence=ds["enable_confidence_head"],
-                        confidence_with_markov=ds["enable_confidence_head"] and ds["confidence_head_with_markov"]),
+            heads=dict(markov_rank=ds["markov_rank"], markov_head_type=ds["markov_head_type"],
+                         confidence=ds["enable_confidence_head"],
+                         confidence_with_markov=ds["enable_confidence_head"] and ds["confidence_head_with_markov"]),
             layers=tuple(layers),
             sources=src,
-        )
+        ))
     except ValidationError as e:
-        raise UserError(*(f"{where}: {'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors())) from None
+        def key(loc) -> str:  # the config key a field was read from, when there is one
+            dotted = ".".join(str(p) for p in loc)
+            return MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted) or dotted or "config"
+
+        raise UserError(*(f"{where}: {key(x['loc'])}: {x['msg']}" for x in e.errors())) from None
 
 
 def rope_of(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:

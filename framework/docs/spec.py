@@ -150,6 +150,7 @@ def _heading(s: Section) -> str:
 # the sections the shipped example adapter lacks, as small literal examples
 LITERAL_EXAMPLES: dict[str, Any] = {
     "attention.layers.<key>": {"attention": {"layers": {4: {"causal": True, "window": "full"}}}},
+    "export": {"export": {"alias": "speculators", "with_heads": True}},
     "": {"name": "acme_dflash", "family": "gqa_dflash", "description": "Acme drafter", "extends": None,
          "target_layer_ids": "output", "max_draft_len": 7},
 }
