@@ -102,7 +102,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     write_back(out, layers)
 
     adapter.family.mirror(out)
-    for key in [*MATH_KEYS.values(), *SWIGLU_KEYS.values(), "rope_scaling"]:
+    for key in [*MATH_KEYS.values(), *SWIGLU_KEYS.values(), "rope_type"]:
         if key not in sources:
             sources[key] = _source(adapter, raw, merged, cs.sections, key)
     if spec.target_layer_ids == "input":
@@ -131,6 +131,9 @@ MATH_KEYS = {
     "heads.confidence_with_markov": "dspark_config.confidence_head_with_markov",
 }
 SWIGLU_KEYS = {"mlp.alpha": "swiglu_alpha", "mlp.limit": "swiglu_limit"}
+#: other raw spellings of a flattened key (the family reads both; see ``complete_rope``)
+ALT_SPELLINGS = {"rope_theta": ("rope_parameters.rope_theta",),
+                 "rope_type": ("rope_scaling.rope_type", "rope_scaling.type", "rope_parameters.rope_type")}
 
 
 def _qualified(raw: dict[str, Any], sections: list[str], key: str) -> str:
@@ -145,8 +148,9 @@ def _qualified(raw: dict[str, Any], sections: list[str], key: str) -> str:
 def _source(adapter, raw, merged, sections, key: str) -> str:
     """Where the flattened ``key`` came from when no config.fields rule set it (the raw
     ``config.json`` key, never a file path: the record must not depend on where it was read)."""
-    if get_dotted(merged, key) is not None:
-        return f"config.json: {_qualified(raw, sections, key)}"
+    for spelling in (key, *ALT_SPELLINGS.get(key, ())):
+        if get_dotted(merged, spelling) is not None:
+            return f"config.json: {_qualified(raw, sections, spelling)}"
     derived = adapter.family.derived.get(key)
     return f"derived: {derived}" if derived else f"family {adapter.family.name} default"
 
@@ -159,7 +163,7 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
     if kind == "swiglu_oai":
         src.update({field: sources[key] for field, key in SWIGLU_KEYS.items()})
     rope_type, scaling = rope_of(out)
-    src["rope.type"] = src["rope.scaling"] = sources["rope_scaling"]
+    src["rope.type"] = src["rope.scaling"] = sources["rope_type"]
     src["norms"] = "spec: weights.transforms (norm_fold_gemma modes)"
     src["layers"] = "config.json: layer_types, sliding_window, is_causal + spec: attention"
     try:
@@ -198,9 +202,15 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
 
 
 def rope_of(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(rope type, its scaling parameters)`` of a flattened config (``default``, {} without any)."""
-    scaling = cfg.get("rope_scaling")
-    if not isinstance(scaling, dict):
-        return "default", {}
-    params = {k: v for k, v in scaling.items() if k not in ("rope_type", "type")}
-    return str(scaling.get("rope_type") or scaling.get("type") or "default"), params
+    """``(rope type, its scaling parameters)`` of a completed flattened config, from
+    ``rope_scaling`` or ``rope_parameters`` (``default`` and {} without any). The family has
+    already refused types it does not implement and contradicting spellings."""
+    params: dict[str, Any] = {}
+    rope_type = "default"
+    for key in ("rope_parameters", "rope_scaling"):
+        block = cfg.get(key)
+        if isinstance(block, dict):
+            rope_type = str(block.get("rope_type") or block.get("type") or rope_type)
+            params.update({k: v for k, v in block.items()
+                           if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")})
+    return rope_type, params
