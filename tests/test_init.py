@@ -115,3 +115,23 @@ def test_init_refuses_to_overwrite(tmp_path, capsys):
     assert main(["init", f"source={src}", f"out={out}", "overwrite=true"]) == 0
     assert yaml.safe_load(out.read_text())["name"] == "mine"
     assert "# edited" not in out.read_text()
+
+
+def test_commented_dump_reads_back_as_the_spec():
+    """Floats PyYAML would read as strings in JSON spelling (1e-06), keys YAML 1.1 reads as
+    booleans (on), int keys, non-ASCII text: the dump reads back to the same spec."""
+    from draftsmith.framework.spec.commented_yaml import dump
+    from draftsmith.framework.spec.schema import AdapterSpec
+
+    raw = {"architectures": ["X"], "rms_norm_eps": 1e-06, "on": True, "weird key": "ü\\n", "n": None,
+           "nested": {"a": {"b": [1.5, 2]}}}
+    spec = AdapterSpec.model_validate({
+        "name": "x", "family": "gqa_dflash", "match": {"architectures": ["X"]},
+        "attention": {"layers": {3: {"causal": True}}},
+        "docs": {"model": "X", "example_checkpoint": "x"}, "synth": {"config": raw}})
+    text = dump(spec, ["head"], {("attention", "layers", 3): "layer three", ("name",): "the name"},
+                {("synth", "config"): ["after the config"]})
+    assert text.startswith("# head\n")
+    assert yaml.safe_load(text) == spec.model_dump(by_alias=True, exclude_unset=True)
+    assert AdapterSpec.model_validate(yaml.safe_load(text)) == spec
+    assert "  # layer three" in text and "# after the config" in text
