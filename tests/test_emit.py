@@ -393,23 +393,20 @@ def test_emit_minimax_dspark(tmp_path):
         emit("minimax_dspark", target="vllm", out=tmp_path / "x")
 
 
-def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path, monkeypatch):
+def test_raw_checkpoint_through_emitted_class_matches_converted_on_host(tmp_path, monkeypatch, checkpoints):
     """Real adapter, tiny synthetic source checkpoint: the emitted class converts in memory
     (routed config, ``load_weights``); the host class loads the ``convert`` output."""
-    from draftsmith.framework.convert.execute import execute
     from draftsmith.framework.emit.render import emit
     from draftsmith.framework.compile.engine import load_adapter
     from draftsmith.framework.runtime import BorrowedTarget
     from draftsmith.framework.runtime.loading import build_drafter, read_checkpoint
-    from draftsmith.framework.convert.synth import synthesize
 
     try:
         adapter = load_adapter("minimax_dspark")
     except Exception as e:
         pytest.skip(f"minimax_dspark adapter not available: {e}")
-    src, conv = tmp_path / "src", tmp_path / "conv"
-    synthesize(adapter, "tiny", src, seed=0)
-    execute(adapter.plan(src), conv, progress=False)
+    ck = checkpoints("minimax_dspark")  # the session's synthetic + converted checkpoint (conftest.py)
+    src, conv = ck.source, ck.converted
     host, _ = build_drafter(DFlashDraftModel, conv, src / "target")
 
     names, *_ = install_fake_engine(monkeypatch, "fake_trtllm_e")

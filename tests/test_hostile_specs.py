@@ -29,7 +29,6 @@ from draftsmith.framework.spec import schema as S
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.cli.compose import CLI_KEYS
-from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 
 BASE_FILE = Path(__file__).resolve().parents[1] / "adapters" / "minimax_dspark.yaml"
@@ -39,10 +38,9 @@ CASES = settings(max_examples=30, deadline=None, derandomize=False,
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    d = tmp_path_factory.mktemp("src") / "ckpt"
-    synthesize(load_adapter("minimax_dspark"), "tiny", d, seed=11)
-    return d
+def source(checkpoints):
+    """The session's tiny minimax_dspark source checkpoint (conftest.py), read only."""
+    return checkpoints("minimax_dspark").source
 
 
 TMP_ROOT = Path(tempfile.mkdtemp(prefix="draftsmith-hostile-specs-"))
