@@ -34,6 +34,7 @@ from draftsmith.framework.emit.render import (
 )
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.runtime import DFlashDraftModel
+from helpers import fake_target
 from test_host import BLOCK, build, make_config, make_target, make_weights, rand_hidden
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trtllm-interface.md"
@@ -305,15 +306,7 @@ def test_emitted_drafter_drafts_like_the_host(tmp_path, monkeypatch):
 
 
 def host_target(target):
-    class T:
-        pass
-
-    t = T()
-    t.model = T()
-    t.model.embed_tokens = torch.nn.Embedding.from_pretrained(target["model.embed_tokens.weight"])
-    t.lm_head = torch.nn.Linear(*reversed(target["lm_head.weight"].shape), bias=False)
-    t.lm_head.weight.data = target["lm_head.weight"].clone()
-    return t
+    return fake_target(target["model.embed_tokens.weight"], target["lm_head.weight"])
 
 
 def test_source_layout_weights_are_converted_first(tmp_path, monkeypatch):
