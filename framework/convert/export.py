@@ -64,6 +64,7 @@ from safetensors import safe_open
 from ...lowering.base import MaskSpec
 from ...transforms.base import Context
 from ...transforms.names import NameTemplate
+from ...transforms.norm_fold import fold_gemma, unfold_gemma
 from ..compile.engine import load_adapter
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
@@ -217,8 +218,8 @@ def restyle_norm(w: torch.Tensor, src: str, dst: str) -> torch.Tensor:
     if src == dst:
         return w
     if src == "gemma":  # rms * (1 + w) == rms * w'
-        return (1.0 + w.to(torch.float32)).to(w.dtype)
-    return (w.to(torch.float32) - 1.0).to(w.dtype)
+        return fold_gemma(w, w.dtype)
+    return unfold_gemma(w, w.dtype)
 
 
 def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None) -> Path:

@@ -13,6 +13,7 @@ from ...transforms.base import Binding, Context, TensorMeta, Transform, Transfor
 
 from .checkpoint import SourceTensor, read_config, read_headers
 from ..errors import UserError
+from ..layer_ranges import format_ranges
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,8 @@ def _layer_key(name: str) -> tuple[str, int | None]:
 
 
 def compress_ranges(ix: list[int]) -> str:
-    ix = sorted(set(ix))
-    parts, start = [], ix[0]
-    for a, b in zip(ix, ix[1:] + [None]):
-        if b != a + 1:
-            parts.append(f"{start}" if start == a else f"{start}..{a}")
-            start = b
-    return "{" + ",".join(parts) + "}"
+    """``{0..4,7}``: the report's spelling of :func:`layer_ranges.format_ranges`."""
+    return "{" + format_ranges(ix, sep=",", dash="..") + "}"
 
 
 def format_report(problems: list[Problem]) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Optional, Sequence
 from ..compile.engine import compile_spec
 from ..compile.resolved import LayerPlan, ResolvedDrafter
 from ..errors import UserError
+from ..layer_ranges import format_ranges
 from ..io.publish import atomic_dir, publish
 from ..spec.loading import load_spec
 from .binding import file_sha256
@@ -344,7 +345,7 @@ def _layer_lines(layers: Sequence[LayerPlan]) -> str:
             runs.append([[i], layer])
     lines = []
     for idx, layer in runs:
-        span = f"{idx[0]}-{idx[-1]}" if len(idx) > 1 else f"{idx[0]}"
+        span = format_ranges(idx)
         mask = "causal" if layer.mask.causal else "non-causal"
         mask += f", window {layer.mask.window}" if layer.mask.window else ", full"
         low = ", ".join(f"{k} {v}" for k, v in layer.lowering.items())
