@@ -21,6 +21,8 @@ commands:
   inspect  [adapter=NAME] source=DIR                        plan + loading report (exit 1 if incomplete)
   convert  [adapter=NAME] [source=DIR] [out=DIR]            convert (no source: the embedded default)
   draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
+  eval     target=HF_DIR|REPO_ID checkpoint=DIR prompts=FILE [max_new_tokens=N] [device=cpu|cuda] [dtype=D]
+           [lowering=NAME] [check=true] [format=json] [plot=FILE.png]   acceptance length of greedy speculative decoding
   emit     adapter=NAME target=trtllm out=DIR               generate the TensorRT-LLM plugin module
   docs     [check=true] [out=DIR] [adapter_dir=DIR]         regenerate (or check) docs from the adapters
   init     source=DIR out=FILE                              infer a starter adapter spec
@@ -203,6 +205,12 @@ def cmd_emit(opts, spec, path):
     return trtllm.cli(opts, _adapter(spec, path, opts))
 
 
+def cmd_eval(opts, spec, path):
+    from .eval.command import cli
+
+    return cli(opts, lambda source: _adapter(spec, path, opts, source))
+
+
 def cmd_docs(opts, spec, path):
     from . import docs
 
@@ -217,7 +225,7 @@ def cmd_init(opts, spec, path):
 
 COMMANDS = {
     "synth": cmd_synth, "inspect": cmd_inspect, "convert": cmd_convert, "draft": cmd_draft,
-    "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema,
+    "eval": cmd_eval, "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema,
 }
 
 

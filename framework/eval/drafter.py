@@ -1,0 +1,90 @@
+"""The drafter side of ``draftsmith eval``: the only module that uses the reference host's API.
+
+:class:`Drafter` loads a converted checkpoint (docs/converted-format.md) into the PyTorch
+reference host, borrows the target's embedding and LM head, and exposes what the loop
+needs: ``reset``, ``append`` (target layer outputs of accepted tokens), ``draft`` (one
+greedy step from an anchor).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from draftsmith.framework.errors import UserError
+from draftsmith.framework.hosts import get_host
+from draftsmith.framework.hosts.loading import read_checkpoint
+
+
+class Drafter:
+    """A converted drafter on the reference host, one sequence at a time.
+
+    ``dtype``: ``None`` keeps the checkpoint's ``torch_dtype``; ``lowering``: one lowering for
+    every layer instead of the per-layer table.
+    """
+
+    def __init__(self, checkpoint: str | Path, device: torch.device | str = "cpu",
+                 dtype: Optional[torch.dtype] = None, lowering: Optional[str] = None, host: str = "torch"):
+        try:
+            config, weights = read_checkpoint(checkpoint)
+        except FileNotFoundError as e:
+            raise UserError(f"checkpoint={checkpoint}: {e}") from None
+        ds = config.get("draftsmith")
+        if ds is None:
+            raise UserError(f"checkpoint={checkpoint}: config.json has no 'draftsmith' section "
+                            "(not converted; pass adapter=NAME to convert it first)")
+        if ds.get("target_layer_ids_convention", "output") != "output":
+            raise UserError(f"checkpoint={checkpoint}: draftsmith.target_layer_ids_convention must be 'output'")
+        self.config = config
+        self.target_layer_ids = [int(i) for i in config["dflash_config"]["target_layer_ids"]]
+        try:
+            self.model = get_host(host).model_cls(config, device=device, dtype=dtype, lowering=lowering)
+            self.model.load_weights(weights)
+        except (ValueError, KeyError, RuntimeError) as e:
+            raise UserError(f"checkpoint={checkpoint}: {str(e).splitlines()[0]}") from None
+        self.cache = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @property
+    def max_draft_len(self) -> int:
+        return self.model.cfg.max_draft_len
+
+    @property
+    def block_size(self) -> int:
+        return self.model.cfg.block_size
+
+    @property
+    def context_width(self) -> int:
+        """Width of the target features ``fc`` reads: ``len(target_layer_ids) * target_hidden_size``."""
+        return self.model.cfg.num_target_layers * self.model.cfg.target_hidden_size
+
+    def layers(self) -> list[dict]:
+        """Per layer: ``causal``, ``window`` (``None``: full), ``lowering`` (name), ``rope_theta``."""
+        theta = self.model.cfg.layer.rope_theta
+        return [{"causal": m.causal, "window": m.window, "lowering": name, "rope_theta": theta}
+                for m, name in zip(self.model.cfg.masks, self.model.layer_lowerings)]
+
+    def borrow(self, shared) -> None:
+        """Borrow ``shared.model.embed_tokens`` and ``shared.lm_head`` from the target."""
+        try:
+            self.model.load_weights_from_target_model(shared)
+        except ValueError as e:
+            raise UserError(f"target does not fit the drafter: {e}") from None
+
+    def reset(self, max_context: int) -> None:
+        """A fresh cache for one sequence of up to ``max_context`` context tokens."""
+        self.cache = self.model.make_cache(1, max_context=max_context)
+
+    def append(self, hidden: torch.Tensor) -> None:
+        """Append target layer outputs ``[T, context_width]`` of the next ``T`` positions."""
+        self.model.append_context(self.cache, hidden, seq=0)
+
+    def draft(self, anchor: int) -> list[int]:
+        """Greedy drafts of the ``max_draft_len`` tokens after ``anchor`` (at the next position)."""
+        out = self.model.draft(torch.tensor([anchor], dtype=torch.long), self.cache)
+        return out.tokens[0].tolist()
