@@ -256,23 +256,27 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
 
 
 def budgeted(seconds: float, cap: int, step_fn, log, name: str) -> dict:
-    """Run ``step_fn(step, total)`` 20 times, time it, then to ``min(cap, seconds / step_time)`` steps."""
+    """Run ``step_fn(step, total)``; steps 10..29 are timed (after warm-up) and the step count
+    set to ``min(cap, seconds / step_time)`` (the schedule follows the final count)."""
     t0 = time.perf_counter()
-    probe = min(20, cap)
     total = cap
     losses = []
     step = 0
+    t_probe = None
     while step < total:
         loss = step_fn(step, total)
-        if step % 50 == 0 or step == total - 1:
+        if step % 100 == 0 or step == total - 1:
             losses.append({"step": step, **loss})
             log(f"{name} step {step}/{total} {loss}")
         step += 1
-        if step == probe:
+        if step in (10, 30) and step < total:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            per = (time.perf_counter() - t0) / probe
-            total = max(probe, min(cap, int(seconds / per)))
+            if step == 10:
+                t_probe = time.perf_counter()
+            else:
+                per = (time.perf_counter() - t_probe) / 20
+                total = max(30, min(cap, int((seconds - (time.perf_counter() - t0)) / per) + 30))
     return {"steps": total, "seconds": round(time.perf_counter() - t0, 1), "losses": losses}
 
 
