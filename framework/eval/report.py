@@ -96,7 +96,7 @@ def report_dict(r: EvalReport) -> dict:
         "matches_target": r.matches,
         "per_prompt": [{"prompt_tokens": p.prompt_tokens, "generated_tokens": len(p.tokens), "steps": len(p.accepted),
                         "mean_acceptance_length": round(1 + sum(p.accepted) / max(1, len(p.accepted)), 4),
-                        "match": p.match} for p in r.prompts],
+                        "match": p.match, "tokens": p.tokens, "text": p.text} for p in r.prompts],
     }
 
 
