@@ -23,6 +23,7 @@ from tqdm import tqdm
 from draftsmith.transforms.base import Context, TransformError
 
 from .errors import UserError
+from .ownership import check_replaceable, write_marker
 from .plan import Group, Plan
 from .st_writer import ShardWriter, WriteQueue, shard_layout, shard_names
 
@@ -56,14 +57,24 @@ def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.float()).all())
 
 
-def atomic_dir(out: Path, overwrite: bool):
-    """A temp dir beside ``out``; :func:`publish` renames it into place."""
+def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
+    """A temp dir beside ``out``, carrying draftsmith's ownership marker (written by
+    ``command``); :func:`publish` renames it into place. An existing ``out`` is refused
+    unless ``overwrite`` and :func:`~.ownership.check_replaceable` allow replacing it;
+    ``protect`` lists the paths the command reads (never replaced, nor their ancestors)."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(out):
+        if not overwrite:
+            raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+        check_replaceable(out, protect)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"out={out}: cannot create its parent folder ({e.strerror})") from None
     clean_stale_temps(out)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    write_marker(tmp, command)
+    return tmp
 
 
 def clean_stale_temps(out: Path) -> None:
@@ -135,7 +146,7 @@ def _kill_point() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def publish(tmp: Path, out: Path, overwrite: bool) -> None:
+def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
     """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
     ``overwrite``, by an atomic exchange where the OS has one (else: moved aside, the new
     output renamed in, the old removed; :func:`clean_stale_temps` undoes a half-done swap)."""
@@ -156,6 +167,7 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
             return
     if not overwrite:
         raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+    check_replaceable(out, protect)  # again: it may have appeared or changed since atomic_dir
     if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
         _kill_point()
         _remove(tmp)
@@ -173,7 +185,8 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     if not plan.complete:
         raise UserError(*plan.problem_lines())
     out = Path(out)
-    tmp = atomic_dir(out, overwrite)
+    protect = [plan.source] if plan.source else []
+    tmp = atomic_dir(out, overwrite, "convert", protect)
     threads = torch.get_num_threads()
     # Python threads instead of OpenMP: a chunk pool (one single-threaded torch op each)
     # shares the cores with the writer thread, where OpenMP workers would spin and stall.
@@ -181,7 +194,7 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     try:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="draftsmith-chunk") as pool:
             _write(plan, tmp, progress, pool)
-        publish(tmp, out, overwrite)
+        publish(tmp, out, overwrite, protect)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

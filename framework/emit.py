@@ -336,7 +336,7 @@ def write_package(
     # Written and compiled in a temp dir beside the package, then renamed into place (a
     # re-emit replaces the package whole; a failure leaves the old one untouched).
     pkg_dir = Path(out) / package
-    tmp = atomic_dir(pkg_dir, overwrite=True)
+    tmp = atomic_dir(pkg_dir, overwrite=True, command="emit")
     try:
         for name, text in files.items():
             (tmp / name).write_text(text)

@@ -25,6 +25,7 @@ from .flatten import flatten
 from .loading import key_path
 from .rename import Renamer
 from .schema import AdapterSpec
+from .yaml_lines import line_of, load_yaml
 
 
 class Adapter:
@@ -71,6 +72,30 @@ class Adapter:
                         f"{where}: attention.lowering.{kind}.{dev}: {name} does not run on {dev} "
                         f"(it runs on {', '.join(info.devices)})"
                     )
+        self.check_norm_coverage()
+
+    def check_norm_coverage(self) -> None:
+        """A drafter's norms are all Gemma (each kind folded or kept by a ``norm_fold_gemma``
+        rule) or all plain: a kind left out while others are covered is a rule that missed it
+        (e.g. a typo in one branch of its regex), which would store ``w`` where ``1 + w`` is meant."""
+        modes = self.norm_modes()
+        left = [k for k, m in modes.items() if m == "as is"]
+        if left and len(left) < len(modes):
+            covered = ", ".join(k for k, m in modes.items() if m != "as is")
+            raise UserError(
+                f"{self.path}: weights.transforms: norm_fold_gemma covers {covered} but not {', '.join(left)} "
+                f"(e.g. {self.family.norm_kinds[left[0]].replace('{i}', '0')}): a drafter's norms are all Gemma "
+                "or all plain; fix the rule's regex"
+            )
+
+    def rule_location(self, kind: str, index: int) -> str:
+        """``file:line`` of rule ``weights.<kind>[index]`` (the file alone when unknown)."""
+        try:
+            _, lines = load_yaml(self.path)
+        except (OSError, ValueError):
+            return f"{self.path}: weights.{kind}[{index}]"
+        line = line_of(lines, ("weights", kind, index))
+        return f"{self.path}:{line}" if line else f"{self.path}: weights.{kind}[{index}]"
 
     @property
     def architectures(self) -> list[str]:

@@ -240,11 +240,11 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     work = Path(tempfile.mkdtemp(prefix=".draftsmith-export-", dir=out.parent if out.parent.exists() else None))
     tmp = None
     try:
+        tmp = atomic_dir(out, overwrite, "export", [source])
         converted = execute(plan, work / "converted", progress=False)
-        tmp = atomic_dir(out, overwrite)
         _write(target, converted, layout, apps, _groups(layout, apps), src_styles, dst_styles, ctx, tmp)
         (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-        publish(tmp, out, overwrite)
+        publish(tmp, out, overwrite, [source])
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

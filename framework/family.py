@@ -41,19 +41,22 @@ class GQADFlash:
         missing = [k for k in self.required if get_dotted(cfg, k) is None]
         if missing:
             raise UserError(f"config: missing {', '.join(missing)} (needed by family {self.name})")
-        cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
-        if cfg.get("rotary_dim") is None:
-            cfg["rotary_dim"] = cfg["head_dim"]
+        if cfg.get("head_dim") is None:  # the transformers convention, not a guess
+            cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+        self.complete_rope(cfg)
         if cfg.get("target_hidden_size") is None:
             cfg["target_hidden_size"] = cfg["hidden_size"]
-        cfg.setdefault("rope_theta", 10000.0)
-        cfg.setdefault("rms_norm_eps", 1e-6)
-        cfg.setdefault("hidden_act", "silu")
+        for key in ("rms_norm_eps", "hidden_act"):
+            if cfg.get(key) is None:
+                raise UserError(f"config: {key} is not set (give it in the checkpoint, or as a `default:` "
+                                f"in the spec's config.fields)")
         if cfg["hidden_act"] not in ("silu", "swigluoai"):
             raise UserError(f"config: hidden_act {cfg['hidden_act']!r} is not supported (silu, swigluoai)")
         if cfg["hidden_act"] == "swigluoai":
-            cfg.setdefault("swiglu_alpha", 1.702)
-            cfg.setdefault("swiglu_limit", 7.0)
+            for key in ("swiglu_alpha", "swiglu_limit"):
+                if cfg.get(key) is None:
+                    raise UserError(f"config: hidden_act swigluoai needs {key} (give it in the checkpoint, "
+                                    f"or as a `default:` in the spec's config.fields)")
         ds = cfg.setdefault("dspark_config", {})
         ds.setdefault("markov_rank", 0)
         ds.setdefault("markov_head_type", "vanilla")
@@ -65,6 +68,57 @@ class GQADFlash:
             raise UserError(f"config: num_attention_heads {hq} is not a multiple of num_key_value_heads {hkv}")
         if not 0 < cfg["rotary_dim"] <= d or cfg["rotary_dim"] % 2:
             raise UserError(f"config: rotary_dim {cfg['rotary_dim']} must be even and in 1..head_dim ({d})")
+
+    #: rope types the host and the lowerings implement
+    rope_types = ("default",)
+
+    def complete_rope(self, cfg: dict[str, Any]) -> None:
+        """RoPE base, type and rotary dim from either config layout, refusing what is unsupported.
+
+        transformers 4 writes top-level ``rope_theta`` / ``rope_scaling`` /
+        ``partial_rotary_factor``; transformers 5 (and speculators 0.9) write
+        ``rope_parameters.{rope_theta, rope_type, partial_rotary_factor, ...}``. Both are read;
+        two different values for one quantity are refused. The flattened config carries
+        ``rope_theta`` at the top level.
+        """
+        rp = cfg.get("rope_parameters")
+        rs = cfg.get("rope_scaling")
+        for key, v in (("rope_parameters", rp), ("rope_scaling", rs)):
+            if v is not None and not isinstance(v, dict):
+                raise UserError(f"config: {key} must be a mapping, found {type(v).__name__}")
+        rp, rs = rp or {}, rs or {}
+
+        def one(key: str, *spellings: tuple[str, Any]):
+            found = [(where, v) for where, v in spellings if v is not None]
+            if len({repr(v) for _, v in found}) > 1:
+                raise UserError(f"config: {key} is given twice with different values: "
+                                + ", ".join(f"{w}={v!r}" for w, v in found))
+            return found[0] if found else (None, None)
+
+        where, theta = one("rope_theta", ("rope_theta", cfg.get("rope_theta")),
+                           ("rope_parameters.rope_theta", rp.get("rope_theta")))
+        if theta is None:
+            raise UserError("config: rope_theta is not set (neither rope_theta nor rope_parameters.rope_theta; "
+                            "give it as a `default:` in the spec's config.fields if the drafter's trainer fixed it)")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise UserError(f"config: {where} must be a positive number, found {theta!r}")
+        cfg["rope_theta"] = float(theta)
+        where, rtype = one("rope_type", ("rope_scaling.rope_type", rs.get("rope_type")),
+                           ("rope_scaling.type", rs.get("type")), ("rope_parameters.rope_type", rp.get("rope_type")))
+        if rtype is None and rs:
+            raise UserError(f"config: rope_scaling {rs!r} has no rope_type")
+        if rtype is not None and rtype not in self.rope_types:
+            raise UserError(f"config: {where} {rtype!r} is not supported (supported: {', '.join(self.rope_types)}); "
+                            "converting it would change the drafter's positions")
+        where, factor = one("partial_rotary_factor", ("partial_rotary_factor", cfg.get("partial_rotary_factor")),
+                            ("rope_parameters.partial_rotary_factor", rp.get("partial_rotary_factor")))
+        d = cfg["head_dim"]
+        if cfg.get("rotary_dim") is None:
+            if factor is not None and not (isinstance(factor, (int, float)) and 0 < factor <= 1):
+                raise UserError(f"config: {where} must be in (0, 1], found {factor!r}")
+            cfg["rotary_dim"] = int(d * factor) if factor is not None else d
+        elif factor is not None and int(d * factor) != cfg["rotary_dim"]:
+            raise UserError(f"config: rotary_dim {cfg['rotary_dim']} contradicts {where} {factor} (head_dim {d})")
 
     def mirror(self, cfg: dict[str, Any]) -> None:
         """Copies TensorRT-LLM's DFlash loader reads at the top level (``block_size``)."""

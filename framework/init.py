@@ -18,6 +18,7 @@ fill in; ``draftsmith inspect adapter=FILE source=DIR`` then shows what is left.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,7 +309,7 @@ def infer(source: Path, name: str | None = None) -> Inferred:
     fam_note = (f"tensors {', '.join(family_evidence)} and per-layer self_attn/mlp" if family_evidence
                 else None)
     L.append("# yaml-language-server: $schema=../docs/adapter-spec.schema.json")
-    L.append(f"# Starter spec written by `draftsmith init source={source}`; check every TODO, then run")
+    L.append(f"{INIT_MARK} source={source}`; check every TODO, then run")
     L.append(f"# `draftsmith inspect adapter=<this file> source={source}`.")
     L.append(f"name: {name}")
     L.append(f"family: {fam}" + (f"  # {fam_note}" if fam_note else todo("no fc / hidden_norm tensors: is this a DFlash-family drafter?")))
@@ -408,6 +409,18 @@ def _raw_path(raw: dict, sections: list[str], merged_path: str) -> str:
     return merged_path
 
 
+INIT_MARK = "# Starter spec written by `draftsmith init"
+
+
+def _written_by_init(path: Path) -> bool:
+    """``path`` is a regular file whose first lines carry init's header."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        head = f.read(4096).decode("utf-8", "replace").splitlines()[:3]
+    return any(l.startswith(INIT_MARK) for l in head)
+
+
 def cli(opts: dict) -> int:
     source = opts.get("source")
     out = opts.get("out")
@@ -416,8 +429,12 @@ def cli(opts: dict) -> int:
     if not out:
         raise UserError("draftsmith init: missing out=FILE (the adapter YAML to write)")
     out = Path(out)
-    if out.exists() and not opts.get("overwrite"):
-        raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+    if os.path.lexists(out):
+        if not opts.get("overwrite"):
+            raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
+        if not _written_by_init(out):
+            raise UserError(f"out={out}: exists and was not written by draftsmith init; "
+                            "overwrite=true replaces only specs init wrote: choose another out=")
     if out.suffix != ".yaml":
         raise UserError(f"out={out}: an adapter file ends in .yaml")
     name = out.stem
@@ -425,7 +442,9 @@ def cli(opts: dict) -> int:
         raise UserError(f"out={out}: the file name is the adapter name: lowercase letters, digits, _")
     res = infer(Path(source), name)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(res.yaml)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp.write_text(res.yaml)
+    os.replace(tmp, out)
     print(f"wrote {out} ({len(res.todos)} TODO{'s' if len(res.todos) != 1 else ''})")
     for t in res.todos:
         print(f"  TODO: {t}")

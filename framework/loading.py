@@ -239,7 +239,19 @@ def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
         GlobalHydra.instance().clear()
     spec_data = container.pop("adapter", None)
     spec = validate_spec(spec_data, path, lines) if spec_data is not None else None
+    for key, default in CLI_KEYS.items():
+        if isinstance(default, bool):
+            container[key] = strict_bool(key, container.get(key))
     return container, spec, path
+
+
+def strict_bool(key: str, value: Any) -> bool:
+    """A command-line boolean: ``true|false`` or ``1|0``; anything else is an error naming ``key``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise UserError(f"{key}={value}: expected true or false (or 1 / 0)")
 
 
 def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None, lines: dict | None = None) -> str:

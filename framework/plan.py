@@ -4,6 +4,7 @@ the loading report (missing, unexpected, mis-shaped tensors)."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ class Node:
 @dataclass(frozen=True)
 class Problem:
     name: str
-    status: str  # MISSING | UNEXPECTED | MISMATCH | INVALID
+    status: str  # MISSING | UNEXPECTED | MISMATCH | INVALID | UNMATCHED (a spec rule)
     detail: str = ""
 
 
@@ -133,8 +134,11 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
     # stage 0: rename
     nodes: dict[str, Node] = {}
     renamed, dropped, ignored = {}, [], []
+    used_renames: set[int] = set()
     for name in sorted(sources):
-        new = adapter.renamer(name)
+        rule, new = adapter.renamer.apply(name)
+        if rule is not None:
+            used_renames.add(rule)
         if new is None:
             dropped.append(name)
             continue
@@ -149,17 +153,20 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
         nodes[new] = Node(sources[name].meta, frozenset([name]))
 
     # transform stages
+    problems += unmatched_rules(adapter, "rename", used_renames, sorted(sources))
     apps: list[Application] = []
     for stage, t in enumerate(adapter.transforms, start=1):
         names = set(nodes)
         consumed: set[str] = set()
         new_nodes: dict[str, Node] = {}
+        bound = False
         for name in sorted(names):
             if name in consumed:
                 continue
             b = t.bind(name, names)
             if b is None:
                 continue
+            bound = True
             missing = [n for n in b.inputs.values() if n not in nodes]
             if missing:
                 for n in missing:
@@ -181,6 +188,8 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
             for o, m in out.items():
                 new_nodes[o] = Node(m, srcs)
             apps.append(Application(stage, t, b, srcs))
+        if not bound:
+            problems += unmatched_rules(adapter, "transforms", set(), sorted(names), only=stage - 1)
         for n in consumed:
             nodes.pop(n, None)
         clash = set(new_nodes) & set(nodes)
@@ -216,6 +225,24 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
     return Plan(source, cfg, sources, renamed, dropped, ignored, layout, groups, problems,
                 adapter.spec.weights.max_shard_bytes)
 
+
+
+def unmatched_rules(adapter, kind: str, used: set[int], names: list[str], only: int | None = None) -> list[Problem]:
+    """A Problem for each non-optional ``weights.<kind>`` rule (or rule ``only``) not in ``used``,
+    named by its spec location and with the closest of ``names`` (the tensors it was tried on)."""
+    rules = adapter.spec.weights.rename if kind == "rename" else adapter.spec.weights.transforms
+    out = []
+    for i, rule in enumerate(rules):
+        if (only is not None and i != only) or i in used or rule.optional:
+            continue
+        pattern = rule.match
+        close = difflib.get_close_matches(pattern, names, n=2, cutoff=0.0) if names else []
+        label = f"{kind} rule {rule.op if kind == 'transforms' else rule.kind} {pattern!r}"
+        detail = (f"{adapter.rule_location(kind, i)}: {label} matches no tensor"
+                  + (f" (closest: {', '.join(close)})" if close else "")
+                  + "; fix it, or mark it optional: true")
+        out.append(Problem(f"weights.{kind}[{i}]", "UNMATCHED", detail))
+    return out
 
 
 def _source_name(adapter, name: str) -> str:

@@ -71,11 +71,15 @@ class Renamer:
         self.rules = [CompiledRename(r, i) for i, r in enumerate(rules)]
 
     def __call__(self, name: str) -> str | None:
+        return self.apply(name)[1]
+
+    def apply(self, name: str) -> tuple[int | None, str | None]:
+        """(index of the rule that matched or None, the new name or None for drop)."""
         for r in self.rules:
             matched, new = r.apply(name)
             if matched:
-                return new
-        return name
+                return r.index, new
+        return None, name
 
     def inverse(self, target: str) -> str:
         """The source name for ``target`` (checked: renaming it gives ``target`` back)."""

@@ -199,6 +199,10 @@ class RenameRule(Strict):
         None, description="`regex` only: a regex over target names that inverts this rule (for `synth`)."
     )
     inverse_to: Optional[str] = Field(None, description="`regex` only: replacement for `inverse_match`.")
+    optional: bool = Field(
+        False, description="The rule may match no tensor of a checkpoint. Otherwise a rule that matches "
+        "nothing is an error: `inspect` exits 1 and `convert` exits 2, naming the rule and the closest names."
+    )
 
     @model_validator(mode="after")
     def _check(self):
@@ -223,6 +227,10 @@ class TransformRule(Strict):
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="The op's parameters, validated by the op's own schema at compile time."
+    )
+    optional: bool = Field(
+        False, description="The rule may apply to no tensor of a checkpoint. Otherwise a rule that applies to "
+        "nothing is an error: `inspect` exits 1 and `convert` exits 2, naming the rule and the closest names."
     )
 
     @field_validator("match")

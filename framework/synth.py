@@ -95,7 +95,7 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
     apps = inverse_apps(adapter, layout)
     gen = torch.Generator().manual_seed(int(seed))
     out = Path(out)
-    tmp = atomic_dir(out, overwrite)
+    tmp = atomic_dir(out, overwrite, "synth")
     kept: dict[str, torch.Tensor] = {}
     try:
         saver = ShardedSaver(tmp, SYNTH_SHARD_BYTES)

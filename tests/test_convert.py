@@ -136,8 +136,14 @@ def test_existing_destination_kept_without_overwrite(synth, tmp_path):
     with pytest.raises(UserError, match="overwrite=true"):
         execute(minimax().plan(synth.path), out, progress=False)
     assert (out / "keep.txt").read_text() == "x"
-    execute(minimax().plan(synth.path), out, overwrite=True, progress=False)
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    with pytest.raises(UserError, match="not written by draftsmith"):  # not ours: never replaced
+        execute(minimax().plan(synth.path), out, overwrite=True, progress=False)
+    assert (out / "keep.txt").read_text() == "x"
+    (out / "keep.txt").unlink()
+    execute(minimax().plan(synth.path), out, progress=False, overwrite=True)  # empty: may be replaced
+    (out / "stale.txt").write_text("y")
+    execute(minimax().plan(synth.path), out, overwrite=True, progress=False)  # ours: replaced whole
+    assert not (out / "stale.txt").exists() and (out / "model.safetensors").exists()
 
 
 def test_convert_state_dict_in_memory(synth):

@@ -21,6 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from draftsmith.framework.ownership import MARKER
 import torch
 
 from draftsmith.framework.emit import (
@@ -234,7 +236,7 @@ def test_re_emit_replaces_whole_and_a_failed_emit_leaves_the_old_package(tmp_pat
     assert sorted(p.name for p in out.iterdir()) == [res.package_dir.name]  # no temp dir left
     monkeypatch.undo()
     res2 = write_package(FakeAdapter(make_config()), yaml, out, TRTLLM)
-    assert sorted(p.name for p in res2.package_dir.iterdir()) == sorted(f.name for f in res2.files)
+    assert sorted(p.name for p in res2.package_dir.iterdir()) == sorted([f.name for f in res2.files] + [MARKER])
 
 
 def test_emitted_module_uses_only_documented_trtllm_names(tmp_path):

@@ -163,7 +163,7 @@ def test_gpu_fused_equals_eager_modules(monkeypatch):
     gen = torch.Generator().manual_seed(4)
     norm = RMSNorm(512, 1e-6, True).cuda().to(torch.bfloat16)
     norm.weight.data.copy_(0.1 * torch.randn(512, generator=gen))
-    mlp = GatedMLP(512, 1024, "swiglu_oai").cuda().to(torch.bfloat16)
+    mlp = GatedMLP(512, 1024, "swiglu_oai", 1.702, 7.0).cuda().to(torch.bfloat16)
     mlp.stack_weights()  # gate and up as one GEMM
     for lin in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
         lin.weight.data.copy_(torch.randn(lin.weight.shape, generator=gen) * 512 ** -0.5)
@@ -205,7 +205,7 @@ def test_stacked_projection_weights(monkeypatch):
     assert stacked_weight(attn.qkv, attn.q_proj, attn.k_proj, attn.v_proj) is None
     q3, _, _ = attn.project(y.double())  # falls back to separate GEMMs, still right
     assert (q3 - y.double() @ attn.q_proj.weight.T).abs().max().item() < 1e-10
-    mlp = GatedMLP(48, 40, "swiglu")
+    mlp = GatedMLP(48, 40, "swiglu", 0.0, 0.0)
     mlp.stack_weights()
     assert stacked_weight(mlp.gate_up, mlp.gate_proj, mlp.up_proj) is mlp.gate_up
     assert stacked_weight(mlp.gate_up, mlp.up_proj, mlp.gate_proj) is None  # order matters

@@ -105,5 +105,13 @@ def test_init_refuses_to_overwrite(tmp_path, capsys):
     out.write_text("keep me\n")
     assert main(["init", f"source={src}", f"out={out}"]) == 2
     assert out.read_text() == "keep me\n"
+    # overwrite=true replaces only a spec that init wrote
+    assert main(["init", f"source={src}", f"out={out}", "overwrite=true"]) == 2
+    assert "not written by draftsmith init" in capsys.readouterr().err
+    assert out.read_text() == "keep me\n"
+    out.unlink()
+    assert main(["init", f"source={src}", f"out={out}"]) == 0
+    out.write_text(out.read_text().replace("name: mine", "name: mine  # edited"))
     assert main(["init", f"source={src}", f"out={out}", "overwrite=true"]) == 0
     assert yaml.safe_load(out.read_text())["name"] == "mine"
+    assert "# edited" not in out.read_text()

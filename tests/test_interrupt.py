@@ -258,6 +258,7 @@ def test_fallback_swap_is_undone(tmp_path, monkeypatch):
     new one in leaves ``.out.old-<pid>``; the next run puts it back (or drops it if a new
     output made it), never losing the only complete copy."""
     from draftsmith.framework import convert as C
+    from draftsmith.framework.ownership import MARKER, write_marker
 
     rng = random.Random(SEED)
     out = tmp_path / "out"
@@ -265,10 +266,12 @@ def test_fallback_swap_is_undone(tmp_path, monkeypatch):
     old = tmp_path / f".out.old-{_dead_pid()}"
     old.mkdir()
     (old / "model.safetensors").write_bytes(payload)
+    write_marker(old, "convert")  # a draftsmith output, so overwrite=true may replace it
     stale_tmp = tmp_path / f".out.tmp-{_dead_pid()}-x"
     stale_tmp.mkdir()
     C.clean_stale_temps(out)
     assert (out / "model.safetensors").read_bytes() == payload and sorted(os.listdir(tmp_path)) == ["out"]
+    assert (out / MARKER).is_file()
     # with out present, a leftover old copy is dropped
     old.mkdir()
     C.clean_stale_temps(out)

@@ -72,20 +72,21 @@ class DraftConfig:
     def from_dict(cls, cfg: dict) -> "DraftConfig":
         hidden = int(_req(cfg, "hidden_size"))
         heads = int(_req(cfg, "num_attention_heads"))
-        head_dim = int(cfg.get("head_dim") or hidden // heads)
-        rotary = cfg.get("rotary_dim") or int(head_dim * float(cfg.get("partial_rotary_factor", 1.0)))
+        act = _req(cfg, "hidden_act")
+        swiglu_oai = mlp_kind(act) == "swiglu_oai"
         shape = LayerShape(
             hidden=hidden,
             heads=heads,
-            kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=head_dim,
-            rotary_dim=int(rotary),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
-            eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            kv_heads=int(_req(cfg, "num_key_value_heads")),
+            head_dim=int(_req(cfg, "head_dim")),
+            rotary_dim=int(_req(cfg, "rotary_dim")),
+            rope_theta=float(_req(cfg, "rope_theta")),
+            eps=float(_req(cfg, "rms_norm_eps")),
             inter=int(_req(cfg, "intermediate_size")),
-            mlp=mlp_kind(cfg.get("hidden_act", "silu")),
-            alpha=float(cfg.get("swiglu_alpha", 1.702)),
-            limit=float(cfg.get("swiglu_limit", 7.0)),
+            mlp=mlp_kind(act),
+            # only swiglu_oai reads these; flattening refuses swigluoai without them
+            alpha=float(_req(cfg, "swiglu_alpha")) if swiglu_oai else 0.0,
+            limit=float(_req(cfg, "swiglu_limit")) if swiglu_oai else 0.0,
         )
         ds = _req(cfg, "draftsmith")
         dfl = _req(cfg, "dflash_config")

@@ -108,7 +108,7 @@ class GatedMLP(nn.Module):
     Weights ``gate_proj``/``up_proj`` ``[inter, hidden]``, ``down_proj`` ``[hidden, inter]``, no bias.
     """
 
-    def __init__(self, hidden: int, inter: int, kind: str, alpha: float = 1.702, limit: float = 7.0):
+    def __init__(self, hidden: int, inter: int, kind: str, alpha: float, limit: float):
         super().__init__()
         if kind not in ("swiglu", "swiglu_oai"):
             raise ValueError(f"unknown MLP kind {kind!r}; known: swiglu, swiglu_oai")

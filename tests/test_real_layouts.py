@@ -1,0 +1,207 @@
+"""Checkpoints in the layouts the real writers use convert exactly (issue: real checkpoints).
+
+- transformers 5 and speculators 0.9 write the RoPE base only as
+  ``rope_parameters.rope_theta`` (no top-level ``rope_theta``); transformers 4 writes the
+  top-level key. Both must convert to the base the checkpoint states, and the drafted logits
+  must match a float64 oracle run with *that* base (taken from the test, not from the
+  converted config, so a wrong conversion cannot agree with itself).
+- unsupported RoPE scaling is refused in one line; contradicting spellings too.
+- a rename or transform rule that matches nothing is an error unless ``optional: true``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+from safetensors.torch import load_file
+
+from draftsmith.adapters import ADAPTER_DIR
+from draftsmith.framework.cli import main
+from draftsmith.framework.convert import execute
+from draftsmith.framework.draft import run_draft
+from draftsmith.framework.engine import load_adapter
+from draftsmith.framework.errors import UserError
+from draftsmith.framework.synth import synthesize
+from helpers import read_checkpoint
+from oracles import draft_oracle
+
+ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
+THETA = 123457.0  # no adapter's synth config, and no family default, uses this base
+
+
+def rope_holder(raw: dict) -> dict:
+    """The mapping of a raw config that holds the backbone's ``rope_theta`` (top or a section)."""
+    if "rope_theta" in raw:
+        return raw
+    found = [v for v in raw.values() if isinstance(v, dict) and "rope_theta" in v]
+    assert len(found) == 1, "expected rope_theta at the top level or in one section"
+    return found[0]
+
+
+def rewrite_config(folder, edit) -> None:
+    p = folder / "config.json"
+    raw = json.loads(p.read_text())
+    edit(raw)
+    p.write_text(json.dumps(raw, indent=2))
+
+
+def transformers5_layout(raw: dict) -> None:
+    """What transformers 5 / speculators 0.9 ``save_pretrained`` write: ``rope_parameters`` only."""
+    h = rope_holder(raw)
+    h.pop("rope_theta")
+    h.pop("rope_scaling", None)
+    h["rope_parameters"] = {"rope_theta": THETA, "rope_type": "default"}
+
+
+def transformers4_layout(raw: dict) -> None:
+    h = rope_holder(raw)
+    h["rope_theta"] = THETA
+    h["rope_scaling"] = None
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+@pytest.mark.parametrize("layout", [transformers5_layout, transformers4_layout], ids=["tf5", "tf4"])
+def test_rope_base_from_either_layout(name, layout, tmp_path):
+    adapter = load_adapter(name)
+    synthesize(adapter, "tiny", tmp_path / "S", seed=7)
+    rewrite_config(tmp_path / "S", layout)
+    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    cfg, w = read_checkpoint(tmp_path / "T")
+    assert cfg["rope_theta"] == THETA
+    dump = tmp_path / "step.safetensors"
+    run_draft(tmp_path / "T", tmp_path / "S" / "target", device="cpu", context=23, seed=7, batch=1,
+              dtype="float32", dump=dump)
+    d = load_file(dump)
+    tgt = load_file(tmp_path / "S" / "target" / "model.safetensors")
+    oracle_cfg = copy.deepcopy(cfg)
+    oracle_cfg["rope_theta"] = THETA  # the base the checkpoint states, from this test
+    toks, logits, _ = draft_oracle(oracle_cfg, w, tgt, d["inputs.target_hidden"], int(d["inputs.anchor"][0]))
+    got = d["outputs.logits"].double()
+    rel = ((got - logits).abs().max() / logits.abs().max()).item()
+    assert rel < 1e-4, f"{name}: logits off by {rel:.2e} relative"
+    # the check can fail: the old silent default (10000) moves these logits past the bound
+    oracle_cfg["rope_theta"] = 10000.0
+    _, wrong, _ = draft_oracle(oracle_cfg, w, tgt, d["inputs.target_hidden"], int(d["inputs.anchor"][0]))
+    assert ((got - wrong).abs().max() / wrong.abs().max()).item() > 1e-3
+
+
+def flat(adapter_name: str, edit) -> dict:
+    from draftsmith.framework.synth import source_config
+
+    a = load_adapter(adapter_name)
+    raw = copy.deepcopy(source_config(a, "tiny"))
+    edit(raw)
+    return a.flatten_config(raw)
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+    {"type": "linear", "factor": 2.0},
+    {"rope_type": "llama3", "factor": 8.0},
+])
+def test_unsupported_rope_scaling_refused(scaling):
+    def edit(raw):
+        rope_holder(raw)["rope_scaling"] = scaling
+
+    with pytest.raises(UserError) as e:
+        flat("zlab_dflash", edit)
+    (line,) = e.value.problems
+    assert "rope_scaling" in line and "not supported" in line
+
+    def edit5(raw):
+        h = rope_holder(raw)
+        h["rope_parameters"] = {"rope_theta": h.pop("rope_theta"), **scaling}
+        h["rope_parameters"].setdefault("rope_type", h["rope_parameters"].pop("type", None))
+
+    with pytest.raises(UserError, match="rope_parameters.rope_type .* not supported"):
+        flat("speculators_dspark", edit5)
+
+
+def test_contradicting_rope_spellings_refused():
+    def edit(raw):
+        h = rope_holder(raw)
+        h["rope_parameters"] = {"rope_theta": h["rope_theta"] * 2, "rope_type": "default"}
+
+    with pytest.raises(UserError, match="rope_theta is given twice"):
+        flat("minimax_dspark", edit)
+
+
+def test_missing_rope_base_refused():
+    with pytest.raises(UserError, match="rope_theta is not set"):
+        flat("zlab_dflash", lambda raw: rope_holder(raw).pop("rope_theta"))
+
+
+def test_partial_rotary_factor_in_rope_parameters():
+    def edit(raw):
+        h = rope_holder(raw)
+        h.pop("rotary_dim", None)
+        h["rope_parameters"] = {"rope_theta": h.pop("rope_theta"), "rope_type": "default",
+                                "partial_rotary_factor": 0.5}
+
+    cfg = flat("speculators_dflash", edit)
+    assert cfg["rotary_dim"] == cfg["head_dim"] // 2
+
+
+# --- rules that match nothing ---------------------------------------------------------------
+
+def typo_spec(tmp_path, optional: bool):
+    """The shipped spec with a typo that makes the whole MXFP8 rule match nothing."""
+    text = (ADAPTER_DIR / "minimax_dspark.yaml").read_text()
+    fixed = text.replace(r"mlp\.(gate|up|down)_proj)\.weight$'", r"mlp\.(gate|up|down)_prj)\.weight$'", 1)
+    fixed = fixed.replace(r"self_attn\.[qkvo]_proj|", r"self_atn\.[qkvo]_proj|", 1)
+    assert fixed.count("_prj") == 1 and "self_atn" in fixed
+    if optional:  # restore the rule, and add one that matches nothing but is marked optional
+        fixed = text.replace("  transforms:\n", "  transforms:\n    - {op: cast, match: '^mtp\\.', optional: true}\n", 1)
+    p = tmp_path / "typo_dspark.yaml"
+    p.write_text(fixed.replace("name: minimax_dspark", "name: typo_dspark"))
+    return p
+
+
+def test_typo_in_one_branch_of_a_norm_rule_refused(tmp_path, capsys):
+    """The shipped rule folds ``hidden_norm`` and ``k_norm`` in one regex: a typo in the
+    ``k_norm`` branch still matches ``hidden_norm``, so the norm coverage check catches it."""
+    text = (ADAPTER_DIR / "minimax_dspark.yaml").read_text().replace("name: minimax_dspark", "name: branch_typo")
+    spec = tmp_path / "branch_typo.yaml"
+    spec.write_text(text.replace(r"self_attn\.k_norm)\.weight$'", r"self_attn\.k_nrm)\.weight$'", 1))
+    assert spec.read_text() != text
+    assert main(["inspect", f"adapter={spec}", f"source={tmp_path}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "norm_fold_gemma covers" in line and "not k_norm" in line
+
+
+def test_unmatched_transform_rule_refused(tmp_path, capsys):
+    assert main(["synth", "adapter=minimax_dspark", f"out={tmp_path / 'S'}"]) == 0
+    spec = typo_spec(tmp_path, optional=False)
+    capsys.readouterr()
+    assert main(["inspect", f"adapter={spec}", f"source={tmp_path / 'S'}"]) == 1
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if "UNMATCHED" in l)
+    assert "_prj" in line and "matches no tensor" in line and "optional: true" in line
+    n = next(i for i, l in enumerate(spec.read_text().splitlines(), 1) if "_prj" in l)
+    assert re.search(rf"typo_dspark\.yaml:{n - 1}\b|typo_dspark\.yaml:{n}\b", line), line
+    assert "closest: " in line
+    assert main(["convert", f"adapter={spec}", f"source={tmp_path / 'S'}", f"out={tmp_path / 'T'}"]) == 2
+    err = capsys.readouterr().err
+    assert "UNMATCHED" in err and not (tmp_path / "T").exists()
+
+
+def test_optional_rule_may_match_nothing(tmp_path, capsys):
+    assert main(["synth", "adapter=minimax_dspark", f"out={tmp_path / 'S'}"]) == 0
+    spec = typo_spec(tmp_path, optional=True)
+    assert main(["convert", f"adapter={spec}", f"source={tmp_path / 'S'}", f"out={tmp_path / 'T'}"]) == 0
+
+
+def test_unmatched_rename_rule_refused(tmp_path, capsys):
+    assert main(["synth", "adapter=minimax_dspark", f"out={tmp_path / 'S'}"]) == 0
+    text = (ADAPTER_DIR / "minimax_dspark.yaml").read_text().replace("name: minimax_dspark", "name: extra_rule")
+    text = text.replace("  rename:\n", "  rename:\n    - {kind: prefix, match: \"model.mtp.\", to: \"\"}\n", 1)
+    spec = tmp_path / "extra_rule.yaml"
+    spec.write_text(text)
+    capsys.readouterr()
+    assert main(["inspect", f"adapter={spec}", f"source={tmp_path / 'S'}"]) == 1
+    assert "weights.rename[0] | UNMATCHED" in capsys.readouterr().out
+    spec.write_text(text.replace('to: ""}', 'to: "", optional: true}', 1))
+    assert main(["inspect", f"adapter={spec}", f"source={tmp_path / 'S'}"]) == 0
