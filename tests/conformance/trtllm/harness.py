@@ -42,6 +42,8 @@ class Case:
     @cached_property
     def source(self) -> Path:
         out = self.root / "source"
+        if (out / "config.json").is_file():
+            return out
         r = cli("synth", f"adapter={self.adapter}", "scale=tiny", f"out={out}", f"seed={SEED}")
         assert r.returncode == 0, f"synth {self.adapter}: {r.stderr[-2000:]}"
         return out
@@ -49,6 +51,8 @@ class Case:
     @cached_property
     def converted(self) -> Path:
         out = self.root / "converted"
+        if (out / "config.json").is_file():
+            return out
         r = cli("convert", f"adapter={self.adapter}", f"source={self.source}", f"out={out}")
         assert r.returncode == 0, f"convert {self.adapter}: {r.stderr[-2000:]}"
         return out
