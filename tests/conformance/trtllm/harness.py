@@ -5,6 +5,7 @@ public surface (``python -m draftsmith synth|convert|emit``) and cached per sess
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from typing import Optional
 import torch
 
 REPO = Path(__file__).resolve().parents[3]
+PINNED = (Path(__file__).resolve().parent / "standin" / "tensorrt_llm" / "pinned.py").read_text()
+PINNED_MINIMUM_VERSION = re.search(r'PINNED_MINIMUM_VERSION = "([^"]+)"', PINNED).group(1)
+OLD_VERSION = re.search(r'OLD_VERSION = "([^"]+)"', PINNED).group(1)
 HERE = Path(__file__).resolve().parent
 ADAPTERS = sorted(p.stem for p in (REPO / "adapters").glob("*.yaml"))
 CONTEXT = 12  # target tokens of context; above the tiny adapters' window of 8
@@ -132,7 +136,7 @@ class Case:
     def drive(self, mode: str, checkpoint: Optional[Path] = None, env: Optional[dict] = None,
               package: Optional[Path] = None, arch_modules: Optional[dict] = None) -> dict:
         """Run drive.py in a fresh process (cached by arguments)."""
-        pkg = package or self.package()
+        pkg = package or (self.root if mode == "config" else self.package())
         key = (mode, str(checkpoint), json.dumps(env, sort_keys=True), str(pkg), json.dumps(arch_modules))
         if key in self.runs:
             return self.runs[key]

@@ -1,14 +1,7 @@
 """Point 7 (version floor): importing the package under an older TensorRT-LLM raises one line
 naming the supported minimum; under the pinned minimum it imports (CONTRACT.md R7)."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
-
-from tensorrt_llm.pinned import OLD_VERSION, PINNED_MINIMUM_VERSION  # noqa: E402
-
-from harness import one_line  # noqa: E402
+from harness import OLD_VERSION, PINNED_MINIMUM_VERSION, one_line
 
 
 def test_older_tensorrt_llm_is_refused_in_one_line_naming_the_minimum(case):
