@@ -77,7 +77,8 @@ class Case:
     def emitted(self):
         """(CompletedProcess, package dir or None) of ``draftsmith emit``."""
         out = self.root / "emitted"
-        r = cli("emit", f"adapter={self.adapter}", "target=trtllm", f"out={out}")
+        # config=: the snippet states the checkpoint's block_size / mask_token_id / target_layer_ids
+        r = cli("emit", f"adapter={self.adapter}", "target=trtllm", f"out={out}", f"config={self.converted}")
         pkgs = [p for p in out.glob("*") if (p / "__init__.py").is_file()] if out.is_dir() else []
         return r, (pkgs[0] if r.returncode == 0 and len(pkgs) == 1 else None)
 
@@ -131,7 +132,9 @@ class Case:
 
     @property
     def layers(self) -> list:
-        return self.config["draftsmith"]["layers"]
+        """Per layer ``{causal, window, lowering}`` (the draftsmith section's ``layers[i].mask``
+        and ``.lowering``)."""
+        return [{**l["mask"], "lowering": l["lowering"]} for l in self.config["draftsmith"]["layers"]]
 
     def drive(self, mode: str, checkpoint: Optional[Path] = None, env: Optional[dict] = None,
               package: Optional[Path] = None, arch_modules: Optional[dict] = None) -> dict:

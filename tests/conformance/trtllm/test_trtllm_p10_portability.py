@@ -24,7 +24,8 @@ def test_package_survives_a_changed_and_moved_adapter_file(case, tmp_path):
     src = REPO / "adapters" / f"{case.adapter}.yaml"
     shutil.copy(src, adir / src.name)
     out = tmp_path / "emitted"
-    r = cli("emit", f"adapter={case.adapter}", "target=trtllm", f"out={out}", f"adapter_dir={adir}")
+    r = cli("emit", f"adapter={case.adapter}", "target=trtllm", f"out={out}", f"adapter_dir={adir}",
+            f"config={case.converted}")
     assert r.returncode == 0, (r.stderr or r.stdout).strip()[-600:]
     pkg = next(p for p in out.iterdir() if (p / "__init__.py").is_file())
     (adir / src.name).write_text(src.read_text() + "\n# edited after emission\n")

@@ -68,4 +68,4 @@ class MiniMaxM3ForCausalLM(DecoderModelForCausalLM):
 
     def __init__(self, model_config):
         c = model_config.pretrained_config
-        super().__init__(_Model(model_config), c.vocab_size, c.hidden_size)
+        super().__init__(_Model(model_config), config=model_config, hidden_size=c.hidden_size, vocab_size=c.vocab_size)

@@ -54,11 +54,11 @@ class _GQAModel(nn.Module):
 class Qwen3ForCausalLM(DecoderModelForCausalLM):
     def __init__(self, model_config):
         c = model_config.pretrained_config
-        super().__init__(_GQAModel(model_config, True), c.vocab_size, c.hidden_size)
+        super().__init__(_GQAModel(model_config, True), config=model_config, hidden_size=c.hidden_size, vocab_size=c.vocab_size)
 
 
 @register_auto_model("LlamaForCausalLM")
 class LlamaForCausalLM(DecoderModelForCausalLM):
     def __init__(self, model_config):
         c = model_config.pretrained_config
-        super().__init__(_GQAModel(model_config, False), c.vocab_size, c.hidden_size)
+        super().__init__(_GQAModel(model_config, False), config=model_config, hidden_size=c.hidden_size, vocab_size=c.vocab_size)

@@ -120,3 +120,7 @@ if not OLD:
             if mod is not None:
                 importlib.import_module(BUILTIN_PREFIX + mod)
         return DRAFT_MODEL_BUILDER_MAPPING.get(mode)
+
+
+# ``DecoderModelForCausalLM`` lives in modeling_utils in TensorRT-LLM (index id 5904819667).
+from ..modules.decoder_model import DecoderModelForCausalLM  # noqa: E402,F401

@@ -25,10 +25,15 @@ class DecoderModelForCausalLM(nn.Module):
     ``_load_weights_impl``): parameters are filled by name; a fused module
     (``FUSED_MODULE_COMPONENTS``: qkv_proj <- q/k/v_proj, gate_up_proj <- gate/up_proj) is the
     concatenation of its components; with ``allow_partial_loading`` a module absent from the
-    checkpoint is skipped (left uninitialised), otherwise its absence raises."""
+    checkpoint is skipped (left uninitialised), otherwise its absence raises.
 
-    def __init__(self, model: nn.Module, vocab_size: int, hidden_size: int):
+    Constructor as in NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_utils.py
+    (index ids 5904819667, 5772362611): ``__init__(self, model, *, config, hidden_size,
+    vocab_size)`` (keyword-only; the class lives in ``modeling_utils``, re-exported there)."""
+
+    def __init__(self, model: nn.Module, *, config=None, hidden_size: int, vocab_size: int):
         super().__init__()
+        self.model_config = config
         self.model = model
         self.lm_head = Linear(hidden_size, vocab_size)
 
