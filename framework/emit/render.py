@@ -501,41 +501,41 @@ MAX_DRAFT_LEN = $max_draft_len
 ROPE_TABLE_POSITIONS = 262144  # RoPE table rows when the config has no max_position_embeddings
 
 
+def _compiled(drafter):
+    """The checkpoint's compiled drafter (its config's draftsmith section), read once per instance."""
+    bound = vars(drafter).get("_draftsmith_bound")
+    if bound is None:
+        bound = vars(drafter)["_draftsmith_bound"] = DRAFTER.bind(drafter.config)
+    return bound
+
+
 class $drafter_class($base_class):
     """``$base_class`` whose masks and block attention come from the compiled drafter."""
 
-    @property
-    def draftsmith(self):
-        """The checkpoint's compiled drafter (read once per instance)."""
-        bound = self.__dict__.get("_draftsmith_bound")
-        if bound is None:
-            bound = self.__dict__["_draftsmith_bound"] = DRAFTER.bind(self.config)
-        return bound
-
     def _get_attention_mask_args(self, layer_idx):
         """``(causal, (left, right))`` of layer ``layer_idx`` as trained."""
-        return self.draftsmith.mask_args(layer_idx)
+        return _compiled(self).mask_args(layer_idx)
 
     def _resolve_block_attention(self, layer_idx):
         """The trained mask, with no window substitution."""
-        return self.draftsmith.mask_args(layer_idx)
+        return _compiled(self).mask_args(layer_idx)
 
     def validate_block_attention_windows(self) -> None:
         """TensorRT-LLM's check (raises for non-causal windows under TRTLLM), then whether the
         spec's lowerings run on this device with this backend (one-line ValueError)."""
         super().validate_block_attention_windows()
-        self.draftsmith.check_combination(self.dflash_attention_backend, device_class_of(self))
+        _compiled(self).check_combination(self.dflash_attention_backend, device_class_of(self))
 
     def dflash_forward(self, noise_embedding, query_positions, num_ctx_per_req, ctx_k_cache,
                        ctx_v_cache, ctx_cache_batch_idx, ctx_kv_cache=None, ctx_page_table=None):
         """The block decode with each layer's attention through its draftsmith lowering for
         the device class; TensorRT-LLM's own when the spec has no table for the device."""
         device = device_class_of(self)
-        if self.draftsmith.lowerings(device) is None:
+        if _compiled(self).lowerings(device) is None:
             return super().dflash_forward(noise_embedding, query_positions, num_ctx_per_req,
                                           ctx_k_cache, ctx_v_cache, ctx_cache_batch_idx,
                                           ctx_kv_cache, ctx_page_table)
-        return self.draftsmith.dflash_forward(self, device, noise_embedding, query_positions,
+        return _compiled(self).dflash_forward(self, device, noise_embedding, query_positions,
                                               num_ctx_per_req, ctx_k_cache, ctx_v_cache,
                                               ctx_cache_batch_idx, ctx_kv_cache, ctx_page_table)
 $backbone_block
