@@ -185,6 +185,20 @@ def test_decoding_type_and_base_follow_the_heads(tmp_path):
         assert f"decoding_type: {want}" in res.speculative_config
 
 
+def test_unknown_device_class_is_left_to_trtllm_and_worker_mask_limits(tmp_path):
+    """sm120 (no table in the spec) raises no draftsmith error; TensorRT-LLM's own forward runs."""
+    from draftsmith.framework.emit.binding import BoundDrafter
+    from draftsmith.framework.emit.render import worker_mask_problems
+
+    r = R.from_config(make_config())
+    bound = BoundDrafter(r.adapter, r)
+    assert bound.lowerings("sm120") is None and bound.check_combination("TRTLLM", "sm120") is None
+    assert bound.lowerings("cpu") == tuple(l.lowering["cpu"] for l in r.layers)
+    causal = r.model_copy(update={"layers": tuple(l.model_copy(update={"mask": type(l.mask)(True, None)})
+                                                  for l in r.layers)})
+    assert worker_mask_problems(causal) and "causal full attention" in worker_mask_problems(causal)[0]
+
+
 def test_engine_version_floor():
     assert version_key("1.4.0rc1") < version_key("1.4.0") < version_key("1.4.1rc1")
     assert version_key("1.3.0rc27") < version_key("1.4.0rc1") <= version_key("1.4.0rc1")

@@ -251,6 +251,20 @@ def check_engine_norms(r: ResolvedDrafter, where: str) -> None:
                         "(fold them with norm_fold_gemma mode: fold)")
 
 
+def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
+    """Layers whose mask TensorRT-LLM's built-in classes cannot resolve from the converted config
+    (a worker process builds those; CONTRACT.md R2): causal full layers (only DFlash 2 honours
+    ``is_causal``) and causal windows next to non-causal ones (one ``use_sliding_window`` flag)."""
+    out = []
+    causal_full = [i for i, m in enumerate(r.masks) if m.causal and m.window is None]
+    if causal_full:
+        out.append(f"layers {causal_full}: causal full attention")
+    win = {m.causal for m in r.masks if m.window is not None}
+    if len(win) > 1:
+        out.append("causal and non-causal windowed layers together")
+    return out
+
+
 def write_package(
     adapter: Any,
     yaml_path: Path,
@@ -319,7 +333,9 @@ def write_package(
         adapter_file=Path(yaml_path), sha256=file_sha256(yaml_path) if Path(yaml_path).is_file() else "",
         architecture=architecture, max_draft_len=max_draft_len, speculative_config=snippet,
         arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype,
-        notes=["checked against the TensorRT-LLM stand-in of tests/conformance/trtllm; never run inside "
+        notes=[*(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
+                 "wrongly; serve with one process" for p in worker_mask_problems(resolved)),
+               "checked against the TensorRT-LLM stand-in of tests/conformance/trtllm; never run inside "
                "TensorRT-LLM itself (docs/serving-on-trtllm.md)"],
     )
 

@@ -6,7 +6,8 @@ Run as ``python drive.py ARGS.json`` with the stand-in on ``sys.path`` (done bel
 - ``worker``: a worker process that never imported it: only the architecture -> module map
   the serving process exported is declared (``register_external_model_modules``).
 - ``import``: only import the package (version-floor checks).
-- ``config``: no package; what the stand-in reads from the checkpoint's config.
+- ``config``: no package; what the stand-in reads from the checkpoint's config (``worker``
+  records the same first, before anything else happens in that process).
 
 Writes one JSON object to ``ARGS["result"]``. Every stage's failure is recorded as
 ``{"error": "Type: message"}`` and the driver goes on with what does not depend on it.
@@ -81,13 +82,14 @@ def main(args):
     from tensorrt_llm.logger import RECORDS
 
     res["trtllm_version"] = tensorrt_llm.__version__
-    if args["mode"] == "config":
+    if args["mode"] in ("config", "worker"):  # a process that never imported the package
         from tensorrt_llm._torch.models.modeling_dflash import resolve_dspark_head_config
         from tensorrt_llm._torch.pyexecutor.config_utils import load_pretrained_config
 
         cfg = load_pretrained_config(args["checkpoint"])
         res["shift_label"] = resolve_dspark_head_config(cfg, "shift_label")
-        return res
+        if args["mode"] == "config":
+            return res
     pkg = Path(args["package_dir"])
     if args["mode"] in ("serve", "import"):
         from tensorrt_llm.serve import import_custom_module_dirs

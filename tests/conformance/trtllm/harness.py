@@ -25,10 +25,25 @@ CONTEXT = 12  # target tokens of context; above the tiny adapters' window of 8
 SEED = 1729
 
 
-def cli(*args, cwd=None, timeout=300):
-    """``python -m draftsmith ARGS``; returns the CompletedProcess."""
-    return subprocess.run([sys.executable, "-m", "draftsmith", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+def cli(*args, cwd=None, timeout=300, fresh_process=False):
+    """``draftsmith ARGS`` through the CLI's entry point (``draftsmith.framework.cli.main.main``,
+    what ``python -m draftsmith`` calls), in this process to save a torch import per call;
+    ``fresh_process``: as ``python -m draftsmith ARGS``. Returns a CompletedProcess."""
+    if fresh_process or cwd is not None:
+        return subprocess.run([sys.executable, "-m", "draftsmith", *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+    import contextlib
+    import io
+
+    from draftsmith.framework.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(args))
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(["draftsmith", *args], rc, out.getvalue(), err.getvalue())
 
 
 def one_line(msg: str) -> bool:

@@ -32,5 +32,5 @@ def test_worker_reads_the_slots_the_drafter_was_trained_for(case):
 
 def test_emit_accepts_backbone_on_the_command_line(tmp_path):
     r = cli("emit", "adapter=zlab_dflash", "target=trtllm", f"out={tmp_path}",
-            "backbone=tensorrt_llm._torch.models.modeling_qwen3:Qwen3ForCausalLM")
+            "backbone=tensorrt_llm._torch.models.modeling_qwen3:Qwen3ForCausalLM", fresh_process=True)
     assert r.returncode == 0, (r.stderr or r.stdout).strip()[-600:]

@@ -7,7 +7,8 @@ import pytest
 
 
 def test_shift_label_resolves_to_the_trained_slot_convention(case):
-    got = case.drive("config")["shift_label"]  # the stand-in's resolve_dspark_head_config, in its own process
+    # the stand-in's resolve_dspark_head_config, in the worker process before it imports anything else
+    got = case.worker()["shift_label"]
     assert got is not None and bool(got) == case.sample_from_anchor, (
         f"{case.adapter}: TensorRT-LLM resolves shift_label={got!r} from the converted config "
         f"(dspark_config, dflash_config, dspark_shift_label, shift_label); the drafter has "
