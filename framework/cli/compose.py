@@ -31,7 +31,7 @@ CLI_KEYS: dict[str, Any] = {
     "adapter_dir": None, "source": None, "out": None, "seed": 0, "scale": "tiny",
     "checkpoint": None, "target": None, "device": "cpu", "context": 64, "batch": 1,
     "format": "table", "dump": None, "check": False, "overwrite": False, "to": "dflash",
-    "lowering": None, "page_size": 16, "threads": None, "verbose": False,
+    "lowering": None, "backbone": None, "config": None, "page_size": 16, "threads": None, "verbose": False,
     "prompts": None, "max_new_tokens": 64, "dtype": None, "plot": None,
 }
 

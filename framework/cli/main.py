@@ -40,7 +40,8 @@ commands:
   draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
   eval     target=HF_DIR|REPO_ID checkpoint=DIR prompts=FILE [max_new_tokens=N] [device=cpu|cuda] [dtype=D]
            [lowering=NAME] [check=true] [format=json] [plot=FILE.png]   acceptance length of greedy speculative decoding
-  emit     adapter=NAME target=trtllm out=DIR               generate the TensorRT-LLM plugin module
+  emit     adapter=NAME target=trtllm out=DIR [backbone=generated|none|module:Class] [config=DIR]
+           generate the TensorRT-LLM plugin module
   docs     [check=true] [out=DIR] [adapter_dir=DIR]         regenerate (or check) docs from the adapters
   init     source=DIR out=FILE                              infer a starter adapter spec
   schema   out=FILE                                         export the adapter spec's JSON Schema
@@ -206,8 +207,10 @@ def cmd_emit(opts, spec, path):
     if target != "trtllm":
         raise UserError(f"draftsmith emit: target={target}: unknown; known: trtllm")
     out = Path(_need(opts, "out", "emit"))
-    res = write_package(adapter, adapter.path, out, default_engine(adapter, DEFAULT),
-                        overrides=spec_overrides(adapter, opts.get("adapter_dir")))
+    backbone = opts.get("backbone") or DEFAULT
+    backbone = None if backbone == "none" else backbone
+    res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone),
+                        config=opts.get("config"), overrides=spec_overrides(adapter, opts.get("adapter_dir")))
     print(res.summary())
     return 0
 

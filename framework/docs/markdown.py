@@ -17,9 +17,9 @@ GUIDE_FILE = "writing-an-adapter.md"
 README_BEGIN = "<!-- supported-drafters:begin -->"
 README_END = "<!-- supported-drafters:end -->"
 #: The TensorRT-LLM engine cannot be installed in this project's environment: its plugin
-#: module is generated (``draftsmith emit``) and the drafter math is run on the torch
-#: reference host only. Change this when a TensorRT-LLM run backs the table.
-TRTLLM_STATUS = "generated; run against the torch reference host only"
+#: package is generated (``draftsmith emit``) and checked against the stand-in of
+#: tests/conformance/trtllm only. Change this when a TensorRT-LLM run backs the table.
+TRTLLM_STATUS = "emitted; conformance suite against a TensorRT-LLM stand-in, never run in TensorRT-LLM"
 DEVICES = (("sm100", "SM100"), ("sm90", "SM90"), ("cpu", "CPU"))
 
 
