@@ -7,10 +7,11 @@ matches keeps its name. ``inverse`` maps a target name back to a source name (us
 
 from __future__ import annotations
 
-import re
+
 from dataclasses import dataclass
 
 from ...transforms.names import NameTemplate
+from ...transforms.regex import compile_regex
 
 from ..spec.schema import RenameRule
 
@@ -22,8 +23,8 @@ class CompiledRename:
     def __post_init__(self):
         r = self.rule
         if r.kind == "regex":
-            self.rx = re.compile(r.match)
-            self.inv_rx = re.compile(r.inverse_match) if r.inverse_match else None
+            self.rx = compile_regex(r.match)
+            self.inv_rx = compile_regex(r.inverse_match) if r.inverse_match else None
         elif r.kind == "template":
             self.src = NameTemplate(r.match)
             self.dst = NameTemplate(r.to) if r.to is not None else None
