@@ -558,7 +558,7 @@ def test_no_code_runs(data, source):
         else:
             node[r] = "x"
         f = write_spec(d, name, spec)
-        expect_refused(inspect_args(name, d, source), f, line=True, contains="interpolation resolvers")
+        expect_refused(inspect_args(name, d, source), f, line=True, contains="`${` is refused")
     else:
         tag = data.draw(st.sampled_from([
             f"!!python/object/apply:pathlib.Path.touch [{str(marker)!r}]",
@@ -570,6 +570,49 @@ def test_no_code_runs(data, source):
         expect_refused(inspect_args(name, d, source), f, line=True, contains="malformed YAML")
     assert not marker.exists(), "a spec ran code"
     record("specs", f"code execution attempt: {kind}", "exit 2, refused, nothing ran")
+
+
+# Interpolation of any kind (nested resolver names, references, quoting and escaping tricks):
+# refused in a spec file and on the command line; no environment value reaches any output.
+SECRET_VAR = "DRAFTSMITH_HOSTILE_SECRET"
+INTERPOLATIONS = ["${oc.env:%s}", "${oc.${x}:%s}", "${${x}:%s}", "${oc.env:${x},%s}", "pre ${oc.env:%s} post",
+                  "\\${oc.env:%s}", "$${oc.env:%s}", "${oc.select:nope,${oc.env:%s}}", "${ oc.env : %s }",
+                  "${adapter.name}%s", "${oc.decode:${oc.env:%s}}", "${oc.env:{%s}}"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_interpolation_anywhere(data, source, monkeypatch):
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    monkeypatch.setenv(SECRET_VAR, secret)
+    trick = data.draw(st.sampled_from(INTERPOLATIONS)) % SECRET_VAR
+    where = data.draw(st.sampled_from(["file value", "file key", "file nested", "command line spec",
+                                       "command line option", "command line list"]))
+    d, name = fresh_dir(), fresh_name()
+    spec = copy.deepcopy(BASE)
+    args = inspect_args(name, d, source)
+    if where == "file value":
+        spec["description"] = trick
+    elif where == "file key":
+        spec["config"]["fields"][trick] = {"default": 1}
+    elif where == "file nested":
+        spec["config"]["fields"]["x"] = {"default": {"a": [1, {"b": trick}]}}
+    elif where == "command line spec":
+        args.append(f"+adapter.config.fields.x.default={trick}")
+    elif where == "command line option":
+        args.append(f"dump={trick}")
+    else:
+        args.append(f"+adapter.config.fields.x.default=[1, '{trick}']")
+    f = write_spec(d, name, spec)
+    rc, out, err = run(args)
+    assert rc == 2, (where, trick, rc, out[-300:], err)
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    if where.startswith("file"):
+        assert lines[0].startswith(f"error: {f}:"), lines
+    assert secret not in out + err and str(Path.home()) not in out + err.replace(str(d), "")
+    record("specs", f"interpolation trick ({where})", "exit 2, one line, no environment value in output")
 
 
 # ----------------------------------------------------------------------------- 8. extends
@@ -616,7 +659,7 @@ def test_extends_unknown(base, source):
 def test_valid_extends_still_works(source):
     """The control: the refusals above are not a loader that refuses everything."""
     d, name = fresh_dir(), fresh_name()
-    write_spec(d, name, text=f"name: {name}\nextends: minimax_dspark\ndescription: derived ${{adapter.name}}\n")
+    write_spec(d, name, text=f"name: {name}\nextends: minimax_dspark\ndescription: derived from minimax_dspark\n")
     rc, out, err = run(inspect_args(name, d, source))
     assert rc == 0, err
 
