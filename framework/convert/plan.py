@@ -101,8 +101,8 @@ class Plan:
         return out
 
 
-#: a tensor-name-like token of a problem's text (names hold no spaces, commas or brackets)
-_TOKEN = re.compile(r"[^\s,;()\[\]]+")
+#: a tensor-name-like token of a problem's text (names hold no spaces, punctuation or brackets)
+_TOKEN = re.compile(r"[^\s,;:()\[\]'\"]+")
 
 
 def _layer_key(name: str) -> tuple[str, int | None]:
