@@ -181,3 +181,45 @@ def read_headers(source: Path) -> dict[str, SourceTensor]:
             if tensors[name].file.name != shard:
                 raise UserError(f"{index}: tensor {name}: listed in {shard} but found in {tensors[name].file.name}")
     return tensors
+
+
+def locate(source: Path, names: list[str], optional: set[str] = frozenset()) -> dict[str, SourceTensor]:
+    """Where ``names`` live in ``source`` (a target folder, possibly huge): only the shards
+    that the index names for them are opened, their headers checked like any other. A name
+    missing (and not ``optional``) is refused in one line."""
+    weight_map = read_index(source)
+    if weight_map is None:
+        files = shard_files(source, None)
+    else:
+        files = sorted({source / weight_map[n] for n in names if n in weight_map})
+        for f in files:
+            check_regular(f, f"shard named by {INDEX}")
+    found: dict[str, SourceTensor] = {}
+    for f in files:
+        header = read_header(f)
+        for n in names:
+            if n in header and n not in found:
+                found[n] = SourceTensor(n, f, header[n])
+    for n in names:
+        if n not in found and n not in optional:
+            where = f" (the index lists it in {weight_map[n]})" if weight_map and n in weight_map else ""
+            raise UserError(f"{source}: no tensor {n}{where}")
+    return found
+
+
+def read_tensor(st: SourceTensor):
+    """The data of one checked tensor (a CPU torch tensor of its own)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(st.file), framework="pt") as f:
+            return f.get_tensor(st.name).clone()
+    except Exception as e:  # safetensors raises its own error types on bad data
+        raise UserError(f"{st.file}: tensor {st.name}: cannot be read ({e})") from None
+
+
+def read_checkpoint(source: Path) -> tuple[dict, dict]:
+    """``(config, {name: tensor})`` of a checkpoint folder, every file checked as above."""
+    source = Path(source)
+    config = read_config(source)
+    return config, {n: read_tensor(st) for n, st in read_headers(source).items()}

@@ -69,6 +69,7 @@ from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish
 from ..spec.loading import adapter_files
+from .checkpoint import read_headers
 from .execute import execute
 from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
@@ -256,9 +257,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
 
 
 def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path) -> None:
-    index = converted / "model.safetensors.index.json"
-    where = ({n: converted / f for n, f in json.loads(index.read_text())["weight_map"].items()}
-             if index.is_file() else {n: converted / "model.safetensors" for n in layout})
+    where = {n: st.file for n, st in read_headers(converted).items()}  # the hardened reader's checks
     saver = ShardedSaver(tmp, target.spec.weights.max_shard_bytes)
 
     with ExitStack() as stack:

@@ -30,6 +30,7 @@ from ...lowering.base import MaskSpec, device_class, get_lowering
 from ..compile.engine import compile_spec
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
+from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
 
 # Key an in-memory routed config carries: its tensors are still in the source layout.
@@ -106,7 +107,7 @@ class AdapterBinding:
         def load_pretrained_config(model_name_or_path, *args, **kwargs):
             path = Path(model_name_or_path) / "config.json"
             if path.is_file():
-                flat = binding.route_config(json.loads(path.read_text()))
+                flat = binding.route_config(load_json(path, MAX_CONFIG_BYTES, "config.json"))
                 if flat is not None:
                     import transformers  # optional heavy dependency: only when routing inside an engine
 

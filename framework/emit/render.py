@@ -31,6 +31,7 @@ from ..compile.engine import compile_spec
 from ..compile.resolved import LayerPlan, ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish
+from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
 from .binding import file_sha256
 
@@ -117,7 +118,7 @@ def _load_config(path: Optional[Path]) -> Optional[dict]:
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
         raise UserError(f"{path}: drafter config.json not found")
-    return json.loads(path.read_text())
+    return load_json(path, MAX_CONFIG_BYTES, "drafter config.json")
 
 
 def _emission_config(adapter: Any, config: Optional[Path]) -> dict:

@@ -7,6 +7,9 @@ from typing import Any
 
 import yaml
 
+from ..errors import UserError
+from ..io.safe_read import read_limited
+
 #: Largest spec file read, and most YAML nodes it may expand to through aliases
 #: (an alias bomb or a recursive alias is refused before anything walks the data).
 MAX_YAML_BYTES = 1 << 20
@@ -46,14 +49,12 @@ def load_yaml(path: Path) -> tuple[Any, dict[tuple, int]]:
     Raises ``ValueError("<path>:<line>: <problem>")`` on malformed YAML, an unreadable or
     non-UTF-8 or oversized file, and recursive or exploding aliases.
     """
-    try:
-        if path.stat().st_size > MAX_YAML_BYTES:
-            raise ValueError(f"{path}: larger than {MAX_YAML_BYTES} bytes; not an adapter spec")
-        text = path.read_text(encoding="utf-8")
+    try:  # a regular file only (a FIFO or /dev/zero behind a link is refused), bytes counted while read
+        text = read_limited(path, MAX_YAML_BYTES, "an adapter spec").decode("utf-8")
+    except UserError as e:
+        raise ValueError(e.problems[0]) from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is not None:
