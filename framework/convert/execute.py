@@ -8,7 +8,6 @@ checkpoint. On any failure nothing exists at the destination.
 from __future__ import annotations
 
 import json
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from ...transforms.base import Context, TransformError
 
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish, step_point
+from ..io.publish import atomic_dir, publish, remove_temp, step_point
 from .checkpoint import read_tensor
 from .plan import Group, Plan
 from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
@@ -70,7 +69,7 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
             _write(plan, tmp, progress, pool)
         publish(tmp, out, overwrite, protect)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     finally:
         torch.set_num_threads(threads)

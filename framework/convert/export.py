@@ -67,7 +67,7 @@ from ...transforms.names import NameTemplate
 from ..compile.engine import load_adapter
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..spec.loading import adapter_files
 from .checkpoint import read_headers
 from .execute import execute
@@ -249,7 +249,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
         publish(tmp, out, overwrite, [source])
     except BaseException:
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_temp(tmp)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)

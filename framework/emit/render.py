@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 from ..compile.engine import compile_spec
 from ..compile.resolved import LayerPlan, ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
 from .binding import file_sha256
@@ -314,7 +314,7 @@ def write_package(
         shutil.rmtree(tmp / "__pycache__", ignore_errors=True)
         publish(tmp, pkg_dir, overwrite=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     return EmitResult(
         package_dir=pkg_dir,
