@@ -116,3 +116,183 @@ def test_catastrophic_rename_regex_converts(base, tmp_path):
     refused(["convert", "adapter=evil_rx", f"adapter_dir={ad}", f"source={src}", f"out={tmp_path / 'o'}"],
             "matches no tensor", seconds=8.0)
     record("bounds", "rename regex .*.*.*.*.*.*! on 5000-char names", "exit 2 (UNMATCHED) in seconds")
+
+
+# ----------------------------------------------------------------------------- point 7: one line, exit 2
+def _header_with(src: Path, mutate) -> Path:
+    f = src / "model.safetensors"
+    b = f.read_bytes()
+    n = int.from_bytes(b[:8], "little")
+    text = mutate(b[8:8 + n].decode())
+    raw = text.encode()
+    raw += b" " * (-len(raw) % 8)
+    f.write_bytes(len(raw).to_bytes(8, "little") + raw + b[8 + n:])
+    return f
+
+
+def _first_shape(text: str) -> str:
+    h = json.loads(text)
+    name = next(k for k in h if k != "__metadata__")
+    return name
+
+
+HEADER_ATTACKS = {
+    "Infinity in a shape": lambda t: t.replace('"shape":[', '"shape":[Infinity,', 1),
+    "1e400 in a shape": lambda t: t.replace('"shape":[', '"shape":[1e400,', 1),
+    "float in a shape": lambda t: t.replace('"shape":[', '"shape":[2.0,', 1),
+    "string in a shape": lambda t: t.replace('"shape":[', '"shape":["2",', 1),
+    "1e400 in an offset": lambda t: t.replace('"data_offsets":[', '"data_offsets":[1e400,', 1),
+    "5000-digit integer": lambda t: t.replace('"data_offsets":[', '"data_offsets":[' + "9" * 5000 + ",", 1),
+    "deep nesting": lambda t: t[:-1] + ',"zz":' + "[" * 5000 + "]" * 5000 + "}",
+    "NaN constant": lambda t: t.replace('"shape":[', '"shape":[NaN,', 1),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(HEADER_ATTACKS))
+@pytest.mark.parametrize("command", ["convert", "inspect"])
+def test_header_attacks(attack, command, base, tmp_path):
+    src = clone(base, tmp_path)
+    text = json.loads((src / "config.json").read_text())  # noqa: F841 (the config stays valid)
+    f = _header_with(src, lambda t: HEADER_ATTACKS[attack](t.replace(" ", "")))
+    args = [command, "adapter=minimax_dspark", f"source={src}"] + ([f"out={tmp_path / 'o'}"] if command == "convert" else [])
+    refused(args, str(f))
+    assert not (tmp_path / "o").exists()
+    record("bounds", f"shard header: {attack} ({command})", "exit 2, one line naming the file")
+
+
+def test_directory_named_safetensors(base, tmp_path):
+    src = clone(base, tmp_path)
+    (src / "zz.safetensors").mkdir()
+    refused(["inspect", "adapter=minimax_dspark", f"source={src}"], "zz.safetensors", "directory")
+    record("bounds", "directory named *.safetensors", "exit 2, names it")
+
+
+@pytest.mark.parametrize("where", ["shard", "config", "index"])
+def test_fifo_refused_by_stat(where, base, tmp_path):
+    src = clone(base, tmp_path)
+    if where == "shard":
+        victim = src / "fifo.safetensors"
+    elif where == "config":
+        victim = src / "config.json"
+        victim.unlink()
+    else:
+        victim = src / "model.safetensors.index.json"
+    os.mkfifo(victim)
+    refused(["inspect", "adapter=minimax_dspark", f"source={src}"], "FIFO", seconds=5.0)
+    record("bounds", f"FIFO as the {where}", "exit 2 at once (never opened)")
+
+
+def test_adapter_yaml_to_dev_zero_and_fifo(base, tmp_path):
+    ad = tmp_path / "adapters"
+    ad.mkdir()
+    (ad / "zero.yaml").symlink_to("/dev/zero")
+    os.mkfifo(ad / "fifo.yaml")
+    for name, what in (("zero", "character device"), ("fifo", "FIFO")):
+        refused(["inspect", f"adapter={name}", f"adapter_dir={ad}", f"source={base}"], what, seconds=5.0)
+    record("bounds", "adapter_dir/x.yaml -> /dev/zero, a FIFO", "exit 2 at once")
+
+
+def test_huge_config_json(base, tmp_path):
+    """A 1 GB config.json (sparse: no disk) is refused after 16 MiB + 1 bytes, never copied."""
+    src = clone(base, tmp_path)
+    cfg = src / "config.json"
+    with open(cfg, "r+b") as f:
+        f.truncate(2**30)
+    out = tmp_path / "o"
+    refused(["convert", "adapter=minimax_dspark", f"source={src}", f"out={out}"], "larger than", seconds=5.0)
+    assert not out.exists()
+    record("bounds", "1 GB config.json", "exit 2 after reading 16 MiB, nothing written")
+
+
+CONFIG_ATTACKS = {
+    "deep nesting": lambda c: "DEEP",
+    "zero heads": lambda c: _tc(c, "num_attention_heads", 0),
+    "string heads": lambda c: _tc(c, "num_attention_heads", "4"),
+    "zero kv heads": lambda c: _tc(c, "num_key_value_heads", 0),
+    "list hidden size": lambda c: _tc(c, "hidden_size", [128]),
+    "object vocab": lambda c: _tc(c, "vocab_size", {"a": 1}),
+    "5000-digit integer": lambda c: "HUGEINT",
+    "Infinity": lambda c: "INF",
+}
+
+
+def _tc(c, k, v):
+    c["text_config"][k] = v
+    return c
+
+
+@pytest.mark.parametrize("attack", sorted(CONFIG_ATTACKS))
+def test_config_attacks(attack, base, tmp_path):
+    src = clone(base, tmp_path)
+    cfg = json.loads((src / "config.json").read_text())
+    new = CONFIG_ATTACKS[attack](cfg)
+    text = json.dumps(cfg)
+    if new == "DEEP":
+        text = text[:-1] + ', "zz": ' + "[" * 100000 + "]" * 100000 + "}"
+    elif new == "HUGEINT":
+        text = text[:-1] + ', "zz": ' + "7" * 5000 + "}"
+    elif new == "INF":
+        text = text[:-1] + ', "zz": Infinity}'
+    (src / "config.json").write_text(text)
+    out = tmp_path / "o"
+    refused(["convert", "adapter=minimax_dspark", f"source={src}", f"out={out}"], "config.json")
+    assert not out.exists()
+    record("bounds", f"config.json: {attack}", "exit 2, one line naming the file and key")
+
+
+def test_index_deep_nesting_and_escape(base, tmp_path):
+    src = clone(base, tmp_path)
+    idx = src / "model.safetensors.index.json"
+    idx.write_text('{"weight_map": ' + "[" * 100000 + "]" * 100000 + "}")
+    refused(["inspect", "adapter=minimax_dspark", f"source={src}"], str(idx))
+    idx.write_text(json.dumps({"weight_map": {"a": "../x.safetensors"}}))
+    refused(["inspect", "adapter=minimax_dspark", f"source={src}"], "not a file name in this folder")
+    record("bounds", "index: deep nesting; shard ../x.safetensors", "exit 2, one line")
+
+
+def test_spec_nested_80_levels(base, tmp_path):
+    ad = tmp_path / "adapters"
+    ad.mkdir()
+    text = (Path(__file__).resolve().parents[1] / "adapters" / "minimax_dspark.yaml").read_text()
+    text = text.replace("name: minimax_dspark", "name: deep", 1) + "extra: " + "[" * 80 + "]" * 80 + "\n"
+    (ad / "deep.yaml").write_text(text)
+    refused(["inspect", "adapter=deep", f"adapter_dir={ad}", f"source={base}"], "deep.yaml")
+    record("bounds", "spec nested 80 levels", "exit 2, one line")
+
+
+def test_unwritable_destinations(base, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    try:
+        for out in (ro / "sub" / "o", ro / "o", afile / "o"):
+            if os.geteuid() == 0 and ro in out.parents:
+                continue  # root writes anywhere: only the file-as-parent case applies
+            refused(["convert", "adapter=minimax_dspark", f"source={base}", f"out={out}"], str(out.parent))
+    finally:
+        ro.chmod(0o700)
+    record("bounds", "read-only parent / a parent that is a file", "exit 2, one line")
+
+
+ULIMIT = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+import draftsmith.framework.cli.main as m
+sys.exit(m.main(sys.argv[1:]))
+"""
+
+
+def test_ulimit_f(base, tmp_path):
+    import subprocess
+
+    out = tmp_path / "o"
+    p = subprocess.run([sys.executable, "-c", ULIMIT, "convert", "adapter=minimax_dspark", f"source={base}",
+                        f"out={out}"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert p.returncode == 2, (p.returncode, p.stderr[-1500:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "File too large" in lines[0], p.stderr[-1500:]
+    assert sorted(x.name for x in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+    record("bounds", "ulimit -f during convert", "exit 2, one line, nothing left")
