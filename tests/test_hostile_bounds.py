@@ -296,3 +296,11 @@ def test_ulimit_f(base, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "File too large" in lines[0], p.stderr[-1500:]
     assert sorted(x.name for x in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
     record("bounds", "ulimit -f during convert", "exit 2, one line, nothing left")
+
+
+def test_400k_element_yaml_list_refused_fast(base, tmp_path):
+    ad = tmp_path / "adapters"
+    ad.mkdir()
+    (ad / "big.yaml").write_text("name: big\nextra: [" + ",".join(["1"] * 400_000) + "]\n")
+    refused(["inspect", "adapter=big", f"adapter_dir={ad}", f"source={base}"], "more than", seconds=6.0)
+    record("bounds", "400 000-element YAML list", "exit 2 in seconds")
