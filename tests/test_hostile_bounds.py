@@ -304,3 +304,20 @@ def test_400k_element_yaml_list_refused_fast(base, tmp_path):
     (ad / "big.yaml").write_text("name: big\nextra: [" + ",".join(["1"] * 400_000) + "]\n")
     refused(["inspect", "adapter=big", f"adapter_dir={ad}", f"source={base}"], "more than", seconds=6.0)
     record("bounds", "400 000-element YAML list", "exit 2 in seconds")
+
+
+def test_broken_adapter_does_not_break_routing(base, tmp_path):
+    """Routing (no adapter=) skips an unreadable file in adapter_dir; it is named only when
+    no adapter serves the checkpoint."""
+    ad = tmp_path / "adapters"
+    ad.mkdir()
+    (ad / "aaa_broken.yaml").write_text("name: [unclosed\n")
+    os.mkfifo(ad / "bbb_fifo.yaml")
+    rc, out, err, dt = run(["inspect", f"adapter_dir={ad}", f"source={base}"])
+    assert rc == 0, err
+    src = clone(base, tmp_path)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["architectures"] = ["NobodyServesThis"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    refused(["inspect", f"adapter_dir={ad}", f"source={src}"], "no adapter serves", "aaa_broken.yaml", "FIFO")
+    record("bounds", "broken file / FIFO in adapter_dir while routing", "skipped; named when nothing matches")
