@@ -25,6 +25,7 @@ from ..convert.plan import Problem, format_report as format_plan_rows
 from ..convert.synth import synthesize
 from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
+from ..eval import command as eval_command
 from ..io.publish import install_signal_handlers
 from ..runtime.draft import format_report, report_json, run_draft
 from ..spec.schema import json_schema
@@ -38,6 +39,8 @@ commands:
   inspect  [adapter=NAME] source=DIR                        plan + loading report (exit 1 if incomplete)
   convert  [adapter=NAME] [source=DIR] [out=DIR]            convert (no source: the embedded default)
   draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
+  eval     target=HF_DIR|REPO_ID checkpoint=DIR prompts=FILE [max_new_tokens=N] [device=cpu|cuda] [dtype=D]
+           [lowering=NAME] [check=true] [format=json] [plot=FILE.png]   acceptance length of greedy speculative decoding
   emit     adapter=NAME target=trtllm out=DIR               generate the TensorRT-LLM plugin module
   docs     [check=true] [out=DIR] [adapter_dir=DIR]         regenerate (or check) docs from the adapters
   init     source=DIR out=FILE                              infer a starter adapter spec
@@ -210,6 +213,10 @@ def cmd_emit(opts, spec, path):
     return 0
 
 
+def cmd_eval(opts, spec, path):
+    return eval_command.cli(opts, lambda source: _adapter(spec, path, opts, source))
+
+
 def cmd_docs(opts, spec, path):
     return docs.cli(opts)
 
@@ -220,7 +227,7 @@ def cmd_init(opts, spec, path):
 
 COMMANDS = {
     "synth": cmd_synth, "inspect": cmd_inspect, "convert": cmd_convert, "draft": cmd_draft,
-    "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema,
+    "eval": cmd_eval, "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema,
 }
 
 
