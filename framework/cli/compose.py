@@ -3,8 +3,11 @@
 The flow for ``draftsmith <command> key=value ...``::
 
     adapter YAML files --(safe YAML, no code: spec/loading.py)--> ConfigStore group ``adapter``
-    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=True)
-    --(pydantic)--> AdapterSpec
+    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=False)
+    --(no ``${`` anywhere in the composed tree)--> (pydantic) --> AdapterSpec
+
+Nothing is interpolated: a ``${`` in a spec file or a command-line value (however nested or
+quoted) is refused in one line, so output never depends on the environment.
 
 Hydra and OmegaConf are used here only; the library loads specs with ``spec.loading.load_spec``.
 """
@@ -23,7 +26,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from ..errors import UserError
-from ..spec.loading import _known_keys, _where, adapter_files, key_path, read_spec_data, validate_spec
+from ..spec.loading import (_known_keys, _where, adapter_files, check_no_interpolation, key_path, read_spec_data,
+                            validate_spec)
 from ..spec.schema import AdapterSpec
 
 #: Keys the command line may set besides ``adapter.*`` (each command reads its own).
@@ -73,11 +77,12 @@ def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
     try:
         with initialize(version_base=None, config_path=None):
             cfg = hydra_compose("draftsmith_cli", overrides=list(args))
-            container = OmegaConf.to_container(cfg, resolve=True)
+            container = OmegaConf.to_container(cfg, resolve=False)
     except Exception as e:  # Hydra/OmegaConf errors: make them one line
         raise UserError(_hydra_message(e, args, data, path, lines)) from None
     finally:
         GlobalHydra.instance().clear()
+    check_no_interpolation(container, "command line")
     spec_data = container.pop("adapter", None)
     spec = validate_spec(spec_data, path, lines) if spec_data is not None else None
     for key, default in CLI_KEYS.items():

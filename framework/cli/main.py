@@ -26,6 +26,7 @@ from ..convert.synth import synthesize
 from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
 from ..eval import command as eval_command
+from ..io.publish import install_signal_handlers
 from ..runtime.draft import format_report, report_json, run_draft
 from ..spec.schema import json_schema
 from . import init
@@ -253,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {command!r}" + (f" (did you mean {close[0]!r}?)" if close else ""), file=sys.stderr)
         print(USAGE, file=sys.stderr)
         return 2
+    install_signal_handlers()  # SIGTERM/SIGHUP clean up like Ctrl-C
     try:
         opts, spec, path = compose(args)
         set_threads(opts.get("threads"))
@@ -265,9 +267,16 @@ def main(argv: list[str] | None = None) -> int:
         for p in e.problems:
             print(f"error: {p}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
+    except OSError as e:  # the environment refused: read-only or missing parent, disk full, ulimit -f
+        where = e.filename or "draftsmith"
+        print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("error: input nested too deeply", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

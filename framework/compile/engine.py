@@ -180,13 +180,18 @@ def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
 
 def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> Adapter:
     """The adapter serving a raw ``config.json``, by architecture; else an error listing them."""
-    known = []
+    known, broken = [], []
     for name in sorted(adapter_files(adapter_dir)):
-        a = load_adapter(name, adapter_dir=adapter_dir)
+        try:
+            a = load_adapter(name, adapter_dir=adapter_dir)
+        except UserError as e:  # one broken file must not break routing for every checkpoint
+            broken.append(e.problems[0])
+            continue
         if a.matches(raw):
             return a
         known.append(f"{name} ({', '.join(a.architectures)})")
     raise UserError(
         f"{where}: no adapter serves architectures {raw.get('architectures')} "
-        f"(model_type {raw.get('model_type')!r}); known adapters: {'; '.join(known)}"
+        f"(model_type {raw.get('model_type')!r}); known adapters: {'; '.join(known)}",
+        *(f"unreadable adapter skipped while routing: {b}" for b in broken),
     )

@@ -7,10 +7,9 @@ matches keeps its name. ``inverse`` maps a target name back to a source name (us
 
 from __future__ import annotations
 
-import re
-
 from ...registry import Registry
 from ...transforms.names import NameTemplate
+from ...transforms.regex import compile_regex
 from ..spec.schema import RenameRule
 
 
@@ -77,8 +76,8 @@ class RegexRename(RenameKind):
 
     def __init__(self, rule, index):
         super().__init__(rule, index)
-        self.rx = re.compile(rule.match)
-        self.inv_rx = re.compile(rule.inverse_match) if rule.inverse_match else None
+        self.rx = compile_regex(rule.match)
+        self.inv_rx = compile_regex(rule.inverse_match) if rule.inverse_match else None
 
     def apply(self, name):
         m = self.rx.search(name)

@@ -68,8 +68,9 @@ from ...transforms.norm_fold import fold_gemma, unfold_gemma
 from ..compile.engine import load_adapter
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..spec.loading import adapter_files
+from .checkpoint import read_headers
 from .execute import execute
 from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
@@ -249,7 +250,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
         publish(tmp, out, overwrite, [source])
     except BaseException:
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_temp(tmp)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -257,9 +258,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
 
 
 def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path) -> None:
-    index = converted / "model.safetensors.index.json"
-    where = ({n: converted / f for n, f in json.loads(index.read_text())["weight_map"].items()}
-             if index.is_file() else {n: converted / "model.safetensors" for n in layout})
+    where = {n: st.file for n, st in read_headers(converted).items()}  # the hardened reader's checks
     saver = ShardedSaver(tmp, target.spec.weights.max_shard_bytes)
 
     with ExitStack() as stack:

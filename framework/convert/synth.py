@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from safetensors.torch import save_file
 
 from ...transforms.base import Binding, Context, Transform
 
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..errors import UserError
 from ..compile.dotted import set_dotted
 from .writer import ShardedSaver
@@ -114,7 +113,7 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
         _write_target(adapter, cfg, tmp / "target", gen)
         publish(tmp, out, overwrite)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     return SynthResult(out, cfg, kept if keep_targets else None)
 
