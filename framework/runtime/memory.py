@@ -29,12 +29,13 @@ def check_lowering(name: str, device: str) -> None:
     (naming the lowerings that can)."""
     LOWERINGS.lookup("dense")  # imports the built-ins
     cls = device_class(device)
+    where = device if device == cls else f"{device} ({cls})"
     here = sorted(n for n, info in LOWERINGS.items() if cls in info.devices and info.available())
     if name not in LOWERINGS:
-        raise UserError(f"lowering={name}: unknown lowering; available on {device} ({cls}): {', '.join(here)}; "
+        raise UserError(f"lowering={name}: unknown lowering; available on {where}: {', '.join(here)}; "
                         f"all: {', '.join(sorted(LOWERINGS))}")
     if name not in here:
-        raise UserError(f"lowering={name}: not available on {device} ({cls}); available here: {', '.join(here)}")
+        raise UserError(f"lowering={name}: not available on {where}; available here: {', '.join(here)}")
 
 
 def estimate_bytes(r: ResolvedDrafter, weight_bytes: int, context: int, batch: int) -> dict[str, int]:
