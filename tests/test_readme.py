@@ -45,7 +45,7 @@ def test_readme_commands_run_in_order(tmp_path, monkeypatch, capsys):
             assert rc == 0, f"`draftsmith {' '.join(argv)}` exited {rc}:\n{(cap.out + cap.err)[-3000:]}"
             if argv[0] == "draft":  # names the checkpoint it drafted on, and explains the output
                 assert cap.out.startswith(f"draft step  {dict(a.split('=', 1) for a in argv[1:])['checkpoint']}\n")
-                assert all(w in cap.out for w in ("block", "K (max_draft_len)", "anchor", "confidence"))
+                assert all(w in cap.out for w in ("block", "max_draft_len", "anchor", "confidence"))
     finally:
         torch.set_num_threads(threads)
     assert (tmp_path / "first-run" / "config.json").is_file()

@@ -248,9 +248,10 @@ def _draft(opts, spec, path, scratch: list[Path]):
         checkpoint = work / "converted"
         execute(adapter.plan(work / "synthetic"), checkpoint, progress=opts["progress"])
         target = Path(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
-        print(f"no checkpoint= given: drafting on the embedded default (a tiny synthetic {adapter.name}, "
-              "converted in a temporary folder removed afterwards)", file=sys.stderr)
+        note = (f"no checkpoint= given: drafted on the embedded default (a tiny synthetic {adapter.name}, "
+                "converted in a temporary folder removed afterwards)")
     else:
+        note = ""
         found = locate(opts["checkpoint"], _subfolders(spec, opts), key="checkpoint", allow_converted=True)
         checkpoint = found.path
         if converted_by(checkpoint) is None:  # a source checkpoint: convert it first
@@ -279,6 +280,8 @@ def _draft(opts, spec, path, scratch: list[Path]):
     else:
         print(format_report(report))
         print(EXPLAIN)
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 
@@ -325,7 +328,7 @@ def _help(argv: list[str]) -> int | None:
         print(f"draftsmith {__version__}")
         return 0
     if first in ("-h", "--help", "help"):
-        if len(argv) > 1 and first == "help":
+        if len(argv) > 1 and first == "help" and argv[1] not in ("-h", "--help"):
             if argv[1] not in KEY_TABLE:
                 return _unknown_command(argv[1])
             print(command_help(argv[1]))
