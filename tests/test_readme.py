@@ -33,6 +33,7 @@ def readme_commands() -> list[list[str]]:
 def test_readme_commands_run_in_order(tmp_path, monkeypatch, capsys):
     before = _repo_state()
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").symlink_to(README.parent / "tests")  # README commands run in a checkout
     threads = torch.get_num_threads()
     cmds = readme_commands()
     verbs = [c[0] for c in cmds]

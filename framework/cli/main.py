@@ -27,6 +27,7 @@ from ..convert.plan import Problem, format_report as format_plan_rows
 from ..convert.synth import synthesize
 from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
+from ..eval import command as eval_command
 from ..runtime.draft import format_report, report_json, run_draft
 from ..runtime.memory import check_draft_memory, check_lowering
 from ..spec.loading import adapter_files, load_spec
@@ -297,6 +298,10 @@ def cmd_emit(opts, spec, path):
     return 0
 
 
+def cmd_eval(opts, spec, path):
+    return eval_command.cli(opts, lambda source: _adapter(spec, path, opts, source))
+
+
 def cmd_docs(opts, spec, path):
     return docs.cli(opts)
 
@@ -307,7 +312,8 @@ def cmd_init(opts, spec, path):
 
 COMMANDS = {
     "synth": cmd_synth, "inspect": cmd_inspect, "convert": cmd_convert, "draft": cmd_draft,
-    "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema, "adapters": cmd_adapters,
+    "eval": cmd_eval, "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema,
+    "adapters": cmd_adapters,
 }
 
 
