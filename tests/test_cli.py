@@ -41,7 +41,9 @@ def test_broken_value_is_one_line(command, key, capsys, tmp_path, monkeypatch, s
     """The command's required keys valid, ``key`` broken: the error names ``key=value``."""
     monkeypatch.chdir(tmp_path)
     value = BROKEN[key.type]
-    valid = {"adapter": "minimax_dspark", "out": str(tmp_path / "o"), "source": str(src)}
+    pair = Path(K.__file__).parents[2] / "tests" / "fixtures" / "tiny_pair"
+    valid = {"adapter": "minimax_dspark", "out": str(tmp_path / "o"), "source": str(src),
+             "target": str(pair / "target"), "checkpoint": str(pair / "dspark"), "prompts": str(pair / "prompts.jsonl")}
     argv = [f"{k.name}={valid[k.name]}" for k in K.COMMANDS[command].keys if k.required and k.name != key.name]
     assert main([command, *argv, f"{key.name}={value}"]) == 2
     assert not (tmp_path / "o").exists()
