@@ -205,7 +205,8 @@ def test_spec_typo_one_line_error(tmp_path, capsys):
 def test_embedded_default_main_job(tmp_path, capsys):
     assert main(["convert", "adapter=minimax_dspark", f"out={tmp_path / 'T'}"]) == 0
     assert (tmp_path / "T" / "config.json").is_file()
-    assert "no source given" in capsys.readouterr().out
+    assert "no source= given" in capsys.readouterr().out
+    assert (tmp_path / "T.source" / "target").is_dir()  # the embedded source, kept for draft target=
 
 
 def test_schema_export(tmp_path):

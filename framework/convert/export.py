@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from tqdm import tqdm
 from safetensors import safe_open
 
 from ...lowering.base import MaskSpec
@@ -223,8 +224,10 @@ def restyle_norm(w: torch.Tensor, src: str, dst: str) -> torch.Tensor:
     return unfold_gemma(w, w.dtype)
 
 
-def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None) -> Path:
-    """Convert ``source`` (``adapter``'s format) and write it in adapter ``to``'s source format."""
+def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None,
+           progress: bool = False) -> Path:
+    """Convert ``source`` (``adapter``'s format) and write it in adapter ``to``'s source format
+    (``progress``: a bar on stderr, shown only on a terminal)."""
     source, out = Path(source), Path(out)
     plan = adapter.plan(source)
     if not plan.complete:
@@ -245,7 +248,9 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     try:
         tmp = atomic_dir(out, overwrite, "export", [source])
         converted = execute(plan, work / "converted", progress=False)
-        _write(target, converted, layout, apps, _groups(layout, apps), src_styles, dst_styles, ctx, tmp)
+        groups = tqdm(_groups(layout, apps), desc=f"export {target.name}", unit="group",
+                      disable=None if progress else True, leave=False)
+        _write(target, converted, layout, apps, groups, src_styles, dst_styles, ctx, tmp)
         (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
         publish(tmp, out, overwrite, [source])
     except BaseException:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 from safetensors.torch import save_file
 
 from ...transforms.base import Binding, Context, Transform
@@ -98,7 +99,8 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
     kept: dict[str, torch.Tensor] = {}
     try:
         saver = ShardedSaver(tmp, SYNTH_SHARD_BYTES)
-        for group in _groups(layout, apps):
+        groups = _groups(layout, apps)
+        for group in tqdm(groups, desc="synth", unit="group", disable=None if progress else True, leave=False):
             tensors: dict[str, torch.Tensor] = {}
             for name in group:
                 if name in tensors:

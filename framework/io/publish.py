@@ -217,16 +217,19 @@ def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
     if not os.path.lexists(out):
         try:
             if _renameat2(tmp, out, _RENAME_NOREPLACE):
+                follow_umask(out)
                 return
         except FileExistsError:
             pass  # appeared meanwhile: handled below
         else:
             os.rename(tmp, out)
+            follow_umask(out)
             return
     if not overwrite:
         raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
     check_replaceable(out, protect)  # again: it may have appeared or changed since atomic_dir
     if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
+        follow_umask(out)
         step_point()
         remove_temp(tmp)
         return
@@ -234,5 +237,39 @@ def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
     os.rename(out, old)
     step_point()
     os.rename(tmp, out)
+    follow_umask(out)
     step_point()
     _remove(old)
+
+
+def current_umask() -> int:
+    """The process umask: from /proc/self/status on Linux (no change to process state), else
+    read by setting it and putting it back."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(out: Path) -> None:
+    """Give a published folder the modes a plain ``mkdir``/``open`` would have had
+    (``0o777``/``0o666`` less the umask: 0755/0644 by default), so that another user (a
+    serving container) can read it; temp dirs stay private (0700) until published."""
+    mask = current_umask()
+    dmode, fmode = 0o777 & ~mask, 0o666 & ~mask
+    os.chmod(out, dmode)
+    for root, dirs, files in os.walk(out):
+        for d in dirs:
+            p = os.path.join(root, d)
+            if not os.path.islink(p):
+                os.chmod(p, dmode)
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                os.chmod(p, fmode)

@@ -37,6 +37,20 @@ class MatchSpec(Strict):
     model_type: Optional[str] = Field(
         None, description="If set, the raw config's `model_type` must equal it as well."
     )
+    subfolders: list[str] = Field(
+        default_factory=list,
+        description="Subfolders of a model root where this drafter is shipped (e.g. `dspark` for "
+        "`<MiniMax checkpoint>/dspark`): `source=` may name the root and draftsmith goes in. "
+        "Plain folder names (no `/`).",
+    )
+
+    @field_validator("subfolders")
+    @classmethod
+    def _plain_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name in (".", ".."):
+                raise ValueError(f"subfolder {name!r}: a plain folder name (letters, digits, _ . -)")
+        return v
 
 
 class FieldRule(Strict):
