@@ -143,6 +143,17 @@ class MatchSpec(Strict):
     model_type: Optional[str] = Field(
         None, description="If set, the raw config's `model_type` must equal it as well."
     )
+    speculators_model_type: Optional[str] = Field(
+        None,
+        description="speculators' own format marker (`dflash`, `dspark`, ...). A config carrying "
+        "`speculators_model_type` routes by it alone: to the adapters whose marker equals it, never "
+        "to adapters without one. Unset: the adapter serves only configs without the marker.",
+    )
+    preferred: bool = Field(
+        False,
+        description="When several adapters match one config, the one marked preferred serves it "
+        "(at most one may be); without a preferred one, several matches are an error listing them.",
+    )
 
 
 class FieldRule(Strict):
