@@ -134,9 +134,9 @@ def test_routing_by_architecture():
 def _speculators_saved(marker: str, arch: str) -> dict:
     """The top of a config as speculators 0.9.0 saves it: ``SpeculatorModelConfig.to_dict`` puts
     ``speculators_model_type``; ``PreTrainedModel.save_pretrained`` sets ``architectures`` to the
-    model class (``DFlashDraftModel`` / ``DSparkDraftModel``), ``model_type`` is
-    ``speculator_model`` (speculators/config.py, SpeculatorModelConfig.model_type)."""
-    return {"architectures": [arch], "model_type": "speculator_model", "speculators_model_type": marker}
+    model class (``DFlashDraftModel`` / ``DSparkDraftModel``); ``to_dict`` strips ``model_type``
+    (speculators 0.9.0 speculators/config.py, SpeculatorModelConfig.to_dict)."""
+    return {"architectures": [arch], "speculators_model_type": marker}
 
 
 @pytest.mark.parametrize("marker,arch,name", [("dflash", "DFlashDraftModel", "speculators_dflash"),

@@ -32,6 +32,7 @@ CLI_KEYS: dict[str, Any] = {
     "checkpoint": None, "target": None, "device": "cpu", "context": 64, "batch": 1,
     "format": "table", "dump": None, "check": False, "overwrite": False, "to": "dflash",
     "lowering": None, "page_size": 16, "threads": None, "verbose": False,
+    "verifier": None, "dtype": None, "layout": None,
 }
 
 

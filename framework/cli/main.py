@@ -35,7 +35,9 @@ USAGE = """usage: draftsmith <command> key=value ...
 commands:
   synth    adapter=NAME scale=tiny|full out=DIR seed=N     write a synthetic source checkpoint
   inspect  [adapter=NAME] source=DIR                        plan + loading report (exit 1 if incomplete)
-  convert  [adapter=NAME] [source=DIR] [out=DIR]            convert (no source: the embedded default)
+  convert  [adapter=NAME] [source=DIR] [out=DIR] [to=FORMAT verifier=MODEL]
+                                                            convert (no source: the embedded default);
+                                                            to=: export in another format
   draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
   emit     adapter=NAME target=trtllm out=DIR               generate the TensorRT-LLM plugin module
   docs     [check=true] [out=DIR] [adapter_dir=DIR]         regenerate (or check) docs from the adapters
@@ -127,7 +129,8 @@ def cmd_convert(opts, spec, path):
         adapter = _adapter(spec, path, opts, source)
         out = Path(_need(opts, "out", "convert"))
     if opts.get("to", "dflash") not in ("dflash",):
-        export(adapter, source, out, opts["to"], overwrite=opts["overwrite"])
+        export(adapter, source, out, opts["to"], overwrite=opts["overwrite"], adapter_dir=opts.get("adapter_dir"),
+               verifier=opts.get("verifier"))
         print(f"wrote {opts['to']} checkpoint to {out}")
         return 0
     plan = adapter.plan(source)

@@ -334,6 +334,26 @@ class ExportSpec(Strict):
         description="With an alias shared by several adapters: this one is picked when the drafter has "
         "(true) or lacks (false) a Markov or confidence head; unset: always.",
     )
+    derived: dict[str, Literal["draft_vocab_size", "max_draft_len", "num_target_layers", "verifier",
+                               "verifier_architectures"]] = Field(
+        default_factory=dict,
+        description="Keys of this format's `config.json` (dotted; an integer part indexes a list of the "
+        "template) that an export derives from the drafter, never from the template: `draft_vocab_size` "
+        "(the drafter's vocabulary), `max_draft_len` (tokens drafted per step), `num_target_layers` (the "
+        "source's, else one past the deepest target layer id), `verifier` (the user's `verifier=`, else "
+        "the source's; refused when neither), `verifier_architectures` (the source's, else []).",
+    )
+    markers: list[str] = Field(
+        default_factory=list,
+        description="Top-level keys that identify this format (`speculators_model_type`, `auto_map`, ...): "
+        "an export from this format never carries them into another format.",
+    )
+    unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads"]] = Field(
+        default_factory=list,
+        description="Drafter features this format's own runtime cannot run; an export of a drafter using "
+        "one is refused: `swiglu_oai` (the clamped OpenAI SwiGLU), `partial_rotary` (rotary_dim < "
+        "head_dim), `causal_windows` (a causal sliding-window layer), `heads` (Markov or confidence head).",
+    )
 
 
 class SynthSpec(Strict):
