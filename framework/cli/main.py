@@ -39,6 +39,7 @@ commands:
                                                             convert (no source: the embedded default);
                                                             to=: export in another format
   draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
+           [dtype=float32|bfloat16|float16]                 (default: the checkpoint's dtype)
   emit     adapter=NAME target=trtllm out=DIR               generate the TensorRT-LLM plugin module
   docs     [check=true] [out=DIR] [adapter_dir=DIR]         regenerate (or check) docs from the adapters
   init     source=DIR out=FILE                              infer a starter adapter spec
@@ -187,10 +188,12 @@ def _draft(opts, spec, path, scratch: list[Path]):
     if str(opts["device"]).startswith("cuda"):
         if not torch.cuda.is_available():
             raise UserError(f"device={opts['device']}: CUDA is not available here")
+    if opts.get("dtype") not in (None, "", "float32", "bfloat16", "float16"):
+        raise UserError(f"dtype={opts['dtype']}: expected float32, bfloat16 or float16")
     try:
         report = run_draft(checkpoint, target, device=opts["device"], context=int(opts["context"]),
                            seed=int(opts["seed"]), batch=int(opts["batch"]), lowering=opts.get("lowering"),
-                           dump=opts.get("dump"), page_size=int(opts["page_size"]))
+                           dump=opts.get("dump"), page_size=int(opts["page_size"]), dtype=opts.get("dtype") or None)
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise UserError(f"draftsmith draft: {e}") from None
     print(report_json(report) if opts["format"] == "json" else format_report(report))
