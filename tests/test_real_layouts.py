@@ -211,3 +211,17 @@ def test_unmatched_rename_rule_refused(tmp_path, capsys):
     assert "weights.rename[0] | UNMATCHED" in capsys.readouterr().out
     spec.write_text(text.replace('to: ""}', 'to: "", optional: true}', 1))
     assert main(["inspect", f"adapter={spec}", f"source={tmp_path / 'S'}"]) == 0
+
+
+def test_inspect_lists_defaults(tmp_path, capsys):
+    """Every value that came from a spec or family default, not the checkpoint, is listed."""
+    from draftsmith.framework.cli.main import main
+    assert main(["synth", "adapter=zlab_dflash", f"out={tmp_path / 's'}"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", f"source={tmp_path / 's'}"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("defaults (not in config.json): ", 1)[1].split("values (source):", 1)[0]
+    assert "heads.markov_rank = 0  (family gqa_dflash default)" in block
+    assert "sample_from_anchor = False  (spec default (config.fields.dspark_config.sample_from_anchor.default))" in block
+    assert "rope.type = default  (family gqa_dflash default)" in block
+    assert "rope_theta" not in block and "rope.theta" not in block  # from config.json

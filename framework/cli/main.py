@@ -90,6 +90,9 @@ def describe_plan(plan) -> str:
         mask = "full" if l.mask.window is None else f"window {l.mask.window}"
         low = ", ".join(f"{k}={v}" for k, v in l.lowering.items())
         lines.append(f"  {i}: {'causal' if l.mask.causal else 'non-causal'} {mask}  [{low}]")
+    defaulted = {k: v for k, v in r.sources.items() if "default" in v and not v.startswith("config.json")}
+    lines.append(f"defaults (not in config.json): {len(defaulted)}")
+    lines += ["  " + line for line in dump_sources(r).splitlines() if line.split(" =", 1)[0] in defaulted]
     lines.append("values (source):")
     lines += ["  " + line for line in dump_sources(r).splitlines() if not line.startswith(("layers =", "norms ="))]
     lines.append("tensors (target <- source, transforms):")
