@@ -33,7 +33,8 @@ from .compose import compose
 USAGE = """usage: draftsmith <command> key=value ...
 
 commands:
-  synth    adapter=NAME scale=tiny|full out=DIR seed=N     write a synthetic source checkpoint
+  synth    adapter=NAME scale=tiny|full out=DIR seed=N [layout=transformers4|transformers5|speculators]
+                                                            write a synthetic source checkpoint
   inspect  [adapter=NAME] source=DIR                        plan + loading report (exit 1 if incomplete)
   convert  [adapter=NAME] [source=DIR] [out=DIR] [to=FORMAT verifier=MODEL]
                                                             convert (no source: the embedded default);
@@ -67,7 +68,8 @@ def _adapter(spec, path, opts, source: Path | None = None):
 def cmd_synth(opts, spec, path):
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "synth"))
-    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=True)
+    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=True,
+               layout=opts.get("layout") or "spec")
     print(f"wrote synthetic {adapter.name} checkpoint ({opts['scale']}) to {out} (borrowed target tensors in {out / 'target'})")
     return 0
 

@@ -367,6 +367,14 @@ class SynthSpec(Strict):
     target_hidden_size: Optional[str] = Field(
         None, description="Config key of the target model's hidden size (default: `hidden_size`)."
     )
+    layouts: dict[Literal["transformers4", "transformers5", "speculators"], dict[str, Any]] = Field(
+        default_factory=dict,
+        description="`synth layout=NAME`: the config layout of a real writer. Every adapter has "
+        "`transformers4` (top-level `rope_theta`, `rope_scaling: null`, `torch_dtype`) and `transformers5` "
+        "(`rope_parameters: {rope_theta, rope_type}`, `dtype`); a layout listed here also applies these "
+        "dotted-key overrides afterwards (`speculators`: what speculators 0.9 `save_pretrained` writes, "
+        "transformers-5 keys plus its model class as `architectures`; only adapters listing it have it).",
+    )
 
 
 class AdapterSpec(Strict):
