@@ -8,7 +8,7 @@ set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-export PYTHONPATH="$ROOT:$ROOT/tests"
+export PYTHONPATH="$ROOT:$ROOT/tests${PYTHONPATH:+:$PYTHONPATH}"
 cd "$ROOT"
 if [ -n "${SMI:-}" ]; then  # sample SM clock, power and temperature every 100 ms into $OUT/smi.csv
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 try:  # Triton is optional: callers report themselves unavailable without it
     import triton
 except ImportError:  # pragma: no cover - depends on the environment

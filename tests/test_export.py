@@ -14,7 +14,6 @@ from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.export import _norm_kind, export, resolve_target, source_config_from_flat
-from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as read
 
 
@@ -24,13 +23,11 @@ def same_bits(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-def roundtrip(tmp_path, src_name, to, seed=5, adapter_dir=None, verifier="example-org/verifier-8b"):
-    """synth src -> convert (reference) and export to ``to`` -> route + convert back."""
-    src = load_adapter(src_name)
-    s = tmp_path / "src"
-    synthesize(src, "tiny", s, seed=seed)
-    ref_cfg, ref = read(execute(src.plan(s), tmp_path / "ref", progress=False))
-    x = export(src, s, tmp_path / "exported", to, adapter_dir=adapter_dir, verifier=verifier)
+def roundtrip(tmp_path, ck, to, adapter_dir=None, verifier="example-org/verifier-8b"):
+    """The session's synthetic ``ck`` (conftest.py) and its conversion (reference); export
+    to ``to`` -> route + convert back."""
+    ref_cfg, ref = read(ck.converted)
+    x = export(ck.adapter, ck.source, tmp_path / "exported", to, adapter_dir=adapter_dir, verifier=verifier)
     raw = json.loads((x / "config.json").read_text())
     back_adapter = route(raw, adapter_dir)
     back_cfg, back = read(execute(back_adapter.plan(x), tmp_path / "back", progress=False))
@@ -59,7 +56,7 @@ def test_minimax_to_speculators_refused(tmp_path):
     assert len(e.value.args) == 1 and not (tmp_path / "x").exists()
 
 
-def test_minimax_to_speculators_and_back(tmp_path):
+def test_minimax_to_speculators_and_back(tmp_path, checkpoints):
     """The tensor/norm machinery, with a speculators_dspark spec whose runtime could run the MLP
     (``export.unsupported`` emptied in an adapter_dir copy)."""
     from draftsmith.framework.spec.loading import adapter_files
@@ -67,7 +64,7 @@ def test_minimax_to_speculators_and_back(tmp_path):
     d.mkdir()
     text = adapter_files()["speculators_dspark"].read_text()
     (d / "speculators_dspark.yaml").write_text(text.replace("  unsupported: [swiglu_oai, partial_rotary]", "  unsupported: []"))
-    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, "minimax_dspark", "speculators", adapter_dir=d)
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints("minimax_dspark"), "speculators", adapter_dir=d)
     assert back_adapter.name == "speculators_dspark"  # Markov head -> the DSpark format
     assert raw["speculators_model_type"] == "dspark" and raw["architectures"] == ["DSparkSpeculator"]
     # outputs 1, 3, 5 are the inputs of layers 2, 4, 6 in speculators' convention
@@ -95,8 +92,8 @@ def test_minimax_to_speculators_and_back(tmp_path):
     ("trtllm_dflash", "zlab_dflash", "zlab_dflash"),
     ("speculators_dspark", "minimax_dspark_v0", None),
 ])
-def test_exact_roundtrips(tmp_path, src_name, to, want):
-    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, src_name, to)
+def test_exact_roundtrips(tmp_path, src_name, to, want, checkpoints):
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints(src_name), to)
     if want is not None:
         assert back_adapter.name == want
     assert_same_semantics(ref_cfg, back_cfg)
@@ -114,10 +111,9 @@ def test_exact_roundtrips(tmp_path, src_name, to, want):
     assert not bad
 
 
-def test_trtllm_export_fuses_qkv(tmp_path):
-    src = load_adapter("zlab_dflash")
-    synthesize(src, "tiny", tmp_path / "s", seed=2)
-    x = export(src, tmp_path / "s", tmp_path / "x", "trtllm_dflash")
+def test_trtllm_export_fuses_qkv(tmp_path, checkpoints):
+    ck = checkpoints("zlab_dflash")
+    x = export(ck.adapter, ck.source, tmp_path / "x", "trtllm_dflash")
     _, w = read(x)
     cfg = json.loads((x / "config.json").read_text())
     assert "layers.0.self_attn.qkv_proj.weight" in w and "layers.0.self_attn.q_proj.weight" not in w
@@ -126,9 +122,8 @@ def test_trtllm_export_fuses_qkv(tmp_path):
     assert cfg["block_size"] == 16 and cfg["dflash_config"]["target_layer_ids"] == [1, 3, 5]
 
 
-def test_to_alias_and_unknown(tmp_path):
-    zl = load_adapter("zlab_dflash")
-    res = synthesize(zl, "tiny", tmp_path / "s", seed=1)
+def test_to_alias_and_unknown(checkpoints):
+    res = checkpoints("zlab_dflash").synth
     assert resolve_target("speculators", res.config).name == "speculators_dflash"
     with pytest.raises(UserError, match="not an adapter name"):
         resolve_target("nope", res.config)
@@ -163,11 +158,11 @@ def test_unsupported_features_detected(tmp_path):
         refuse_unsupported(zl, r.model_copy(update={"layers": (layer, *r.layers[1:])}))
 
 
-def test_derived_fields_and_markers(tmp_path):
+def test_derived_fields_and_markers(tmp_path, checkpoints):
     """zlab -> speculators: the vocabulary, speculative_tokens = max_draft_len and the user's
     verifier are derived, never the template's; z-lab's auto_map is not carried; back to z-lab:
     num_target_layers from the source, speculators' marker not carried."""
-    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, "zlab_dflash", "speculators",
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints("zlab_dflash"), "speculators",
                                                                verifier="my-org/my-verifier")
     r = R.from_config(ref_cfg)
     assert raw["draft_vocab_size"] == r.dims.vocab == 256

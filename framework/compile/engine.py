@@ -186,10 +186,14 @@ def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
 def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> Adapter:
     """The adapter serving a raw ``config.json`` (:meth:`Adapter.matches`). Several matches:
     the one whose spec says ``match.preferred``, else an error listing them; none: an error
-    listing every adapter and what it matches."""
-    known, hits = [], []
+    listing every adapter and what it matches (and any unreadable adapter file skipped)."""
+    known, hits, broken = [], [], []
     for name in sorted(adapter_files(adapter_dir)):
-        a = load_adapter(name, adapter_dir=adapter_dir)
+        try:
+            a = load_adapter(name, adapter_dir=adapter_dir)
+        except UserError as e:  # one broken file must not break routing for every checkpoint
+            broken.append(e.problems[0])
+            continue
         if a.matches(raw):
             hits.append(a)
         m = a.spec.match
@@ -208,5 +212,6 @@ def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> 
         f"{where}: no adapter serves architectures {raw.get('architectures')} "
         f"(model_type {raw.get('model_type')!r}"
         + (f", speculators_model_type {raw['speculators_model_type']!r}" if raw.get("speculators_model_type") else "")
-        + f"); known adapters: {'; '.join(known)}"
+        + f"); known adapters: {'; '.join(known)}",
+        *(f"unreadable adapter skipped while routing: {b}" for b in broken),
     )

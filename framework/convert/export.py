@@ -62,17 +62,19 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from tqdm import tqdm
 from safetensors import safe_open
 
 from ...lowering.base import MaskSpec
 from ...transforms.base import Context
 from ...transforms.names import NameTemplate
+from ...transforms.norm_fold import fold_gemma, unfold_gemma
 from ..compile.engine import load_adapter
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..spec.loading import adapter_files
-from .checkpoint import read_config
+from .checkpoint import read_config, read_headers
 from .execute import execute
 from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
@@ -314,14 +316,15 @@ def restyle_norm(w: torch.Tensor, src: str, dst: str) -> torch.Tensor:
     if src == dst:
         return w
     if src == "gemma":  # rms * (1 + w) == rms * w'
-        return (1.0 + w.to(torch.float32)).to(w.dtype)
-    return (w.to(torch.float32) - 1.0).to(w.dtype)
+        return fold_gemma(w, w.dtype)
+    return unfold_gemma(w, w.dtype)
 
 
 def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None,
-           verifier: str | None = None) -> Path:
+           progress: bool = False, verifier: str | None = None) -> Path:
     """Convert ``source`` (``adapter``'s format) and write it in adapter ``to``'s source format
-    (``verifier``: the verifier's model id or path, for formats that record it)."""
+    (``progress``: a bar on stderr, shown only on a terminal; ``verifier``: the verifier's model
+    id or path, for formats that record it)."""
     source, out = Path(source), Path(out)
     plan = adapter.plan(source)
     if not plan.complete:
@@ -343,12 +346,14 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     try:
         tmp = atomic_dir(out, overwrite, "export", [source])
         converted = execute(plan, work / "converted", progress=False)
-        _write(target, converted, layout, apps, _groups(layout, apps), src_styles, dst_styles, ctx, tmp)
+        groups = tqdm(_groups(layout, apps), desc=f"export {target.name}", unit="group",
+                      disable=None if progress else True, leave=False)
+        _write(target, converted, layout, apps, groups, src_styles, dst_styles, ctx, tmp)
         (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
         publish(tmp, out, overwrite, [source])
     except BaseException:
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_temp(tmp)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -356,9 +361,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
 
 
 def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path) -> None:
-    index = converted / "model.safetensors.index.json"
-    where = ({n: converted / f for n, f in json.loads(index.read_text())["weight_map"].items()}
-             if index.is_file() else {n: converted / "model.safetensors" for n in layout})
+    where = {n: st.file for n, st in read_headers(converted).items()}  # the hardened reader's checks
     saver = ShardedSaver(tmp, target.spec.weights.max_shard_bytes)
 
     with ExitStack() as stack:

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 from safetensors.torch import save_file
 
 from ...transforms.base import Binding, Context, Transform
 
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..errors import UserError
 from ..compile.dotted import pop_dotted, set_dotted
 from .writer import ShardedSaver
@@ -150,7 +150,8 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
     kept: dict[str, torch.Tensor] = {}
     try:
         saver = ShardedSaver(tmp, SYNTH_SHARD_BYTES)
-        for group in _groups(layout, apps):
+        groups = _groups(layout, apps)
+        for group in tqdm(groups, desc="synth", unit="group", disable=None if progress else True, leave=False):
             tensors: dict[str, torch.Tensor] = {}
             for name in group:
                 if name in tensors:
@@ -165,7 +166,7 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
         _write_target(adapter, cfg, tmp / "target", gen)
         publish(tmp, out, overwrite)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     return SynthResult(out, cfg, kept if keep_targets else None)
 

@@ -1,0 +1,74 @@
+"""``draftsmith eval target=... checkpoint=... prompts=...``: the command around :func:`run_eval`.
+
+A ``checkpoint`` whose ``config.json`` has no ``draftsmith`` section is a source checkpoint:
+it is converted first (``adapter=NAME`` and ``adapter.*`` overrides apply, e.g.
+``adapter.attention.windowed_causal=true``) into a temporary folder removed afterwards.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from ..convert.checkpoint import read_config
+from ..convert.execute import execute
+from ..errors import UserError
+from .loop import run_eval
+from .report import format_report, plot_acceptance, report_json, require_matplotlib
+
+
+def _device(name: str) -> str:
+    name = str(name)
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise UserError(f"device={name}: expected cpu or cuda")
+    if name.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"device={name}: CUDA is not available here")
+    return name
+
+
+def _positive_int(opts: dict, key: str) -> int:
+    v = opts.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise UserError(f"{key}={v}: expected a positive integer")
+    return v
+
+
+def cli(opts: dict, adapter_for: Callable[[Path], object]) -> int:
+    """Run ``eval`` from composed options; ``adapter_for(source_dir)`` compiles the adapter that
+    converts a source checkpoint (the CLI's own routing: ``adapter=`` or the config's match)."""
+    for key in ("target", "checkpoint", "prompts"):
+        if opts.get(key) in (None, ""):
+            raise UserError(f"draftsmith eval: missing {key}=...")
+    if opts.get("format", "table") not in ("table", "json"):
+        raise UserError(f"format={opts['format']}: expected table or json")
+    device = _device(opts["device"])
+    max_new = _positive_int(opts, "max_new_tokens")
+    checkpoint = Path(opts["checkpoint"])
+    if opts.get("plot"):
+        require_matplotlib(opts["plot"])  # fail before the run, not after it
+    scratch = None
+    try:
+
+        if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
+            adapter = adapter_for(checkpoint)
+            scratch = Path(tempfile.mkdtemp(prefix="draftsmith-eval-"))
+            execute(adapter.plan(checkpoint), scratch / "converted", progress=False)
+            checkpoint = scratch / "converted"
+        report = run_eval(opts["target"], checkpoint, opts["prompts"], max_new_tokens=max_new, device=device,
+                          dtype=opts.get("dtype"), lowering=opts.get("lowering"), check=bool(opts.get("check")))
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    report.checkpoint = str(opts["checkpoint"])  # the user's folder, also when converted on the way
+    if opts.get("plot"):
+        plot_acceptance(report, opts["plot"])
+    print(report_json(report) if opts.get("format") == "json" else format_report(report))
+    if opts.get("check") and report.matches is False:
+        print("error: speculative output differs from the target's greedy output", flush=True)
+        return 1
+    return 0
