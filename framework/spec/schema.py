@@ -7,6 +7,7 @@ data. ``draftsmith schema out=FILE`` exports :func:`json_schema`.
 
 from __future__ import annotations
 
+import re
 
 from typing import Any, Literal, Optional
 
