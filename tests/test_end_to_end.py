@@ -37,3 +37,19 @@ def test_adapter_end_to_end(name, context, tmp_path, checkpoints):
     if conf is not None:
         torch.testing.assert_close(d["outputs.confidence"].double(), conf, rtol=1e-4, atol=1e-6)
     assert rep.tokens.shape == (2, R.from_config(cfg).max_draft_len)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cli_draft_dtype_recorded(tmp_path, dtype, capsys):
+    """``draft dtype=``: the step runs in it (the fed context is in it) and the dump records it."""
+    import json
+    from safetensors import safe_open
+    from draftsmith.framework.cli.main import main
+    args = ["draft", "adapter=zlab_dflash", "context=9", "seed=4", "format=json"]
+    assert main(args + [f"dump={tmp_path / 'a.safetensors'}", f"dtype={dtype}"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == dtype
+    with safe_open(str(tmp_path / "a.safetensors"), "pt") as f:
+        assert f.metadata()["dtype"] == dtype
+        assert f.get_tensor("inputs.target_hidden").dtype == getattr(torch, dtype)
+    assert main(args + ["dtype=int8"]) == 2
+    assert "dtype=int8: expected float32, bfloat16 or float16" in capsys.readouterr().err

@@ -78,7 +78,8 @@ def _source(opts, spec, key: str = "source") -> Path:
 def cmd_synth(opts, spec, path):
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "synth"))
-    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=opts["progress"])
+    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=opts["progress"],
+               layout=opts.get("layout") or "spec")
     print(f"wrote synthetic {adapter.name} checkpoint ({opts['scale']}) to {out} (borrowed target tensors in {out / 'target'})")
     return 0
 
@@ -101,6 +102,9 @@ def describe_plan(plan) -> str:
         mask = "full" if l.mask.window is None else f"window {l.mask.window}"
         low = ", ".join(f"{k}={v}" for k, v in l.lowering.items())
         lines.append(f"  {i}: {'causal' if l.mask.causal else 'non-causal'} {mask}  [{low}]")
+    defaulted = {k: v for k, v in r.sources.items() if "default" in v and not v.startswith("config.json")}
+    lines.append(f"defaults (not in config.json): {len(defaulted)}")
+    lines += ["  " + line for line in dump_sources(r).splitlines() if line.split(" =", 1)[0] in defaulted]
     lines.append("values (source):")
     lines += ["  " + line for line in dump_sources(r).splitlines() if not line.startswith(("layers =", "norms ="))]
     lines.append("tensors (target <- source, transforms):")
@@ -173,7 +177,7 @@ def cmd_convert(opts, spec, path):
         out = Path(_need(opts, "out", "convert"))
     if opts["to"] != "dflash":
         export(adapter, source, out, opts["to"], overwrite=opts["overwrite"], adapter_dir=opts.get("adapter_dir"),
-               progress=opts["progress"])
+               progress=opts["progress"], verifier=opts.get("verifier"))
         if quiet:
             print(json.dumps({"source": str(source), "adapter": adapter.name, "to": opts["to"], "out": str(out),
                               "files": _written(out)}))
@@ -274,7 +278,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
     try:
         report = run_draft(checkpoint, target, device=device, context=opts["context"],
                            seed=opts["seed"], batch=opts["batch"], lowering=opts.get("lowering"),
-                           dump=opts.get("dump"), page_size=opts["page_size"])
+                           dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"))
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise UserError(f"draftsmith draft: {str(e).strip(chr(39))}") from None
     if opts["format"] == "json":

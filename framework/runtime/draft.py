@@ -85,7 +85,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
 
     ``dtype``: weights/activations (default: the checkpoint's ``torch_dtype``); ``lowering``:
     one lowering for every layer instead of the per-layer table; ``dump``: a safetensors
-    file receiving sequence 0's step: ``inputs.target_hidden [C, n*h_target]`` (as fed, in
+    file (metadata: checkpoint, seed, context, ``dtype`` the step ran in, ...) receiving sequence 0's step: ``inputs.target_hidden [C, n*h_target]`` (as fed, in
     the drafter dtype), ``inputs.anchor [1]``, ``target.embed_tokens``, ``target.lm_head``,
     ``outputs.logits [K, V]``, ``outputs.tokens [K]``, ``outputs.confidence [K]`` (with a
     confidence head). Without ``dump``, context rows no layer can see are never generated.
@@ -144,7 +144,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         }
         if report.confidence is not None:
             tensors["outputs.confidence"] = report.confidence[0].contiguous()
-        meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context),
+        meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context), "dtype": report.dtype,
                 "sample_from_anchor": str(cfg.sample_from_anchor), "lowerings": ",".join(model.layer_lowerings)}
         Path(dump).parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(dump), metadata=meta)

@@ -37,6 +37,17 @@ class MatchSpec(Strict):
     model_type: Optional[str] = Field(
         None, description="If set, the raw config's `model_type` must equal it as well."
     )
+    speculators_model_type: Optional[str] = Field(
+        None,
+        description="speculators' own format marker (`dflash`, `dspark`, ...). A config carrying "
+        "`speculators_model_type` routes by it alone: to the adapters whose marker equals it, never "
+        "to adapters without one. Unset: the adapter serves only configs without the marker.",
+    )
+    preferred: bool = Field(
+        False,
+        description="When several adapters match one config, the one marked preferred serves it "
+        "(at most one may be); without a preferred one, several matches are an error listing them.",
+    )
     subfolders: list[str] = Field(
         default_factory=list,
         description="Subfolders of a model root where this drafter is shipped (e.g. `dspark` for "
@@ -232,6 +243,26 @@ class ExportSpec(Strict):
         description="With an alias shared by several adapters: this one is picked when the drafter has "
         "(true) or lacks (false) a Markov or confidence head; unset: always.",
     )
+    derived: dict[str, Literal["draft_vocab_size", "max_draft_len", "num_target_layers", "verifier",
+                               "verifier_architectures"]] = Field(
+        default_factory=dict,
+        description="Keys of this format's `config.json` (dotted; an integer part indexes a list of the "
+        "template) that an export derives from the drafter, never from the template: `draft_vocab_size` "
+        "(the drafter's vocabulary), `max_draft_len` (tokens drafted per step), `num_target_layers` (the "
+        "source's, else one past the deepest target layer id), `verifier` (the user's `verifier=`, else "
+        "the source's; refused when neither), `verifier_architectures` (the source's, else []).",
+    )
+    markers: list[str] = Field(
+        default_factory=list,
+        description="Top-level keys that identify this format (`speculators_model_type`, `auto_map`, ...): "
+        "an export from this format never carries them into another format.",
+    )
+    unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads"]] = Field(
+        default_factory=list,
+        description="Drafter features this format's own runtime cannot run; an export of a drafter using "
+        "one is refused: `swiglu_oai` (the clamped OpenAI SwiGLU), `partial_rotary` (rotary_dim < "
+        "head_dim), `causal_windows` (a causal sliding-window layer), `heads` (Markov or confidence head).",
+    )
 
 
 class SynthSpec(Strict):
@@ -244,6 +275,14 @@ class SynthSpec(Strict):
     )
     target_hidden_size: Optional[str] = Field(
         None, description="Config key of the target model's hidden size (default: `hidden_size`)."
+    )
+    layouts: dict[Literal["transformers4", "transformers5", "speculators"], dict[str, Any]] = Field(
+        default_factory=dict,
+        description="`synth layout=NAME`: the config layout of a real writer. Every adapter has "
+        "`transformers4` (top-level `rope_theta`, `rope_scaling: null`, `torch_dtype`) and `transformers5` "
+        "(`rope_parameters: {rope_theta, rope_type}`, `dtype`); a layout listed here also applies these "
+        "dotted-key overrides afterwards (`speculators`: what speculators 0.9 `save_pretrained` writes, "
+        "transformers-5 keys plus its model class as `architectures`; only adapters listing it have it).",
     )
 
 
