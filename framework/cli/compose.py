@@ -3,8 +3,11 @@
 The flow for ``draftsmith <command> key=value ...``::
 
     adapter YAML files --(safe YAML, no code: spec/loading.py)--> ConfigStore group ``adapter``
-    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=True)
-    --(pydantic)--> AdapterSpec
+    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=False)
+    --(no ``${`` anywhere in the composed tree)--> (pydantic) --> AdapterSpec
+
+Nothing is interpolated: a ``${`` in a spec file or a command-line value (however nested or
+quoted) is refused in one line, so output never depends on the environment.
 
 Hydra and OmegaConf are used here only; the library loads specs with ``spec.loading.load_spec``.
 """
@@ -23,101 +26,154 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from ..errors import UserError
-from ..spec.loading import _known_keys, _where, adapter_files, key_path, read_spec_data, validate_spec
+from pydantic import ValidationError
+
+from ..spec.loading import (_known_keys, _where, adapter_files, check_no_interpolation, key_path, read_spec_data,
+                            validate_spec, validation_problems)
 from ..spec.schema import AdapterSpec
+from .keys import ALL_KEYS, COMMANDS, parse_args
 
-#: Keys the command line may set besides ``adapter.*`` (each command reads its own).
-CLI_KEYS: dict[str, Any] = {
-    "adapter_dir": None, "source": None, "out": None, "seed": 0, "scale": "tiny",
-    "checkpoint": None, "target": None, "device": "cpu", "context": 64, "batch": 1,
-    "format": "table", "dump": None, "check": False, "overwrite": False, "to": "dflash",
-    "lowering": None, "backbone": None, "config": None, "page_size": 16, "threads": None, "verbose": False,
-    "prompts": None, "max_new_tokens": 64, "dtype": None, "plot": None,
-}
+#: Every key any command reads (the per-command table is :data:`.keys.COMMANDS`).
+CLI_KEYS: dict[str, Any] = {n: None for n in ALL_KEYS}
+
+#: Characters Hydra's override lexer cannot take in an unquoted value.
+_UNLEXABLE = re.compile(r"[~(),'\"\\\s=:]|^[\[{]|[\]}]$")
 
 
-def compose(args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
-    """Compose ``key=value`` command-line arguments with Hydra.
+def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Path | None]:
+    """Compose ``draftsmith <command> key=value ...``.
 
-    Returns (cli options, validated spec or None when no ``adapter=`` was given, spec path).
+    The command's own keys are parsed by the table (:func:`.keys.parse_args`); the
+    ``adapter.*`` overrides are composed over the chosen adapter with Hydra. Returns (typed
+    options, validated spec or None when no ``adapter=`` was given, spec path).
     """
-    for a in args:
-        if "=" not in a:
-            raise UserError(f"argument {a!r}: expected key=value (e.g. adapter=minimax_dspark)")
-    adapter_dir = next((a.split("=", 1)[1] for a in args if a.startswith("adapter_dir=")), None)
+    cmd = COMMANDS[command]
+    opts, overrides = parse_args(cmd, args)
+    adapter_dir = opts.get("adapter_dir")
+    chosen = opts.get("adapter")
+    if chosen is None:
+        if overrides:
+            raise UserError(f"{overrides[0].split('=', 1)[0]}: an adapter override needs adapter=NAME")
+        return opts, None, None
     files = adapter_files(adapter_dir)
-    chosen = next((a.split("=", 1)[1] for a in args if a.startswith("adapter=")), None)
-    if chosen is not None and chosen.endswith(".yaml"):  # adapter=path/to/file.yaml
+    if chosen.endswith(".yaml"):  # adapter=path/to/file.yaml
         p = Path(chosen)
         if not p.is_file():
             raise UserError(f"adapter={chosen}: no such file")
         files[p.stem] = p.resolve()
-        args = [f"adapter={p.stem}" if a == f"adapter={chosen}" else a for a in args]
         chosen = p.stem
-    if chosen is not None and chosen not in files:
-        raise UserError(f"adapter={chosen}: unknown adapter; known: {', '.join(sorted(files))}")
+    if chosen not in files:
+        close = difflib.get_close_matches(chosen, list(files), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserError(f"adapter={chosen}: unknown adapter{hint}; known: {', '.join(sorted(files))} "
+                        "(`draftsmith adapters` lists them)")
 
     cs = ConfigStore.instance()
     # hold only this call's adapter: Hydra deep-copies the whole store on every compose, so
     # specs left from earlier calls would make each compose slower in a long-lived process
     cs.repo.pop("adapter", None)
-    data, lines, path = ({}, {}, None)
-    if chosen is not None:
-        data, lines, path = read_spec_data(chosen, files)
-        # validate the file alone first (errors carry its line numbers), then store it with
-        # every default filled in, so that overrides can reach any field of the schema
-        full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
-        cs.store(group="adapter", name=chosen, node=full)
-    cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": None}, "_self_"], **CLI_KEYS})
+    data, lines, path = read_spec_data(chosen, files)
+    # validate the file alone first (errors carry its line numbers), then store it with
+    # every default filled in, so that overrides can reach any field of the schema
+    full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
+    cs.store(group="adapter", name=chosen, node=full)
+    cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": chosen}, "_self_"]})
+    quoted = [quote_override(o) for o in overrides]
     GlobalHydra.instance().clear()
     try:
         with initialize(version_base=None, config_path=None):
-            cfg = hydra_compose("draftsmith_cli", overrides=list(args))
-            container = OmegaConf.to_container(cfg, resolve=True)
+            cfg = hydra_compose("draftsmith_cli", overrides=quoted)
+            container = OmegaConf.to_container(cfg, resolve=False)
     except Exception as e:  # Hydra/OmegaConf errors: make them one line
-        raise UserError(_hydra_message(e, args, data, path, lines)) from None
+        raise UserError(_hydra_message(e, overrides, data, path, lines, full)) from None
     finally:
         GlobalHydra.instance().clear()
-    spec_data = container.pop("adapter", None)
-    spec = validate_spec(spec_data, path, lines) if spec_data is not None else None
-    for key, default in CLI_KEYS.items():
-        if isinstance(default, bool):
-            container[key] = strict_bool(key, container.get(key))
-    return container, spec, path
+    check_no_interpolation(container, "command line")
+    spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides)
+    opts["adapter"] = chosen
+    return opts, spec, path
 
 
-def strict_bool(key: str, value: Any) -> bool:
-    """A command-line boolean: ``true|false`` or ``1|0``; anything else is an error naming ``key``."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise UserError(f"{key}={value}: expected true or false (or 1 / 0)")
+def quote_override(arg: str) -> str:
+    """``adapter.KEY=VALUE`` with VALUE quoted for Hydra when its lexer could not take it
+    (``~``, ``(``, ``,``, spaces, ...); lists/dicts (``[..]``, ``{..}``) and quoted values pass."""
+    if "=" not in arg or arg.startswith("~"):
+        return arg
+    key, value = arg.split("=", 1)
+    if not value or value[0] in "'\"" or (value[0] in "[{" and value[-1] in "]}"):
+        return arg
+    if not _UNLEXABLE.search(value):
+        return arg
+    return key + "=" + "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None, lines: dict | None = None) -> str:
+def _override_path(arg: str) -> tuple:
+    key = arg.lstrip("+~").split("=", 1)[0]
+    return tuple(int(p) if p.isdigit() else p for p in key.split(".")[1:])
+
+
+def _validate_overridden(spec_data, path, lines, overrides: list[str]) -> AdapterSpec:
+    """Validate the composed spec; an error at (or under) an overridden key names the
+    command-line argument, not a line of the YAML file."""
+    try:
+        return AdapterSpec.model_validate(spec_data)
+    except ValidationError as e:
+        problems = validation_problems(e, path, lines or {})
+        out = []
+        for err, text in zip(e.errors(), problems):
+            loc = tuple(err["loc"])
+            hit = next((o for o in overrides if o[:1] != "~" and
+                        (loc[:len(_override_path(o))] == _override_path(o)
+                         or _override_path(o)[:len(loc)] == loc)), None)
+            if hit is not None:
+                text = f"command line: {hit}: {key_path(loc)}: " + text.split(f": {key_path(loc)}: ", 1)[-1]
+            out.append(text)
+        raise UserError(*out) from None
+
+
+def _lookup(data: Any, parts: tuple) -> tuple[Any, int]:
+    """The value at ``parts`` in ``data`` and how many leading parts exist."""
+    value: Any = data
+    for i, p in enumerate(parts):
+        if isinstance(value, dict) and p in value:
+            value = value[p]
+        elif isinstance(value, list) and isinstance(p, int) and p < len(value):
+            value = value[p]
+        else:
+            return None, i
+    return value, len(parts)
+
+
+def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None, lines: dict | None,
+                   full: dict) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     full_key = str(getattr(e, "full_key", None) or "")
     if full_key.startswith("adapter.") and path is not None:
         # an interpolation that failed to resolve: in the spec file, or from the command line
         parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", full_key[8:]) if p)
-        value: Any = data
-        for p in parts:
-            value = value.get(p) if isinstance(value, dict) else (
-                value[p] if isinstance(value, list) and isinstance(p, int) and p < len(value) else None)
+        value, _ = _lookup(data, parts)
         if isinstance(value, str) and "${" in value:
             return f"{_where(path, lines or {}, parts)}: {key_path(parts)}: {text}"
         return f"command line: {full_key}: {text}"
-    m = re.match(r"Could not override '([^']+)'", text)
+    m = re.match(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'", text) or \
+        re.match(r"Key '([^']+)' is not in struct", text)
     if m:
-        key = m.group(1)
-        parts = key.split(".")
-        if parts[0] == "adapter" and path is not None:
-            known = _known_keys(AdapterSpec, tuple(parts[1:-1]))
-            close = difflib.get_close_matches(parts[-1], known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            return f"{path}: {'.'.join(parts[1:])}: unknown key in override {key}{hint}"
-        close = difflib.get_close_matches(key, list(CLI_KEYS) + ["adapter"], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"command line: unknown key {key!r}{hint}; known: {', '.join(sorted(CLI_KEYS))}, adapter, adapter.*"
+        key = m.group(1).lstrip("+~")
+        arg = next((a for a in args if a.lstrip("+~").split("=", 1)[0] == key), key)
+        parts = tuple(int(p) if p.isdigit() else p for p in key.split(".")[1:])
+        _, found = _lookup(full, parts)
+        parent, _ = _lookup(full, parts[:found])
+        if isinstance(parent, list):
+            return (f"command line: {arg}: {key_path(parts[:found]) or 'adapter'} has {len(parent)} item(s), no item "
+                    f"{parts[found]}; to add one, prefix the override with + ('+{arg.lstrip('+')}')")
+        known = _known_keys(AdapterSpec, parts[:-1])
+        if parts[-1] in known or isinstance(parent, dict) and found == len(parts) - 1 and not known:
+            return (f"command line: {arg}: {key_path(parts[:-1])} has no key {parts[-1]!r} yet; to add a key the "
+                    f"spec does not have, prefix the override with + ('+{arg.lstrip('+')}')")
+        close = difflib.get_close_matches(str(parts[-1]), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else (f"; known: {', '.join(known)}" if known else "")
+        return f"command line: {arg}: unknown key {key_path(parts)}{hint}"
+    if "mismatched input" in text or "no viable alternative" in text or "token recognition" in text:
+        return (f"command line: cannot parse {' '.join(args)!r} as Hydra overrides ({text}); quote the value "
+                f"inside the argument, e.g. 'adapter.KEY=\"a value\"'")
     return f"command line: {text}"

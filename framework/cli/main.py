@@ -15,44 +15,31 @@ from pathlib import Path
 
 import torch
 
+from ... import __version__
 from .. import docs
 from ..compile.engine import compile_spec, route
 from ..compile.resolved import ResolvedDrafter, dump_sources
 from ..convert.checkpoint import drafter_subfolder_hint, read_config
 from ..convert.execute import execute
+from ..convert.locate import converted_by, locate
 from ..convert.export import export
 from ..convert.plan import Problem, format_report as format_plan_rows
 from ..convert.synth import synthesize
 from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
 from ..eval import command as eval_command
+from ..io.publish import install_signal_handlers
 from ..runtime.draft import format_report, report_json, run_draft
+from ..runtime.memory import check_draft_memory, check_lowering
+from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import json_schema
 from . import init
 from .compose import compose
-
-USAGE = """usage: draftsmith <command> key=value ...
-
-commands:
-  synth    adapter=NAME scale=tiny|full out=DIR seed=N     write a synthetic source checkpoint
-  inspect  [adapter=NAME] source=DIR                        plan + loading report (exit 1 if incomplete)
-  convert  [adapter=NAME] [source=DIR] [out=DIR]            convert (no source: the embedded default)
-  draft    adapter=NAME [checkpoint=DIR target=DIR] device=cpu|cuda context=N seed=S [format=json] [dump=FILE]
-  eval     target=HF_DIR|REPO_ID checkpoint=DIR prompts=FILE [max_new_tokens=N] [device=cpu|cuda] [dtype=D]
-           [lowering=NAME] [check=true] [format=json] [plot=FILE.png]   acceptance length of greedy speculative decoding
-  emit     adapter=NAME target=trtllm out=DIR [backbone=generated|none|module:Class] [config=DIR]
-           generate the TensorRT-LLM plugin module
-  docs     [check=true] [out=DIR] [adapter_dir=DIR]         regenerate (or check) docs from the adapters
-  init     source=DIR out=FILE                              infer a starter adapter spec
-  schema   out=FILE                                         export the adapter spec's JSON Schema
-
-overrides: adapter.attention.window=2048, adapter_dir=DIR, overwrite=true, ...
-"""
-
+from .keys import COMMANDS as KEY_TABLE, command_help, usage
 
 def _need(opts: dict, key: str, command: str) -> str:
     if opts.get(key) in (None, ""):
-        raise UserError(f"draftsmith {command}: missing {key}=...")
+        raise UserError(f"draftsmith {command}: missing {key}=... (see `draftsmith help {command}`)")
     return str(opts[key])
 
 
@@ -60,15 +47,39 @@ def _adapter(spec, path, opts, source: Path | None = None):
     if spec is not None:
         return compile_spec(spec, path)
     if source is None:
-        raise UserError("missing adapter=NAME")
+        raise UserError("missing adapter=NAME (`draftsmith adapters` lists them)")
     raw = read_config(source)
     return route(raw, opts.get("adapter_dir"), where=f"{source / 'config.json'}{drafter_subfolder_hint(source)}")
+
+
+def _subfolders(spec, opts) -> list[str]:
+    """Where drafters may sit under a model root: the chosen adapter's ``match.subfolders``,
+    else every known adapter's."""
+    if spec is not None:
+        return list(spec.match.subfolders)
+    out: list[str] = []
+    for name in adapter_files(opts.get("adapter_dir")):
+        try:
+            out += load_spec(name, adapter_dir=opts.get("adapter_dir"))[0].match.subfolders
+        except UserError:
+            continue  # a broken adapter file is reported when it is chosen, not here
+    return out
+
+
+def _source(opts, spec, key: str = "source") -> Path:
+    """``source=`` resolved (folder, model root's drafter subfolder, or a Hugging Face cache
+    snapshot); a note on stderr says where it went."""
+    found = locate(opts[key], _subfolders(spec, opts), key=key)
+    if found.how:
+        print(f"{key}={opts[key]}: using {found.path} ({found.how})", file=sys.stderr)
+    return found.path
 
 
 def cmd_synth(opts, spec, path):
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "synth"))
-    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=True)
+    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=opts["progress"],
+               layout=opts.get("layout") or "spec")
     print(f"wrote synthetic {adapter.name} checkpoint ({opts['scale']}) to {out} (borrowed target tensors in {out / 'target'})")
     return 0
 
@@ -91,24 +102,52 @@ def describe_plan(plan) -> str:
         mask = "full" if l.mask.window is None else f"window {l.mask.window}"
         low = ", ".join(f"{k}={v}" for k, v in l.lowering.items())
         lines.append(f"  {i}: {'causal' if l.mask.causal else 'non-causal'} {mask}  [{low}]")
+    defaulted = {k: v for k, v in r.sources.items() if "default" in v and not v.startswith("config.json")}
+    lines.append(f"defaults (not in config.json): {len(defaulted)}")
+    lines += ["  " + line for line in dump_sources(r).splitlines() if line.split(" =", 1)[0] in defaulted]
     lines.append("values (source):")
     lines += ["  " + line for line in dump_sources(r).splitlines() if not line.startswith(("layers =", "norms ="))]
     lines.append("tensors (target <- source, transforms):")
-    by_out = {}
-    for g in plan.groups:
-        ops = " + ".join(dict.fromkeys(a.transform.name for a in g.apps)) or "copy"
-        for o in g.outputs:
-            by_out[o] = f"{o} <- {', '.join(g.sources)} [{ops}]"
+    by_out = _tensor_rows(plan)
     # compress layer ranges like the report does
-    rows = [Problem(o, "<-", by_out[o].split(" <- ", 1)[1]) for o in plan.outputs if o in by_out]
+    rows = [Problem(o, "<-", f"{', '.join(by_out[o][0])} [{by_out[o][1]}]") for o in plan.outputs if o in by_out]
     lines += ["  " + r.replace(" | <- | ", " <- ", 1) for r in format_plan_rows(rows).splitlines()]
     return "\n".join(lines)
 
 
+def _tensor_rows(plan) -> dict[str, tuple[list[str], str]]:
+    """Output tensor -> (its source tensors, the transforms applied, or ``copy``)."""
+    by_out = {}
+    for g in plan.groups:
+        ops = " + ".join(dict.fromkeys(a.transform.name for a in g.apps)) or "copy"
+        for o in g.outputs:
+            by_out[o] = (list(g.sources), ops)
+    return by_out
+
+
+def plan_dict(plan) -> dict:
+    """The plan and loading report as JSON-ready data (``format=json``)."""
+    r = ResolvedDrafter.from_config(plan.config)
+    rows = _tensor_rows(plan)
+    return {
+        "source": str(plan.source), "adapter": r.adapter, "family": r.family,
+        "dtype": r.dims.dtype, "max_draft_len": r.max_draft_len,
+        "layers": [{"causal": l.mask.causal, "window": l.mask.window, "lowering": dict(l.lowering)} for l in r.layers],
+        "outputs": {o: {"shape": list(m.shape), "dtype": str(m.dtype).replace("torch.", ""),
+                        "from": rows.get(o, ([], ""))[0], "transforms": rows.get(o, ([], ""))[1]}
+                    for o, m in plan.outputs.items()},
+        "dropped": list(plan.dropped), "ignored": list(plan.ignored),
+        "complete": plan.complete, "problems": plan.report().splitlines() if not plan.complete else [],
+    }
+
+
 def cmd_inspect(opts, spec, path):
-    source = Path(_need(opts, "source", "inspect"))
+    source = _source(opts, spec)
     adapter = _adapter(spec, path, opts, source)
     plan = adapter.plan(source)
+    if opts["format"] == "json":
+        print(json.dumps(plan_dict(plan)))
+        return 0 if plan.complete else 1
     print(describe_plan(plan))
     if not plan.complete:
         print(f"\nloading report: {len(plan.problems)} problem(s)")
@@ -118,25 +157,39 @@ def cmd_inspect(opts, spec, path):
     return 0
 
 
+def _written(out: Path) -> list[str]:
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
 def cmd_convert(opts, spec, path):
+    quiet = opts["format"] == "json"
+    say = (lambda *a: print(*a, file=sys.stderr)) if quiet else print
     if opts.get("source") in (None, ""):
         adapter = _adapter(spec, path, opts)
-        work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
-        source = work / "synthetic"
-        synthesize(adapter, "tiny", source, seed=opts["seed"])
-        print(f"no source given: synthesized a tiny {adapter.name} checkpoint in {source}")
-        out = Path(opts["out"]) if opts.get("out") else work / "converted"
+        out = Path(_need(opts, "out", "convert (the embedded default needs out=DIR)"))
+        source = out.parent / f"{out.name}.source"
+        synthesize(adapter, "tiny", source, seed=opts["seed"], overwrite=opts["overwrite"], progress=opts["progress"])
+        say(f"no source= given: synthesized the embedded default, a tiny {adapter.name} checkpoint, in {source} "
+            f"(its target tensors in {source / 'target'})")
     else:
-        source = Path(opts["source"])
+        source = _source(opts, spec)
         adapter = _adapter(spec, path, opts, source)
         out = Path(_need(opts, "out", "convert"))
-    if opts.get("to", "dflash") not in ("dflash",):
-        export(adapter, source, out, opts["to"], overwrite=opts["overwrite"])
-        print(f"wrote {opts['to']} checkpoint to {out}")
+    if opts["to"] != "dflash":
+        export(adapter, source, out, opts["to"], overwrite=opts["overwrite"], adapter_dir=opts.get("adapter_dir"),
+               progress=opts["progress"], verifier=opts.get("verifier"))
+        if quiet:
+            print(json.dumps({"source": str(source), "adapter": adapter.name, "to": opts["to"], "out": str(out),
+                              "files": _written(out)}))
+        else:
+            print(f"wrote {opts['to']} checkpoint to {out}")
         return 0
     plan = adapter.plan(source)
-    execute(plan, out, overwrite=opts["overwrite"], progress=True)
-    print(f"converted {source} with adapter {adapter.name}: {len(plan.outputs)} tensors -> {out}")
+    execute(plan, out, overwrite=opts["overwrite"], progress=opts["progress"])
+    if quiet:
+        print(json.dumps({**plan_dict(plan), "out": str(out), "files": _written(out)}))
+    else:
+        print(f"converted {source} with adapter {adapter.name}: {len(plan.outputs)} tensors -> {out}")
     return 0
 
 
@@ -150,6 +203,31 @@ def cmd_schema(opts, spec, path):
     return 0
 
 
+def cmd_adapters(opts, spec, path):
+    """``draftsmith adapters``: name, architectures, family, file of every known adapter."""
+    rows = [("name", "architectures", "family", "file")]
+    for name, f in sorted(adapter_files(opts.get("adapter_dir")).items()):
+        try:
+            s, _ = load_spec(name, adapter_dir=opts.get("adapter_dir"))
+            rows.append((name, ", ".join(s.match.architectures), s.family, str(f)))
+        except UserError as e:
+            rows.append((name, f"(invalid: {e.problems[0]})", "-", str(f)))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+    return 0
+
+
+EXPLAIN = """
+what this shows: the drafter proposes tokens for the target model to verify, one block at a
+time. The anchor is the last token the target produced; the block is B positions after the
+context (the anchor, then mask tokens) that the drafter fills in one forward pass, and K
+(max_draft_len) is how many draft tokens that yields (B with sample_from_anchor, else B-1).
+Each confidence is the drafter's estimate that its token will be accepted, so a server can
+stop verifying early. Context here is random target hidden states (a smoke test, not a demo
+of quality): format=json gives the same as one JSON object."""
+
+
 def cmd_draft(opts, spec, path):
     """One draft step; with no checkpoint, on the embedded synthetic default."""
     scratch: list[Path] = []  # checkpoints made for this step only
@@ -161,40 +239,55 @@ def cmd_draft(opts, spec, path):
 
 
 def _draft(opts, spec, path, scratch: list[Path]):
+    device = str(opts["device"])
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise UserError(f"device={device}: expected cpu, cuda or cuda:N")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={device}: CUDA is not available here (device=cpu runs anywhere)")
+    if opts.get("lowering") is not None:
+        check_lowering(opts["lowering"], device)
     if opts.get("checkpoint") in (None, ""):
         adapter = _adapter(spec, path, opts)
         work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
         scratch.append(work)
-        synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"])
+        synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"], progress=opts["progress"])
         checkpoint = work / "converted"
-        execute(adapter.plan(work / "synthetic"), checkpoint, progress=False)
+        execute(adapter.plan(work / "synthetic"), checkpoint, progress=opts["progress"])
         target = Path(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
+        note = (f"no checkpoint= given: drafted on the embedded default (a tiny synthetic {adapter.name}, "
+                "converted in a temporary folder removed afterwards)")
     else:
-        checkpoint = Path(opts["checkpoint"])
-        if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
+        note = ""
+        found = locate(opts["checkpoint"], _subfolders(spec, opts), key="checkpoint", allow_converted=True)
+        checkpoint = found.path
+        if converted_by(checkpoint) is None:  # a source checkpoint: convert it first
             adapter = _adapter(spec, path, opts, checkpoint)
             work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
             scratch.append(work)
-            execute(adapter.plan(checkpoint), work / "converted", progress=False)
+            print(f"checkpoint={opts['checkpoint']}: not converted yet; converting it with {adapter.name} "
+                  "into a temporary folder first", file=sys.stderr)
+            execute(adapter.plan(checkpoint), work / "converted", progress=opts["progress"])
             checkpoint = work / "converted"
         target = Path(opts["target"]) if opts.get("target") else None
         if target is None:
-            guess = Path(opts["checkpoint"]) / "target"
+            guess = found.path / "target"
             if not guess.is_dir():
                 raise UserError("draftsmith draft: missing target=DIR (the target's embed_tokens/lm_head)")
             target = guess
-    if opts["device"] not in ("cpu", "cuda") and not str(opts["device"]).startswith("cuda:"):
-        raise UserError(f"device={opts['device']}: expected cpu or cuda")
-    if str(opts["device"]).startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise UserError(f"device={opts['device']}: CUDA is not available here")
+    check_draft_memory(checkpoint, device, context=opts["context"], batch=opts["batch"])
     try:
-        report = run_draft(checkpoint, target, device=opts["device"], context=int(opts["context"]),
-                           seed=int(opts["seed"]), batch=int(opts["batch"]), lowering=opts.get("lowering"),
-                           dump=opts.get("dump"), page_size=int(opts["page_size"]))
+        report = run_draft(checkpoint, target, device=device, context=opts["context"],
+                           seed=opts["seed"], batch=opts["batch"], lowering=opts.get("lowering"),
+                           dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"))
     except (ValueError, KeyError, FileNotFoundError) as e:
-        raise UserError(f"draftsmith draft: {e}") from None
-    print(report_json(report) if opts["format"] == "json" else format_report(report))
+        raise UserError(f"draftsmith draft: {str(e).strip(chr(39))}") from None
+    if opts["format"] == "json":
+        print(report_json(report))
+    else:
+        print(format_report(report))
+        print(EXPLAIN)
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 
@@ -203,9 +296,6 @@ def cmd_emit(opts, spec, path):
     summary (``max_draft_len``, ``speculative_config``, paste rows). The adapter is compiled
     with the command line's ``adapter.*`` overrides, which the module records."""
     adapter = _adapter(spec, path, opts)
-    target = opts.get("target") or "trtllm"
-    if target != "trtllm":
-        raise UserError(f"draftsmith emit: target={target}: unknown; known: trtllm")
     out = Path(_need(opts, "out", "emit"))
     backbone = opts.get("backbone") or DEFAULT
     backbone = None if backbone == "none" else backbone
@@ -230,31 +320,58 @@ def cmd_init(opts, spec, path):
 COMMANDS = {
     "synth": cmd_synth, "inspect": cmd_inspect, "convert": cmd_convert, "draft": cmd_draft,
     "eval": cmd_eval, "emit": cmd_emit, "docs": cmd_docs, "init": cmd_init, "schema": cmd_schema,
+    "adapters": cmd_adapters,
 }
 
 
 def set_threads(threads) -> None:
     """``threads=N``: torch intra-op threads (outputs are bit-identical for any N)."""
-    if threads in (None, ""):
-        return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise UserError(f"threads={threads}: expected a positive integer")
-    torch.set_num_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def _help(argv: list[str]) -> int | None:
+    """``help``, ``-h``, ``--help``, ``--version``, ``COMMAND --help``: print and return the
+    exit code; None when ``argv`` asks for none of them."""
+    if not argv:
+        print(usage(), file=sys.stderr)
+        return 2
+    first = argv[0]
+    if first == "--version":
+        print(f"draftsmith {__version__}")
+        return 0
+    if first in ("-h", "--help", "help"):
+        if len(argv) > 1 and first == "help" and argv[1] not in ("-h", "--help"):
+            if argv[1] not in KEY_TABLE:
+                return _unknown_command(argv[1])
+            print(command_help(argv[1]))
+        else:
+            print(usage())
+        return 0
+    if first in KEY_TABLE and any(a in ("-h", "--help") for a in argv[1:]):
+        print(command_help(first))
+        return 0
+    return None
+
+
+def _unknown_command(command: str) -> int:
+    close = difflib.get_close_matches(command, KEY_TABLE, n=1)
+    print(f"error: unknown command {command!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+          + f"; commands: {', '.join(KEY_TABLE)} (`draftsmith help`)", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE)
-        return 0 if argv else 2
+    code = _help(argv)
+    if code is not None:
+        return code
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
-        close = difflib.get_close_matches(command, COMMANDS, n=1)
-        print(f"error: unknown command {command!r}" + (f" (did you mean {close[0]!r}?)" if close else ""), file=sys.stderr)
-        print(USAGE, file=sys.stderr)
-        return 2
+        return _unknown_command(command)
+    install_signal_handlers()  # SIGTERM/SIGHUP clean up like Ctrl-C
     try:
-        opts, spec, path = compose(args)
+        opts, spec, path = compose(command, args)
         set_threads(opts.get("threads"))
         return COMMANDS[command](opts, spec, path) or 0
     except IncompleteCheckpoint as e:
@@ -265,9 +382,16 @@ def main(argv: list[str] | None = None) -> int:
         for p in e.problems:
             print(f"error: {p}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
+    except OSError as e:  # the environment refused: read-only or missing parent, disk full, ulimit -f
+        where = e.filename or "draftsmith"
+        print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("error: input nested too deeply", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

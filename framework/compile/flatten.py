@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from ..errors import UserError
 from .attention import resolve_layers, write_back
+from .config_types import check_config_types
 from .dotted import get_dotted, pop_dotted, set_dotted
 from .resolved import ResolvedDrafter
 
@@ -91,7 +92,9 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     for key in cs.drop:
         pop_dotted(out, key)
 
-    # family defaults, target-layer convention, attention table
+    # types and ranges first (one line per bad key), then family defaults, target-layer
+    # convention, attention table
+    check_config_types(out, sources, where)
     adapter.family.complete(out)
     dc = out["dflash_config"]
     ids = list(dc["target_layer_ids"])

@@ -12,6 +12,8 @@ output is deterministic (no dates, no environment, no hashes):
   adapter, derived from the compiled adapter and its flattened full-size config;
 - ``adapter-spec.md``: every field of :class:`~.schema.AdapterSpec`, walked recursively
   (type, default, description), with a YAML example per section;
+- ``cli.md``: every command and key of the command line, from its one table
+  (:func:`~..cli.keys.cli_md`);
 - ``adapter-spec.schema.json``: :func:`~.schema.json_schema`, which each shipped adapter
   names in its first line for editors (``# yaml-language-server: $schema=...``);
 - the block of ``README.md`` between ``<!-- supported-drafters:begin -->`` and
@@ -29,9 +31,10 @@ import sys
 from pathlib import Path
 
 from ...adapters import ADAPTER_DIR
+from ..cli.keys import cli_md
 from .drafters import (Drafter, default_docs_dir, load_drafters, readme_table_excerpt, repo_root,  # noqa: F401
                        serving_config, supported_drafters_md)
-from .markdown import (README_BEGIN, README_END, SCHEMA_FILE, SCHEMA_LINE, SPEC_FILE, SUPPORTED_FILE,  # noqa: F401
+from .markdown import (CLI_FILE, README_BEGIN, README_END, SCHEMA_FILE, SCHEMA_LINE, SPEC_FILE, SUPPORTED_FILE,  # noqa: F401
                        TRTLLM_STATUS)
 from .spec import adapter_spec_md, schema_json_text, type_name  # noqa: F401
 
@@ -46,6 +49,7 @@ def generate(adapter_dir: str | Path | None = None, drafters: list[Drafter] | No
         SUPPORTED_FILE: supported_drafters_md(drafters),
         SPEC_FILE: adapter_spec_md(),
         SCHEMA_FILE: schema_json_text(),
+        CLI_FILE: cli_md(),
     }
 
 

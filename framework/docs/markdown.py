@@ -6,11 +6,14 @@ from typing import Any, Iterable
 
 import yaml
 
+from ..layer_ranges import format_ranges
+
 
 SCHEMA_FILE = "adapter-spec.schema.json"
 SCHEMA_LINE = f"# yaml-language-server: $schema=../docs/{SCHEMA_FILE}"
 SUPPORTED_FILE = "supported-drafters.md"
 SPEC_FILE = "adapter-spec.md"
+CLI_FILE = "cli.md"
 GUIDE_FILE = "writing-an-adapter.md"
 README_BEGIN = "<!-- supported-drafters:begin -->"
 README_END = "<!-- supported-drafters:end -->"
@@ -45,17 +48,6 @@ def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
     return lines
 
 
-def _ranges(idx: list[int]) -> str:
-    parts, start = [], None
-    for k, i in enumerate(idx):
-        if start is None:
-            start = i
-        if k + 1 == len(idx) or idx[k + 1] != i + 1:
-            parts.append(str(start) if start == i else f"{start}-{i}")
-            start = None
-    return ", ".join(parts)
-
-
 def per_layer(values: list[Any], fmt=str) -> str:
     """``v (all N layers)`` when uniform, else ``layers 0-2: a; layer 3: b``."""
     n = len(values)
@@ -67,7 +59,7 @@ def per_layer(values: list[Any], fmt=str) -> str:
         groups.setdefault(s, []).append(i)
     parts = [(idx, s) for s, idx in groups.items()]
     parts.sort(key=lambda p: p[0][0])
-    return "; ".join(f"{'layer' if len(idx) == 1 else 'layers'} {_ranges(idx)}: {s}" for idx, s in parts)
+    return "; ".join(f"{'layer' if len(idx) == 1 else 'layers'} {format_ranges(idx)}: {s}" for idx, s in parts)
 
 
 class _Dumper(yaml.SafeDumper):

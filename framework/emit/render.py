@@ -31,7 +31,9 @@ from typing import Any, Optional, Sequence
 from ..compile.engine import compile_spec
 from ..compile.resolved import LayerPlan, ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish
+from ..layer_ranges import format_ranges
+from ..io.publish import atomic_dir, publish, remove_temp
+from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
 from .binding import PACKAGE_DATA
 
@@ -137,7 +139,7 @@ def _load_config(path: Optional[Path]) -> Optional[dict]:
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
         raise UserError(f"{path}: drafter config.json not found")
-    return json.loads(path.read_text())
+    return load_json(path, MAX_CONFIG_BYTES, "drafter config.json")
 
 
 def _emission_config(adapter: Any, config: Optional[Path]) -> dict:
@@ -326,7 +328,7 @@ def write_package(
         shutil.rmtree(tmp / "__pycache__", ignore_errors=True)
         publish(tmp, pkg_dir, overwrite=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     return EmitResult(
         package_dir=pkg_dir, package=package, files=[pkg_dir / name for name in files], adapter=adapter.name,
@@ -358,7 +360,7 @@ def _layer_lines(layers: Sequence[LayerPlan]) -> str:
             runs.append([[i], layer])
     lines = []
     for idx, layer in runs:
-        span = f"{idx[0]}-{idx[-1]}" if len(idx) > 1 else f"{idx[0]}"
+        span = format_ranges(idx)
         mask = "causal" if layer.mask.causal else "non-causal"
         mask += f", window {layer.mask.window}" if layer.mask.window else ", full"
         low = ", ".join(f"{k} {v}" for k, v in layer.lowering.items())

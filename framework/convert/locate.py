@@ -1,0 +1,104 @@
+"""Where a drafter checkpoint lives: ``source=`` resolved to a folder holding its config.json.
+
+``source=`` may be
+
+- a local folder holding the drafter (``config.json`` + safetensors);
+- a model root holding the drafter in a known subfolder (``<MiniMax checkpoint>/dspark``),
+  the subfolders an adapter declares in ``match.subfolders``;
+- a Hugging Face repo id ``org/name`` or ``org/name@revision``, resolved from the local
+  Hugging Face cache only (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else the default), with
+  ``huggingface_hub``'s cache API; nothing is downloaded.
+
+A folder ``draftsmith convert`` wrote is refused as a source ("already converted").
+This is the one resolver of checkpoint locations (``target=`` of other commands may use it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..errors import UserError
+
+#: ``org/name`` or ``org/name@revision`` (Hugging Face's repo-id characters).
+REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<rev>[A-Za-z0-9_./-]+))?$")
+
+
+@dataclass(frozen=True)
+class Located:
+    """A resolved checkpoint folder and how it was found (for a one-line note)."""
+
+    path: Path
+    how: str = ""  # "" (as given), or e.g. "drafter subfolder dspark/", "Hugging Face cache"
+
+
+def hub_cache_dir() -> Optional[str]:
+    """The Hugging Face hub cache folder the environment names (read at call time), or None
+    for huggingface_hub's own default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return None
+
+
+def from_hub_cache(repo_id: str, revision: Optional[str], key: str = "source") -> Path:
+    """The cached snapshot folder of ``repo_id`` at ``revision`` (default: ``main``); no network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    shown = f"{repo_id}@{revision}" if revision else repo_id
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=hub_cache_dir(), local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
+        where = hub_cache_dir() or "the default Hugging Face cache (~/.cache/huggingface/hub)"
+        raise UserError(f"{key}={shown}: not a local folder, and no snapshot of {shown} in {where} "
+                        "(draftsmith never downloads: fetch it with `huggingface-cli download` first)") from None
+
+
+def converted_by(folder: Path) -> Optional[str]:
+    """"draftsmith <version> with <adapter>" when ``folder`` is a converted checkpoint, else None."""
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    section = raw.get("draftsmith") if isinstance(raw, dict) else None
+    if not isinstance(section, dict):
+        return None
+    version = "?"
+    try:
+        version = json.loads((folder / ".draftsmith-output").read_text()).get("version", "?")
+    except (OSError, ValueError, AttributeError):
+        pass
+    return f"draftsmith {version} with {section.get('adapter', '?')}"
+
+
+def locate(text: str, subfolders: Iterable[str] = (), key: str = "source", allow_converted: bool = False) -> Located:
+    """Resolve ``key=text`` to a checkpoint folder (see the module docstring). ``subfolders``:
+    where drafters may sit under a model root (the adapters' ``match.subfolders``)."""
+    path, how = Path(os.path.expanduser(text)), ""
+    if not path.exists():
+        m = REPO_ID.match(text)
+        if m is None:
+            raise UserError(f"{key}={text}: no such folder")
+        path, how = from_hub_cache(m["repo"], m["rev"], key), "Hugging Face cache"
+    if not path.is_dir():
+        raise UserError(f"{key}={text}: not a folder")
+    if not (path / "config.json").is_file():
+        found = [s for s in dict.fromkeys(subfolders) if (path / s / "config.json").is_file()]
+        if len(found) > 1:
+            raise UserError(f"{key}={text}: holds several drafters ({', '.join(found)}): name one, e.g. "
+                            f"{key}={path / found[0]}")
+        if found:
+            path = path / found[0]
+            how = ", ".join(h for h in (how, f"drafter subfolder {found[0]}/") if h)
+    if not allow_converted:
+        by = converted_by(path)
+        if by is not None:
+            raise UserError(f"{key}={text}: already converted by {by} (use it as draft checkpoint= or serve it; "
+                            "convert the original checkpoint instead)")
+    return Located(path, how)

@@ -1,0 +1,91 @@
+"""Up-front checks for ``draftsmith draft``: the lowering can run on this device, and the step
+fits in the device's free memory (refused in one line with the estimate, before any work).
+
+The estimate (bytes) counts what :func:`~.draft.run_draft` allocates that grows with the
+input: the drafter's weights (its safetensors files), the target's ``embed_tokens`` and
+``lm_head`` (``2 * vocab * target_hidden`` in the drafter dtype), the paged KV cache (per
+layer ``min(context, window)`` positions, or ``context`` for a full-attention layer, times
+``batch * 2 * kv_heads * head_dim``), and one sequence's random context rows
+(``rows * num_target_layers * target_hidden`` in float32 plus their cast copy; rows: the
+whole context when a layer sees all of it, else the widest window).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...lowering.base import LOWERINGS, device_class
+from ..compile.resolved import ResolvedDrafter
+from ..convert.checkpoint import read_config
+from ..errors import UserError
+
+_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def check_lowering(name: str, device: str) -> None:
+    """Refuse ``lowering=name`` in one line when it is unknown or cannot run on ``device``
+    (naming the lowerings that can)."""
+    LOWERINGS.lookup("dense")  # imports the built-ins
+    cls = device_class(device)
+    where = device if device == cls else f"{device} ({cls})"
+    here = sorted(n for n, info in LOWERINGS.items() if cls in info.devices and info.available())
+    if name not in LOWERINGS:
+        raise UserError(f"lowering={name}: unknown lowering; available on {where}: {', '.join(here)}; "
+                        f"all: {', '.join(sorted(LOWERINGS))}")
+    if name not in here:
+        raise UserError(f"lowering={name}: not available on {where}; available here: {', '.join(here)}")
+
+
+def estimate_bytes(r: ResolvedDrafter, weight_bytes: int, context: int, batch: int) -> dict[str, int]:
+    """The estimate's parts in bytes: weights, target, kv, context_rows (see the module docstring)."""
+    d, el = r.dims, _BYTES[r.dims.dtype]
+    windows = [l.mask.window for l in r.layers]
+    seen = [context if w is None else min(context, w) for w in windows]
+    kv = sum(seen) * batch * 2 * d.kv_heads * d.head_dim * el
+    rows = max(seen, default=0)
+    return {
+        "weights": weight_bytes,
+        "target": 2 * d.vocab * d.target_hidden * el,
+        "kv": kv,
+        "context_rows": rows * d.num_target_layers * d.target_hidden * (4 + el),
+    }
+
+
+def free_bytes(device: str) -> int | None:
+    """Free memory of ``device``: ``MemAvailable`` for the CPU, ``cudaMemGetInfo`` for a GPU;
+    None when unknown."""
+    if device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_draft_memory(checkpoint: Path, device: str, context: int, batch: int) -> int:
+    """The estimate for a draft step on the converted ``checkpoint``; refused in one line
+    (estimate and free memory in it) when it exceeds the device's free memory."""
+    r = ResolvedDrafter.from_config(read_config(Path(checkpoint)), where=str(Path(checkpoint) / "config.json"))
+    weights = sum(p.stat().st_size for p in Path(checkpoint).glob("*.safetensors"))
+    parts = estimate_bytes(r, weights, context, batch)
+    total = sum(parts.values())
+    free = free_bytes(device)
+    if free is not None and total > free:
+        full = sum(1 for l in r.layers if l.mask.window is None)
+        raise UserError(
+            f"context={context} batch={batch}: the draft step needs about {_gib(total)} (KV cache {_gib(parts['kv'])}"
+            f"{f' for {full} full-attention layer(s)' if full else ''}, context rows {_gib(parts['context_rows'])}, "
+            f"weights {_gib(parts['weights'] + parts['target'])}), more than the {_gib(free)} free on {device}; "
+            "lower context= or batch=")
+    return total

@@ -1,0 +1,66 @@
+"""README.md, executed: every ``draftsmith`` command of every ```bash block, in order, in an
+empty folder (the install line's ``draftsmith`` steps included; pip/pytest steps skipped),
+and the "An adapter, in short" YAML validated as a spec. The repository's generated docs
+and adapters must come out untouched."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import torch
+from test_walkthrough import _repo_state, guide_commands
+
+from draftsmith.adapters import ADAPTER_DIR
+from draftsmith.framework.cli import main as cli
+from draftsmith.framework.spec.loading import load_spec
+
+README = Path(ADAPTER_DIR).parent / "README.md"
+
+
+def readme_commands() -> list[list[str]]:
+    """argv of each ``draftsmith`` step, in order (``a && b`` split into its steps)."""
+    out = []
+    for cmd in guide_commands(README.read_text(encoding="utf-8")):
+        for step in cmd.split("&&"):
+            words = shlex.split(step.strip(), comments=True)
+            if words and words[0] == "draftsmith":
+                out.append(words[1:])
+    return out
+
+
+def test_readme_commands_run_in_order(tmp_path, monkeypatch, capsys):
+    before = _repo_state()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").symlink_to(README.parent / "tests")  # README commands run in a checkout
+    threads = torch.get_num_threads()
+    cmds = readme_commands()
+    verbs = [c[0] for c in cmds]
+    assert verbs[:2] == ["convert", "draft"], verbs  # the main command: convert, then draft on it
+    try:
+        for argv in cmds:
+            argv = argv + (["threads=1"] if argv[0] in ("convert", "draft", "synth") else [])
+            rc = cli.main(argv)
+            cap = capsys.readouterr()
+            assert rc == 0, f"`draftsmith {' '.join(argv)}` exited {rc}:\n{(cap.out + cap.err)[-3000:]}"
+            if argv[0] == "draft":  # names the checkpoint it drafted on, and explains the output
+                assert cap.out.startswith(f"draft step  {dict(a.split('=', 1) for a in argv[1:])['checkpoint']}\n")
+                assert all(w in cap.out for w in ("block", "max_draft_len", "anchor", "confidence"))
+    finally:
+        torch.set_num_threads(threads)
+    assert (tmp_path / "first-run" / "config.json").is_file()
+    assert (tmp_path / "my_adapters" / "my_drafter.yaml").is_file()
+    assert _repo_state() == before
+
+
+def test_readme_adapter_in_short_is_a_valid_spec(tmp_path):
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### An adapter, in short"):]
+    block = re.search(r"^```yaml\n(.*?)^```$", section, re.M | re.S).group(1)
+    name = re.search(r"^name: (\w+)$", block, re.M).group(1)
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(block)
+    spec, _ = load_spec(str(f))
+    assert spec.name == name and spec.match.architectures == ["MyDraftModel"]
+    assert [r.kind for r in spec.weights.rename][:3] == ["template", "prefix", "regex"]
