@@ -22,7 +22,12 @@ def test_shipped_config_flattens():
     assert ds["markov_rank"] == 256 and ds["sample_from_anchor"] is True and ds["confidence_head_with_markov"] is True
     assert ds["hybrid_context_fusion"] is False  # top-level dspark_config merged, not lost
     assert "quantization_config" not in cfg and "text_config" not in cfg
-    assert "dspark_block_size" not in cfg  # consumed aliases are not left behind
+    # the raw top-level dspark_* keys stay as read: TensorRT-LLM's DSparkDecodingConfig falls back to
+    # them for unset block_size / mask_token_id / target_layer_ids / markov_rank (issue 17 point 6)
+    raw_text = minimax_raw()["text_config"]
+    assert {k: cfg[k] for k in raw_text if k.startswith("dspark_")} == {
+        k: v for k, v in raw_text.items() if k.startswith("dspark_")}
+    assert ds["shift_label"] is True and cfg["use_sliding_window"] is False  # issue 17 points 2, 6
     assert cfg["torch_dtype"] == "bfloat16"
     r = R.from_config(cfg)
     assert r.max_draft_len == 7

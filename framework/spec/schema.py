@@ -228,8 +228,8 @@ class EngineSpec(Strict):
     trtllm_backbone: Optional[str] = Field(
         None,
         description="`package.module:ClassName` of the TensorRT-LLM class that `draftsmith emit` registers "
-        "under the drafter architecture to build its layers; unset: `emit` generates the backbone from the spec "
-        "out of TensorRT-LLM's building blocks (per-norm Gemma flags, rotary_dim, swiglu_oai).",
+        "under the drafter architecture to build its layers; `generated` or unset: `emit` generates the backbone "
+        "from the spec out of TensorRT-LLM's building blocks (per-norm Gemma flags, rotary_dim, swiglu_oai).",
     )
 
 
