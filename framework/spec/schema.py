@@ -8,7 +8,6 @@ data. ``draftsmith schema out=FILE`` exports :func:`json_schema`.
 from __future__ import annotations
 
 import re
-
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
