@@ -14,6 +14,7 @@ from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.export import _norm_kind, export, resolve_target, source_config_from_flat
+from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as read
 
 
