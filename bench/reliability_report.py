@@ -22,11 +22,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_hostile_specs.py", "tests/test_hostile_checkpoints.py", "tests/test_interrupt.py",
+TESTS = ["tests/test_hostile_specs.py", "tests/test_hostile_checkpoints.py", "tests/test_hostile_bounds.py",
+         "tests/test_hostile_draft.py", "tests/test_hostile_runs.py", "tests/test_interrupt.py",
          "tests/test_determinism.py"]
 AREAS = {
     "specs": "Adapter specs (`draftsmith inspect adapter=... adapter_dir=...`, in-process)",
     "checkpoints": "Checkpoints (`draftsmith convert`, a fresh synthetic tiny MiniMax DSpark checkpoint corrupted at random)",
+    "bounds": "Bounded work (`inspect`/`convert`: huge headers, regexes, FIFOs and devices, oversize and malformed JSON, unwritable destinations)",
+    "draft": "Converted checkpoints under `draftsmith draft` (NaN weights, invalid config values, escaping index, huge contexts)",
+    "runs": "Concurrent runs and signals (SIGTERM, SIGHUP)",
     "interrupt": "Interrupted conversions (SIGKILL)",
     "determinism": "Determinism",
 }
@@ -35,6 +39,12 @@ DEMANDS = {
              "did-you-mean for misspelt keys; no code runs (a marker resolver / Python tags never fire).",
     "checkpoints": "exit 2; one-line errors naming the tensor and the file (the folder for a tensor no file holds); "
                    "nothing at the destination and no temp dir beside it.",
+    "bounds": "exit 2 (or a bounded-time refusal), one `error:` line per problem naming the file (and key or "
+              "tensor), within the stated seconds; nothing at the destination; a FIFO or device never opened.",
+    "draft": "exit 2 with one `error:` line naming the key, file or first non-finite layer; never exit 0 with "
+             "garbage tokens; `format=json` always valid JSON.",
+    "runs": "a live run's temp dir is never removed by another run; a signalled run exits 128+signal and leaves "
+            "nothing at or beside the destination.",
     "interrupt": "after the kill: nothing at a fresh destination (only the run's own `.out.tmp-*`), an old output "
                  "intact or the complete new one when replacing; the next run succeeds, byte-identical to an "
                  "uninterrupted run, and leaves only `out`.",
@@ -77,13 +87,27 @@ def main() -> int:
     out += ["## Limits and policies these tests hold the code to", "",
             "- Spec YAML: safe loader only (no Python tags); at most 1 MiB and 100,000 nodes after alias "
             "expansion; recursive aliases, duplicate keys and non-UTF-8 files refused.",
-            "- Spec code: `_target_` keys and interpolation resolvers (`${name:...}`, e.g. `${oc.env:HOME}`) "
-            "refused anywhere in a spec, keys included; plain `${a.b}` references allowed.",
+            "- Spec code: `_target_` keys and every `${` (no interpolation of any kind: references, resolvers, "
+            "nested tricks such as `${oc.${x}:HOME}`) refused anywhere in a spec, keys included, and again on the "
+            "final composed tree of the command line (Hydra composes with `resolve=False`).",
             "- `extends:` takes an adapter name (`[a-z][a-z0-9_]*`), never a path; cycles are reported with the chain.",
-            "- Regexes: at most 512 characters, compiled at load time; refused when a repeat holds a variable "
-            "repeat (`(a+)+`, `(a?){30}`), when a repeated alternation has overlapping or empty branches "
-            "(`(a|aa)+`), or with more than 6 unbounded quantifiers. `test_accepted_regexes_do_not_backtrack` "
-            "checks that random regexes the check accepts match adversarial names in under 50 ms.",
+            "- Regexes: at most 512 characters, compiled with RE2 (google-re2) at load time and matched by it: "
+            "linear time, so no pattern can hang a run (`.*.*.*.*.*.*!` on 100 000-character names runs in "
+            "milliseconds); lookaround and backreferences refused. Name templates also run under RE2.",
+            "- Files: only regular files are opened (`stat` before a non-blocking `open`, `fstat` after: FIFOs, "
+            "devices, directories refused); byte limits counted while reading (spec 1 MiB, config.json 16 MiB, "
+            "index 64 MiB, header 100 MB); JSON strict (no NaN/Infinity, no float overflow, no integer past "
+            "4300 digits, nesting at most 64).",
+            "- Plans: linear in tensor count (`bench/many_tensors.py`: 100 000 tensors); `convert` lists 200 "
+            "problems and counts the rest.",
+            "- Flattened configs: types and ranges of the math-bearing keys checked before anything is written "
+            "(`framework/compile/config_types.py`), and again by `ResolvedDrafter` (strict fields) when `draft` "
+            "loads a checkpoint.",
+            "- `draft`: memory estimated before allocating (refused past the device's free memory); non-finite "
+            "logits stop the run naming the first non-finite layer.",
+            "- Temp dirs: `.<out>.tmp-<pid>-*` holding an owner file (pid, start time); removed by another run "
+            "only when that owner is gone; found by exact name comparison, never a glob of the output name. "
+            "SIGTERM/SIGHUP clean up like Ctrl-C; cleanup runs with those signals blocked.",
             "- Checkpoints: safetensors headers are checked against the file before any data is read (sizes, "
             "dtypes, offsets that must tile the data exactly); duplicate names across shards, index entries "
             "that point at a missing shard or at a shard that does not hold the tensor are refused; MXFP8 "

@@ -2,6 +2,9 @@
 
 import copy
 import json
+from types import SimpleNamespace
+
+import torch
 
 from safetensors.torch import load_file
 
@@ -25,3 +28,13 @@ def read_checkpoint(d):
     for f in files:
         tensors.update(load_file(d / f))
     return json.loads((d / "config.json").read_text()), tensors
+
+
+def fake_target(embed: torch.Tensor, lm_head: torch.Tensor) -> SimpleNamespace:
+    """The tests' one fake target: an HF-causal-LM-shaped object with ``model.embed_tokens``
+    (an Embedding over ``embed`` [V, H]) and ``lm_head`` (a bias-free Linear with a copy of
+    ``lm_head`` [V, H]) -- what ``load_weights_from_target_model`` borrows."""
+    head = torch.nn.Linear(lm_head.shape[1], lm_head.shape[0], bias=False)
+    head.weight.data = lm_head.detach().clone()
+    return SimpleNamespace(model=SimpleNamespace(embed_tokens=torch.nn.Embedding.from_pretrained(embed)),
+                           lm_head=head)

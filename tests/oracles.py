@@ -1,5 +1,5 @@
-"""Test helpers of their own: float64 oracles (block attention; one whole draft step) and a
-ring-paged cache builder.
+"""Test helpers of their own: the float64 block-attention oracle, a whole draft step built
+on it, and a ring-paged cache builder.
 
 Nothing here calls lowering code except constructing the contract's :class:`PagedKV`.
 """
@@ -14,29 +14,37 @@ from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.lowering.base import PagedKV
 
 
-def oracle(q, ctx_k, ctx_v, k_blk, v_blk, causal: bool, window, scale: float):
-    """Block attention in float64 from the drafter reference, section 2.
+def oracle(q, ctx_k, ctx_v, k_blk, v_blk, causal: bool, window, scale: float, ctx_start=None):
+    """Block attention in float64 from the drafter reference, section 2 (the tests' one
+    attention oracle).
 
-    ``q`` ``[N, B, Hq, D]``; ``ctx_k[n]``/``ctx_v[n]`` ``[C_n, Hkv, D]`` (every context
-    position ``0..C_n-1``); ``k_blk``/``v_blk`` ``[N, B, Hkv, D]``. Query ``j`` sits at
-    ``C_n + j``. Returns ``out`` ``[N, B, Hq, D]`` and natural ``lse`` ``[N, B, Hq]``, float64.
+    ``q`` ``[N, B, Hq, D]``; ``ctx_k[n]``/``ctx_v[n]`` ``[T_n, Hkv, D]`` hold the context
+    positions ``ctx_start[n] .. C_n-1`` (``ctx_start`` default 0: every position, so
+    ``C_n = T_n``); ``k_blk``/``v_blk`` ``[N, B, Hkv, D]``. Query ``j`` sits at ``C_n + j``.
+    Keys no query may see are dropped before the softmax (they may be NaN-poisoned): the
+    mask alone decides what is seen. Returns ``out`` ``[N, B, Hq, D]`` and natural ``lse``
+    ``[N, B, Hq]``, float64.
     """
     n_seq, b, hq, d = q.shape
+    dev = q.device
     outs, lses = [], []
     for n in range(n_seq):
-        c = ctx_k[n].shape[0]
-        k = torch.cat([ctx_k[n], k_blk[n]]).double()  # key t sits at position t
+        start = 0 if ctx_start is None else int(ctx_start[n])
+        c = start + ctx_k[n].shape[0]
+        k = torch.cat([ctx_k[n], k_blk[n]]).double()  # [L, Hkv, D]
         v = torch.cat([ctx_v[n], v_blk[n]]).double()
-        rep = hq // k.shape[1]
-        k = k.repeat_interleave(rep, dim=1)  # [L, Hq, D]
-        v = v.repeat_interleave(rep, dim=1)
-        p = torch.arange(c, c + b, dtype=torch.float64)[:, None]
-        t = torch.arange(c + b, dtype=torch.float64)[None, :]
-        ok = torch.ones(b, c + b, dtype=torch.bool)
+        p = torch.arange(c, c + b, dtype=torch.float64, device=dev)[:, None]
+        t = torch.arange(start, c + b, dtype=torch.float64, device=dev)[None, :]  # key positions
+        ok = torch.ones(b, c + b - start, dtype=torch.bool, device=dev)
         if causal:
             ok &= t <= p
         if window is not None:
             ok &= (p - t).abs() <= window - 1
+        keep = ok.any(0)
+        ok, k, v = ok[:, keep], k[keep], v[keep]
+        rep = hq // k.shape[1]
+        k = k.repeat_interleave(rep, dim=1)  # [L, Hq, D]
+        v = v.repeat_interleave(rep, dim=1)
         s = torch.einsum("jhd,thd->hjt", q[n].double(), k) * scale
         s = torch.where(ok, s, -math.inf)
         lse = torch.logsumexp(s, dim=-1)  # [Hq, B]
@@ -143,7 +151,6 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     emb, head = f(tgt["model.embed_tokens.weight"]), f(tgt["lm_head.weight"])
     x = emb[torch.tensor([anchor] + [config["dflash_config"]["mask_token_id"]] * (b - 1))]
     pc, pb = torch.arange(ctx_start, c_len), torch.arange(c_len, c_len + b)
-    kpos = torch.cat([pc, pb])
     for i, mask in enumerate(resolved.masks):
         p = f"layers.{i}."
         a_ = p + "self_attn."
@@ -153,23 +160,13 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
         kb = rope(norm((y @ w[a_ + "k_proj.weight"].T).view(b, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pb)
         vc = (c @ w[a_ + "v_proj.weight"].T).view(t, HKV, D)
         vb = (y @ w[a_ + "v_proj.weight"].T).view(b, HKV, D)
-        k, v = torch.cat([kc, kb]), torch.cat([vc, vb])
-        qp, kp = pb[:, None], kpos[None, :]
-        ok = torch.ones(b, len(kpos), dtype=torch.bool)
-        if mask.causal:
-            ok &= kp <= qp
         if mask.window is not None:
-            ok &= (qp - kp).abs() <= mask.window - 1
             assert ctx_start == 0 or ctx_start <= c_len - (mask.window - 1), "reference context too short"
         else:
             assert ctx_start == 0, "a full layer needs the whole context"
-        heads = []
-        for h in range(HQ):
-            kv = h // (HQ // HKV)
-            s = (q[:, h] @ k[:, kv].T) / math.sqrt(D)
-            s = s.masked_fill(~ok, float("-inf"))
-            heads.append(torch.softmax(s, -1) @ v[:, kv])
-        x = x + torch.stack(heads, 1).reshape(b, HQ * D) @ w[a_ + "o_proj.weight"].T
+        out, _ = oracle(q[None], [kc], [vc], kb[None], vb[None], mask.causal, mask.window,
+                        1 / math.sqrt(D), ctx_start=[ctx_start])
+        x = x + out[0].reshape(b, HQ * D) @ w[a_ + "o_proj.weight"].T
         x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm"), p + "mlp.")
     z = norm(x, w["norm.weight"], "norm")
     logits = z @ head.T

@@ -10,7 +10,6 @@ from safetensors.torch import load_file
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as read_converted
@@ -26,15 +25,11 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.mark.parametrize("name", ADAPTERS)
-def test_synth_inspect_convert_roundtrip(name, tmp_path, capsys):
-    adapter = load_adapter(name)
-    src = tmp_path / "src"
-    res = synthesize(adapter, "tiny", src, seed=7, keep_targets=True)
-    assert main(["inspect", f"adapter={name}", f"source={src}"]) == 0, capsys.readouterr().out
-    plan = adapter.plan(src)
-    assert plan.complete, plan.report()
-    out = execute(plan, tmp_path / "out", progress=False)
-    cfg, got = read_converted(out)
+def test_synth_inspect_convert_roundtrip(name, capsys, checkpoints):
+    ck = checkpoints(name)  # synth (keeping its targets), plan complete, convert: conftest.py
+    res = ck.synth
+    assert main(["inspect", f"adapter={name}", f"source={ck.source}"]) == 0, capsys.readouterr().out
+    cfg, got = read_converted(ck.converted)
     assert sorted(got) == sorted(res.targets)
     bad = [n for n in got if not bits_equal(got[n], res.targets[n])]
     assert not bad, f"{name}: converted tensors differ from synth's targets: {bad}"

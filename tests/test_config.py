@@ -1,5 +1,7 @@
 """Config flattening of the MiniMax drafter's shipped config shape, and routing."""
 
+from pathlib import Path
+
 import pytest
 
 from draftsmith.framework.compile.engine import load_adapter, route
@@ -20,7 +22,12 @@ def test_shipped_config_flattens():
     assert ds["markov_rank"] == 256 and ds["sample_from_anchor"] is True and ds["confidence_head_with_markov"] is True
     assert ds["hybrid_context_fusion"] is False  # top-level dspark_config merged, not lost
     assert "quantization_config" not in cfg and "text_config" not in cfg
-    assert "dspark_block_size" not in cfg  # consumed aliases are not left behind
+    # the raw top-level dspark_* keys stay as read: TensorRT-LLM's DSparkDecodingConfig falls back to
+    # them for unset block_size / mask_token_id / target_layer_ids / markov_rank (issue 17 point 6)
+    raw_text = minimax_raw()["text_config"]
+    assert {k: cfg[k] for k in raw_text if k.startswith("dspark_")} == {
+        k: v for k, v in raw_text.items() if k.startswith("dspark_")}
+    assert ds["shift_label"] is True and cfg["use_sliding_window"] is False  # issue 17 points 2, 6
     assert cfg["torch_dtype"] == "bfloat16"
     r = R.from_config(cfg)
     assert r.max_draft_len == 7
@@ -127,3 +134,39 @@ def test_routing_by_architecture():
     raw["architectures"] = ["SomethingElse"]
     with pytest.raises(UserError, match="known adapters:.*minimax_dspark"):
         route(raw)
+
+
+def _speculators_saved(marker: str, arch: str) -> dict:
+    """The top of a config as speculators 0.9.0 saves it: ``SpeculatorModelConfig.to_dict`` puts
+    ``speculators_model_type``; ``PreTrainedModel.save_pretrained`` sets ``architectures`` to the
+    model class (``DFlashDraftModel`` / ``DSparkDraftModel``); ``to_dict`` strips ``model_type``
+    (speculators 0.9.0 speculators/config.py, SpeculatorModelConfig.to_dict)."""
+    return {"architectures": [arch], "speculators_model_type": marker}
+
+
+@pytest.mark.parametrize("marker,arch,name", [("dflash", "DFlashDraftModel", "speculators_dflash"),
+                                               ("dspark", "DSparkDraftModel", "speculators_dspark"),
+                                               ("dflash", "DFlashSpeculator", "speculators_dflash")])
+def test_routing_speculators_marker(marker, arch, name):
+    assert route(_speculators_saved(marker, arch)).name == name
+
+
+def test_routing_zlab_not_taken_by_marker():
+    # z-lab's DFlashDraftModel (qwen3, no speculators marker) stays z-lab's
+    assert route({"architectures": ["DFlashDraftModel"], "model_type": "qwen3"}).name == "zlab_dflash"
+    with pytest.raises(UserError, match="speculators_model_type 'eagle3'"):
+        route({"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "speculators_model_type": "eagle3"})
+
+
+def test_routing_several_matches(tmp_path):
+    import shutil
+    from draftsmith.framework.spec.loading import adapter_files
+    for n, f in adapter_files(None).items():
+        shutil.copy(f, tmp_path / Path(f).name)
+    raw = minimax_raw()
+    raw["model_type"] = "minimax_m3_vl"
+    assert route(raw, tmp_path).name == "minimax_dspark"  # both match: the preferred one serves
+    p = tmp_path / "minimax_dspark.yaml"
+    p.write_text(p.read_text().replace("  preferred: true", "  preferred: false"))
+    with pytest.raises(UserError, match="adapters minimax_dspark, minimax_dspark_v0 all match.*none is marked"):
+        route(raw, tmp_path)

@@ -10,16 +10,15 @@ from safetensors.torch import load_file, save_file
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.errors import UserError
-from draftsmith.framework.convert.synth import synthesize
 from helpers import minimax
 
 P = "language_model.model.dspark."
 
 
 @pytest.fixture(scope="module")
-def synth(tmp_path_factory):
-    d = tmp_path_factory.mktemp("s")
-    return synthesize(minimax(), "tiny", d / "S", seed=3, keep_targets=True)
+def synth(checkpoints):
+    """The session's tiny minimax_dspark source checkpoint, with synth's targets (conftest.py)."""
+    return checkpoints("minimax_dspark").synth
 
 
 def bits(t):
@@ -52,10 +51,9 @@ def test_synth_then_convert_gives_back_the_weights(synth, tmp_path):
     assert "quantization_config" not in cfg and cfg["dflash_config"]["use_swa"] is True
 
 
-def test_conversion_is_independent_of_the_transform_code(synth, tmp_path):
+def test_conversion_is_independent_of_the_transform_code(synth, checkpoints):
     """Check two converted tensors against float64 math on the raw source bytes."""
-    execute(minimax().plan(synth.path), tmp_path / "T", progress=False)
-    out = load_file(tmp_path / "T" / "model.safetensors")
+    out = load_file(checkpoints("minimax_dspark").converted / "model.safetensors")
     src = load_file(synth.path / "model.safetensors")
     w = src[P + "layers.1.decoder_layer.mlp.down_proj.weight"].double()
     e = src[P + "layers.1.decoder_layer.mlp.down_proj.weight_scale_inv"].double()
@@ -125,7 +123,7 @@ def test_plan_reads_no_tensor_data(synth, monkeypatch):
         raise AssertionError("tensor data read during planning")
 
     monkeypatch.setattr(safetensors, "safe_open", boom)
-    monkeypatch.setattr("draftsmith.framework.convert.execute.safe_open", boom)
+    monkeypatch.setattr("draftsmith.framework.convert.checkpoint.read_tensor", boom)  # the one tensor reader
     assert minimax().plan(synth.path).complete
 
 

@@ -8,10 +8,7 @@ from safetensors.torch import load_file
 
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.adapters import ADAPTER_DIR
-from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.runtime.draft import run_draft
-from draftsmith.framework.compile.engine import load_adapter
-from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as load_converted
 from oracles import draft_oracle
 
@@ -20,16 +17,14 @@ ADAPTERS = sorted(p.stem for p in ADAPTER_DIR.glob("*.yaml"))
 
 @pytest.mark.parametrize("name", ADAPTERS)
 @pytest.mark.parametrize("context", [5, 29])
-def test_adapter_end_to_end(name, context, tmp_path):
-    adapter = load_adapter(name)
+def test_adapter_end_to_end(name, context, tmp_path, checkpoints):
+    ck = checkpoints(name)  # the session's synthetic + converted checkpoint (conftest.py)
     seed = 1000 + context + len(name)
-    synthesize(adapter, "tiny", tmp_path / "S", seed=seed)
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
     dump = tmp_path / "step.safetensors"
-    rep = run_draft(tmp_path / "T", tmp_path / "S" / "target", device="cpu", context=context, seed=seed,
+    rep = run_draft(ck.converted, ck.target, device="cpu", context=context, seed=seed,
                     batch=2, dtype="float32", dump=dump)
-    cfg, w = load_converted(tmp_path / "T")
-    tgt = load_file(tmp_path / "S" / "target" / "model.safetensors")
+    cfg, w = load_converted(ck.converted)
+    tgt = load_file(ck.target / "model.safetensors")
     d = load_file(dump)
     assert d["inputs.target_hidden"].shape[0] == context
     toks, logits, conf = draft_oracle(cfg, w, tgt, d["inputs.target_hidden"], int(d["inputs.anchor"][0]))
@@ -42,3 +37,19 @@ def test_adapter_end_to_end(name, context, tmp_path):
     if conf is not None:
         torch.testing.assert_close(d["outputs.confidence"].double(), conf, rtol=1e-4, atol=1e-6)
     assert rep.tokens.shape == (2, R.from_config(cfg).max_draft_len)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cli_draft_dtype_recorded(tmp_path, dtype, capsys):
+    """``draft dtype=``: the step runs in it (the fed context is in it) and the dump records it."""
+    import json
+    from safetensors import safe_open
+    from draftsmith.framework.cli.main import main
+    args = ["draft", "adapter=zlab_dflash", "context=9", "seed=4", "format=json"]
+    assert main(args + [f"dump={tmp_path / 'a.safetensors'}", f"dtype={dtype}"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == dtype
+    with safe_open(str(tmp_path / "a.safetensors"), "pt") as f:
+        assert f.metadata()["dtype"] == dtype
+        assert f.get_tensor("inputs.target_hidden").dtype == getattr(torch, dtype)
+    assert main(args + ["dtype=int8"]) == 2
+    assert "dtype=int8: expected float32, bfloat16 or float16" in capsys.readouterr().err

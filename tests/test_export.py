@@ -24,15 +24,13 @@ def same_bits(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-def roundtrip(tmp_path, src_name, to, seed=5):
-    """synth src -> convert (reference) and export to ``to`` -> route + convert back."""
-    src = load_adapter(src_name)
-    s = tmp_path / "src"
-    synthesize(src, "tiny", s, seed=seed)
-    ref_cfg, ref = read(execute(src.plan(s), tmp_path / "ref", progress=False))
-    x = export(src, s, tmp_path / "exported", to)
+def roundtrip(tmp_path, ck, to, adapter_dir=None, verifier="example-org/verifier-8b"):
+    """The session's synthetic ``ck`` (conftest.py) and its conversion (reference); export
+    to ``to`` -> route + convert back."""
+    ref_cfg, ref = read(ck.converted)
+    x = export(ck.adapter, ck.source, tmp_path / "exported", to, adapter_dir=adapter_dir, verifier=verifier)
     raw = json.loads((x / "config.json").read_text())
-    back_adapter = route(raw)
+    back_adapter = route(raw, adapter_dir)
     back_cfg, back = read(execute(back_adapter.plan(x), tmp_path / "back", progress=False))
     return ref_cfg, ref, raw, back_adapter, back_cfg, back
 
@@ -50,8 +48,24 @@ def assert_same_semantics(ref_cfg, back_cfg):
     assert back.max_draft_len == ref.max_draft_len
 
 
-def test_minimax_to_speculators_and_back(tmp_path):
-    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, "minimax_dspark", "speculators")
+def test_minimax_to_speculators_refused(tmp_path):
+    """speculators' Qwen3 backbone has no clamped SwiGLU: refused in one line, nothing written."""
+    mm = load_adapter("minimax_dspark")
+    synthesize(mm, "tiny", tmp_path / "s", seed=1)
+    with pytest.raises(UserError, match=r"cannot express the clamped SwiGLU.*swiglu_oai\)$") as e:
+        export(mm, tmp_path / "s", tmp_path / "x", "speculators", verifier="v")
+    assert len(e.value.args) == 1 and not (tmp_path / "x").exists()
+
+
+def test_minimax_to_speculators_and_back(tmp_path, checkpoints):
+    """The tensor/norm machinery, with a speculators_dspark spec whose runtime could run the MLP
+    (``export.unsupported`` emptied in an adapter_dir copy)."""
+    from draftsmith.framework.spec.loading import adapter_files
+    d = tmp_path / "adapters"
+    d.mkdir()
+    text = adapter_files()["speculators_dspark"].read_text()
+    (d / "speculators_dspark.yaml").write_text(text.replace("  unsupported: [swiglu_oai, partial_rotary]", "  unsupported: []"))
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints("minimax_dspark"), "speculators", adapter_dir=d)
     assert back_adapter.name == "speculators_dspark"  # Markov head -> the DSpark format
     assert raw["speculators_model_type"] == "dspark" and raw["architectures"] == ["DSparkSpeculator"]
     # outputs 1, 3, 5 are the inputs of layers 2, 4, 6 in speculators' convention
@@ -79,8 +93,8 @@ def test_minimax_to_speculators_and_back(tmp_path):
     ("trtllm_dflash", "zlab_dflash", "zlab_dflash"),
     ("speculators_dspark", "minimax_dspark_v0", None),
 ])
-def test_exact_roundtrips(tmp_path, src_name, to, want):
-    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, src_name, to)
+def test_exact_roundtrips(tmp_path, src_name, to, want, checkpoints):
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints(src_name), to)
     if want is not None:
         assert back_adapter.name == want
     assert_same_semantics(ref_cfg, back_cfg)
@@ -98,10 +112,9 @@ def test_exact_roundtrips(tmp_path, src_name, to, want):
     assert not bad
 
 
-def test_trtllm_export_fuses_qkv(tmp_path):
-    src = load_adapter("zlab_dflash")
-    synthesize(src, "tiny", tmp_path / "s", seed=2)
-    x = export(src, tmp_path / "s", tmp_path / "x", "trtllm_dflash")
+def test_trtllm_export_fuses_qkv(tmp_path, checkpoints):
+    ck = checkpoints("zlab_dflash")
+    x = export(ck.adapter, ck.source, tmp_path / "x", "trtllm_dflash")
     _, w = read(x)
     cfg = json.loads((x / "config.json").read_text())
     assert "layers.0.self_attn.qkv_proj.weight" in w and "layers.0.self_attn.q_proj.weight" not in w
@@ -110,20 +123,73 @@ def test_trtllm_export_fuses_qkv(tmp_path):
     assert cfg["block_size"] == 16 and cfg["dflash_config"]["target_layer_ids"] == [1, 3, 5]
 
 
-def test_to_alias_and_unknown(tmp_path):
-    zl = load_adapter("zlab_dflash")
-    res = synthesize(zl, "tiny", tmp_path / "s", seed=1)
+def test_to_alias_and_unknown(checkpoints):
+    res = checkpoints("zlab_dflash").synth
     assert resolve_target("speculators", res.config).name == "speculators_dflash"
     with pytest.raises(UserError, match="not an adapter name"):
         resolve_target("nope", res.config)
 
 
-def test_unexpressible_is_refused(tmp_path):
-    """z-lab's format has no sample_from_anchor key: a DSpark drafter drafting B tokens cannot go there."""
-    mm = load_adapter("minimax_dspark")
-    synthesize(mm, "tiny", tmp_path / "s", seed=1)
-    with pytest.raises(UserError, match="sample_from_anchor"):
-        export(mm, tmp_path / "s", tmp_path / "x", "zlab_dflash")
+@pytest.mark.parametrize("src_name,to,what", [
+    ("minimax_dspark", "zlab_dflash", "clamped SwiGLU"),       # z-lab's Qwen3 MLP is silu
+    ("speculators_dspark", "zlab_dflash", "Markov .rank 16. / confidence .True. heads"),  # z-lab has no heads
+    ("speculators_dspark", "speculators_dflash", "Markov"),      # named directly: the DFlash format has none
+])
+def test_unexpressible_is_refused(tmp_path, src_name, to, what):
+    src = load_adapter(src_name)
+    synthesize(src, "tiny", tmp_path / "s", seed=1)
+    with pytest.raises(UserError, match=what) as e:
+        export(src, tmp_path / "s", tmp_path / "x", to, verifier="v")
+    assert len(e.value.args) == 1 and f"to={to}: the {to} format cannot express" in e.value.args[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_unsupported_features_detected(tmp_path):
+    """partial rotary and causal windows, on a z-lab drafter changed to use them."""
+    from draftsmith.framework.convert.export import refuse_unsupported
+    zl = load_adapter("zlab_dflash")
+    r = R.from_config(synthesize(zl, "tiny", tmp_path / "s", seed=1).config)
+    refuse_unsupported(zl, r)  # as it is: fine
+    half = r.model_copy(update={"dims": r.dims.model_copy(update={"rotary_dim": r.dims.head_dim // 2})})
+    with pytest.raises(UserError, match="partial rotary .rotary_dim 16 of head_dim 32"):
+        refuse_unsupported(zl, half)
+    from draftsmith.lowering.base import MaskSpec
+    layer = r.layers[0].model_copy(update={"mask": MaskSpec(causal=True, window=4)})
+    with pytest.raises(UserError, match="causal sliding-window layers"):
+        refuse_unsupported(zl, r.model_copy(update={"layers": (layer, *r.layers[1:])}))
+
+
+def test_derived_fields_and_markers(tmp_path, checkpoints):
+    """zlab -> speculators: the vocabulary, speculative_tokens = max_draft_len and the user's
+    verifier are derived, never the template's; z-lab's auto_map is not carried; back to z-lab:
+    num_target_layers from the source, speculators' marker not carried."""
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints("zlab_dflash"), "speculators",
+                                                               verifier="my-org/my-verifier")
+    r = R.from_config(ref_cfg)
+    assert raw["draft_vocab_size"] == r.dims.vocab == 256
+    sc = raw["speculators_config"]
+    assert sc["proposal_methods"][0]["speculative_tokens"] == r.max_draft_len == 15
+    assert sc["verifier"] == {"name_or_path": "my-org/my-verifier", "architectures": []}
+    assert "auto_map" not in raw and raw["speculators_model_type"] == "dflash"
+    x2 = export(back_adapter, tmp_path / "exported", tmp_path / "zl", "zlab_dflash")
+    raw2 = json.loads((x2 / "config.json").read_text())
+    assert "speculators_model_type" not in raw2 and "speculators_config" not in raw2
+    assert raw2["num_target_layers"] == 8  # z-lab's own value, carried through speculators' config
+    assert route(raw2).name == "zlab_dflash"
+    from draftsmith.framework.convert.export import derived_values
+    flat = dict(ref_cfg)
+    flat.pop("num_target_layers")  # a source that does not record the target's depth: one past the deepest id
+    assert derived_values(load_adapter("zlab_dflash"), flat, {}, None) == {"num_target_layers": 6}
+    # speculators -> speculators keeps the source's verifier when none is given
+    x3 = export(back_adapter, tmp_path / "exported", tmp_path / "sp", "speculators_dflash")
+    assert json.loads((x3 / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == "my-org/my-verifier"
+
+
+def test_verifier_required(tmp_path):
+    zl = load_adapter("zlab_dflash")
+    synthesize(zl, "tiny", tmp_path / "s", seed=1)
+    with pytest.raises(UserError, match="pass verifier="):
+        export(zl, tmp_path / "s", tmp_path / "x", "speculators")
     assert not (tmp_path / "x").exists()
 
 
@@ -142,6 +208,6 @@ def test_config_inverse_uses_first_alias():
 def test_cli_convert_to(tmp_path, capsys):
     s = tmp_path / "s"
     assert main(["synth", "adapter=zlab_dflash", f"out={s}"]) == 0
-    assert main(["convert", f"source={s}", f"out={tmp_path / 'x'}", "to=speculators"]) == 0
+    assert main(["convert", f"source={s}", f"out={tmp_path / 'x'}", "to=speculators", "verifier=org/v"]) == 0
     assert main(["inspect", f"source={tmp_path / 'x'}"]) == 0
     assert "speculators_dflash" in capsys.readouterr().out

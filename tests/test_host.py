@@ -22,6 +22,7 @@ from draftsmith.framework.errors import UserError
 from draftsmith.framework.compile.resolved import Dims, Heads, LayerPlan, Mlp, ResolvedDrafter, Rope
 from draftsmith.framework.runtime.loading import build_drafter
 from draftsmith.lowering.base import MaskSpec
+from helpers import fake_target
 from oracles import dspark_heads as dspark
 from oracles import draft_oracle as ref_draft  # noqa: F401  (also imported by test_kv_cache)
 
@@ -145,15 +146,7 @@ def build(config, weights, target, lowering=None):
     model = DFlashDraftModel(config, device="cpu", dtype=torch.float32, lowering=lowering)
     model.load_weights(weights)
 
-    class T:  # an HF-causal-LM-shaped target
-        pass
-
-    t = T()
-    t.model = T()
-    t.model.embed_tokens = torch.nn.Embedding.from_pretrained(target["model.embed_tokens.weight"])
-    t.lm_head = torch.nn.Linear(HID, VOCAB, bias=False)
-    t.lm_head.weight.data = target["lm_head.weight"].clone()
-    model.load_weights_from_target_model(t)
+    model.load_weights_from_target_model(fake_target(target["model.embed_tokens.weight"], target["lm_head.weight"]))
     return model
 
 
@@ -345,8 +338,7 @@ def test_bf16_host_close_to_reference():
     model = DFlashDraftModel(config, dtype=torch.bfloat16)
     model.load_weights(weights)
     tm = build(config, weights, target)  # borrow fp32 target pieces; the host casts them to bf16
-    model.load_weights_from_target_model(type("T", (), {"model": type("M", (), {"embed_tokens": tm.embed_tokens}),
-                                                        "lm_head": tm.lm_head}))
+    model.load_weights_from_target_model(fake_target(tm.embed_tokens.weight, tm.lm_head.weight))
     assert model.lm_head.weight.dtype == torch.bfloat16 and tm.lm_head.weight.dtype == torch.float32
     cache = model.make_cache(1, max_context=16)
     h = rand_hidden(12, seed=4)
@@ -367,8 +359,7 @@ def test_cuda_graph_replay_matches_eager():
     model = DFlashDraftModel(config, device="cuda", dtype=torch.float32)
     model.load_weights(weights)
     tm = build(config, weights, target)
-    model.load_weights_from_target_model(type("T", (), {"model": type("M", (), {"embed_tokens": tm.embed_tokens}),
-                                                        "lm_head": tm.lm_head}))
+    model.load_weights_from_target_model(fake_target(tm.embed_tokens.weight, tm.lm_head.weight))
     lens = [3, 20, 9]
     cache = model.make_cache(len(lens), page_size=16, max_context=64)
     hs = [rand_hidden(c, seed=c) for c in lens]

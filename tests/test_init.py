@@ -19,6 +19,7 @@ from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.cli.init import infer
 from draftsmith.framework.convert.synth import synthesize
+from helpers import read_checkpoint
 
 TODO = re.compile(r"#\s*TODO:\s*(.*)$")
 
@@ -49,9 +50,9 @@ def converted(adapter, src, out):
 
 
 @pytest.mark.parametrize("shipped", ["minimax_dspark", "speculators_dspark", "trtllm_dflash"])
-def test_init_on_shipped_synthetic_checkpoints(shipped, tmp_path, capsys):
-    src = tmp_path / "ckpt"
-    synthesize(load_adapter(shipped), "tiny", src, seed=11)
+def test_init_on_shipped_synthetic_checkpoints(shipped, tmp_path, capsys, checkpoints):
+    ck = checkpoints(shipped)  # the session's synthetic + converted checkpoint (conftest.py)
+    src = ck.source
     spec_file = tmp_path / "inferred.yaml"
     assert main(["init", f"source={src}", f"out={spec_file}"]) == 0
     printed = capsys.readouterr().out
@@ -60,7 +61,7 @@ def test_init_on_shipped_synthetic_checkpoints(shipped, tmp_path, capsys):
     spec_file.write_text(text)
     assert main(["inspect", f"adapter={spec_file}", f"source={src}"]) == 0, capsys.readouterr().out
 
-    ref_cfg, ref = converted(load_adapter(shipped), src, tmp_path / "ref")
+    ref_cfg, ref = read_checkpoint(ck.converted)
     cfg, got = converted(load_adapter(str(spec_file)), src, tmp_path / "got")
     assert sorted(got) == sorted(ref)
     assert all(torch.equal(got[n].view(torch.uint8), ref[n].view(torch.uint8)) for n in ref)
@@ -98,9 +99,8 @@ def test_init_reports_what_it_could_not_decide(tmp_path, capsys):
     assert "layers.{0}.self_attn.g_proj.weight | UNEXPECTED" in capsys.readouterr().out
 
 
-def test_init_refuses_to_overwrite(tmp_path, capsys):
-    src = tmp_path / "ckpt"
-    synthesize(load_adapter("zlab_dflash"), "tiny", src, seed=3)
+def test_init_refuses_to_overwrite(tmp_path, capsys, checkpoints):
+    src = checkpoints("zlab_dflash").source
     out = tmp_path / "mine.yaml"
     out.write_text("keep me\n")
     assert main(["init", f"source={src}", f"out={out}"]) == 2
@@ -115,3 +115,23 @@ def test_init_refuses_to_overwrite(tmp_path, capsys):
     assert main(["init", f"source={src}", f"out={out}", "overwrite=true"]) == 0
     assert yaml.safe_load(out.read_text())["name"] == "mine"
     assert "# edited" not in out.read_text()
+
+
+def test_commented_dump_reads_back_as_the_spec():
+    """Floats PyYAML would read as strings in JSON spelling (1e-06), keys YAML 1.1 reads as
+    booleans (on), int keys, non-ASCII text: the dump reads back to the same spec."""
+    from draftsmith.framework.spec.commented_yaml import dump
+    from draftsmith.framework.spec.schema import AdapterSpec
+
+    raw = {"architectures": ["X"], "rms_norm_eps": 1e-06, "on": True, "weird key": "ü\\n", "n": None,
+           "nested": {"a": {"b": [1.5, 2]}}}
+    spec = AdapterSpec.model_validate({
+        "name": "x", "family": "gqa_dflash", "match": {"architectures": ["X"]},
+        "attention": {"layers": {3: {"causal": True}}},
+        "docs": {"model": "X", "example_checkpoint": "x"}, "synth": {"config": raw}})
+    text = dump(spec, ["head"], {("attention", "layers", 3): "layer three", ("name",): "the name"},
+                {("synth", "config"): ["after the config"]})
+    assert text.startswith("# head\n")
+    assert yaml.safe_load(text) == spec.model_dump(by_alias=True, exclude_unset=True)
+    assert AdapterSpec.model_validate(yaml.safe_load(text)) == spec
+    assert "  # layer three" in text and "# after the config" in text

@@ -22,10 +22,10 @@ from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.runtime.draft import run_draft
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.errors import UserError
-from draftsmith.framework.convert.synth import synthesize
+from draftsmith.framework.convert.synth import layouts, synthesize
 from helpers import read_checkpoint
 from oracles import draft_oracle
 
@@ -49,26 +49,33 @@ def rewrite_config(folder, edit) -> None:
     p.write_text(json.dumps(raw, indent=2))
 
 
-def transformers5_layout(raw: dict) -> None:
-    """What transformers 5 / speculators 0.9 ``save_pretrained`` write: ``rope_parameters`` only."""
-    h = rope_holder(raw)
-    h.pop("rope_theta")
-    h.pop("rope_scaling", None)
-    h["rope_parameters"] = {"rope_theta": THETA, "rope_type": "default"}
+def set_theta(raw: dict) -> None:
+    """Put the test's base wherever the writer's layout spells it (top-level or a section;
+    ``rope_theta`` or ``rope_parameters.rope_theta``)."""
+    for h in [raw, *(v for v in raw.values() if isinstance(v, dict))]:
+        if "rope_theta" in h:
+            h["rope_theta"] = THETA
+        if isinstance(h.get("rope_parameters"), dict):
+            h["rope_parameters"]["rope_theta"] = THETA
 
 
-def transformers4_layout(raw: dict) -> None:
-    h = rope_holder(raw)
-    h["rope_theta"] = THETA
-    h["rope_scaling"] = None
+LAYOUT_CASES = [(n, l) for n in ADAPTERS for l in layouts(load_adapter(n)) if l != "spec"]
 
 
-@pytest.mark.parametrize("name", ADAPTERS)
-@pytest.mark.parametrize("layout", [transformers5_layout, transformers4_layout], ids=["tf5", "tf4"])
-def test_rope_base_from_either_layout(name, layout, tmp_path):
+@pytest.mark.parametrize("name,layout", LAYOUT_CASES, ids=[f"{n}-{l}" for n, l in LAYOUT_CASES])
+def test_rope_base_in_every_writer_layout(name, layout, tmp_path):
+    """``synth layout=`` writes each real writer's layout (transformers 4 / 5, speculators 0.9);
+    with a base no default has, the drafted logits match the float64 oracle run with it."""
     adapter = load_adapter(name)
-    synthesize(adapter, "tiny", tmp_path / "S", seed=7)
-    rewrite_config(tmp_path / "S", layout)
+    synthesize(adapter, "tiny", tmp_path / "S", seed=7, layout=layout)
+    raw = json.loads((tmp_path / "S" / "config.json").read_text())
+    text = json.dumps(raw)
+    assert ('"rope_parameters"' in text) == (layout != "transformers4")
+    assert ('"torch_dtype"' in text) == (layout == "transformers4") and ('"dtype"' in text) != ('"torch_dtype"' in text)
+    if layout == "speculators":
+        assert raw["architectures"][0].endswith("DraftModel") and "model_type" not in raw
+        assert route(raw).name == name  # routes without adapter=
+    rewrite_config(tmp_path / "S", set_theta)
     execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
     cfg, w = read_checkpoint(tmp_path / "T")
     assert cfg["rope_theta"] == THETA
@@ -76,7 +83,7 @@ def test_rope_base_from_either_layout(name, layout, tmp_path):
     assert resolved.rope.theta == THETA and resolved.rope.type == "default"
     src = resolved.sources["rope.theta"]
     assert src.startswith("config.json: ") and src.endswith("rope_theta")
-    assert ("rope_parameters." in src) == (layout is transformers5_layout), src
+    assert ("rope_parameters." in src) == (layout != "transformers4"), src
     dump = tmp_path / "step.safetensors"
     run_draft(tmp_path / "T", tmp_path / "S" / "target", device="cpu", context=23, seed=7, batch=1,
               dtype="float32", dump=dump)
@@ -211,3 +218,17 @@ def test_unmatched_rename_rule_refused(tmp_path, capsys):
     assert "weights.rename[0] | UNMATCHED" in capsys.readouterr().out
     spec.write_text(text.replace('to: ""}', 'to: "", optional: true}', 1))
     assert main(["inspect", f"adapter={spec}", f"source={tmp_path / 'S'}"]) == 0
+
+
+def test_inspect_lists_defaults(tmp_path, capsys):
+    """Every value that came from a spec or family default, not the checkpoint, is listed."""
+    from draftsmith.framework.cli.main import main
+    assert main(["synth", "adapter=zlab_dflash", f"out={tmp_path / 's'}"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", f"source={tmp_path / 's'}"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("defaults (not in config.json): ", 1)[1].split("values (source):", 1)[0]
+    assert "heads.markov_rank = 0  (family gqa_dflash default)" in block
+    assert "sample_from_anchor = False  (spec default (config.fields.dspark_config.sample_from_anchor.default))" in block
+    assert "rope.type = default  (family gqa_dflash default)" in block
+    assert "rope_theta" not in block and "rope.theta" not in block  # from config.json

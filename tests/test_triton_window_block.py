@@ -1,4 +1,4 @@
-"""Tests of the ``triton_window_block`` lowering against a float64 oracle written here.
+"""Tests of the ``triton_window_block`` lowering against the float64 oracle (``oracles.py``).
 
 CPU tests (``test_interp_*``) run the kernels through Triton's interpreter on CPU tensors,
 in a child pytest (see ``interp.py``). GPU tests (``-m gpu``) are skipped without CUDA.
@@ -14,6 +14,7 @@ triton = pytest.importorskip("triton")
 from draftsmith.lowering.base import LOWERINGS, MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, triton_window_block  # noqa: E402
 from interp import interpreter_suite  # noqa: E402
+from oracles import oracle as block_oracle  # noqa: E402
 from poison import poison_torch_empty  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
@@ -26,43 +27,20 @@ _child_results, interp_test = interpreter_suite(__file__)
 
 
 def oracle(q, k_pages, v_pages, block_table, ctx_lens, k_blk, v_blk, causal, window, scale):
-    """float64 reference: explicit positions, section-2 mask, dense softmax per sequence.
-
-    Context keys are every position the ring still holds (``oldest .. C-1``, computed from
-    the page math here), so the mask alone decides what is seen; keys no query may see are
-    dropped before the softmax (they may be NaN-poisoned). Returns (out, lse) float64.
-    """
-    n_seq, b, hq, d = q.shape
-    hkv = k_blk.shape[2]
-    g = hq // hkv
+    """float64 reference on a ring-paged cache: the positions the ring still holds
+    (``oldest .. C-1``, from the page math here) gathered, then :func:`oracles.oracle`.
+    Returns (out, lse) float64."""
     page, ring = k_pages.shape[1], block_table.shape[1]
-    out = torch.empty(n_seq, b, hq, d, dtype=torch.float64, device=q.device)
-    lse = torch.empty(n_seq, b, hq, dtype=torch.float64, device=q.device)
-    for n in range(n_seq):
+    ks, vs, starts = [], [], []
+    for n in range(q.shape[0]):
         c = int(ctx_lens[n])
         oldest = 0 if c == 0 else max(0, ((c - 1) // page) * page - (ring - 1) * page)
         t = torch.arange(oldest, c, device=q.device)
         pages = block_table[n].long()[(t // page) % ring]
-        kc, vc = k_pages[pages, t % page], v_pages[pages, t % page]
-        keys = torch.cat([kc, k_blk[n]]).double()  # [L, Hkv, D]
-        vals = torch.cat([vc, v_blk[n]]).double()
-        kpos = torch.cat([t, c + torch.arange(b, device=q.device)])
-        ppos = c + torch.arange(b, device=q.device)
-        diff = ppos[:, None] - kpos[None, :]  # p - k
-        ok = torch.ones_like(diff, dtype=torch.bool)
-        if causal:
-            ok &= diff >= 0
-        if window is not None:
-            ok &= diff.abs() <= window - 1
-        keep = ok.any(0)  # drop keys no query sees (they may hold poison); the mask decides
-        ok, keys, vals = ok[:, keep], keys[keep], vals[keep]
-        kh = keys.repeat_interleave(g, dim=1)  # [L, Hq, D]
-        vh = vals.repeat_interleave(g, dim=1)
-        s = torch.einsum("bhd,lhd->bhl", q[n].double(), kh) * scale
-        s = s.masked_fill(~ok[:, None, :], float("-inf"))
-        lse[n] = torch.logsumexp(s, -1)
-        out[n] = torch.einsum("bhl,lhd->bhd", torch.softmax(s, -1), vh)
-    return out, lse
+        ks.append(k_pages[pages, t % page])
+        vs.append(v_pages[pages, t % page])
+        starts.append(oldest)
+    return block_oracle(q, ks, vs, k_blk, v_blk, causal, window, scale, ctx_start=starts)
 
 
 # ----------------------------------------------------------------------------- inputs

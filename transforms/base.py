@@ -17,7 +17,7 @@ Transforms come from the closed :data:`TRANSFORMS` registry; a spec names them b
 
 from __future__ import annotations
 
-import re
+from .regex import compile_regex
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Optional
 
@@ -149,7 +149,7 @@ class Transform:
 
     def __init__(self, params: Params, match: str):
         self.params = params
-        self.match = re.compile(match)
+        self.match = compile_regex(match)
 
     # --- names ---------------------------------------------------------------------
     def bind(self, name: str, names: set[str]) -> Binding | None:

@@ -148,6 +148,6 @@ class DequantMXFP8(Transform):
 
     def sample(self, b, out_metas, gen, ctx):
         meta = out_metas[b.outputs[0]]
-        w = torch.randn(meta.shape, generator=gen) * 0.02
+        w = torch.randn(meta.shape, generator=gen) * float(meta.shape[-1]) ** -0.5  # unit-RMS activations
         q, s = quantize(w, torch.uint8)
         return {b.outputs[0]: dequantize(q, s, meta.dtype)}

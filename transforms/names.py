@@ -9,6 +9,8 @@ with templates run in both directions.
 from __future__ import annotations
 
 import re
+
+from .regex import compile_built
 from functools import cached_property
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(\*?)\}")
@@ -23,14 +25,14 @@ class NameTemplate:
         self.placeholders = tuple(names)
 
     @cached_property
-    def regex(self) -> re.Pattern:
+    def regex(self):
         out, pos = [], 0
         for m in _PLACEHOLDER.finditer(self.text):
             out.append(re.escape(self.text[pos : m.start()]))
             out.append(f"(?P<{m.group(1)}>{'.+' if m.group(2) else '[^.]+'})")
             pos = m.end()
         out.append(re.escape(self.text[pos:]))
-        return re.compile("^" + "".join(out) + "$")
+        return compile_built("^" + "".join(out) + "$")  # RE2: many {x*} cannot backtrack
 
     def match(self, name: str) -> dict[str, str] | None:
         m = self.regex.match(name)

@@ -14,6 +14,22 @@ import torch
 from .base import Binding, Context, Params, TensorMeta, Transform, TransformError, register_transform
 
 
+def gemma_multiplier(w: torch.Tensor) -> torch.Tensor:
+    """The factor a Gemma RMSNorm applies, ``1 + w``, in float32 (the one place of this rule;
+    the fused Triton kernels in ``framework/runtime/fused.py`` spell it inside the kernel)."""
+    return 1.0 + w.to(torch.float32)
+
+
+def fold_gemma(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A Gemma weight ``w`` stored for a plain norm: ``dtype(1 + float32(w))``, rounded once."""
+    return gemma_multiplier(w).to(dtype)
+
+
+def unfold_gemma(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The inverse of :func:`fold_gemma`: ``dtype(float32(y) - 1)``."""
+    return (y.to(torch.float32) - 1.0).to(dtype)
+
+
 class NormFoldParams(Params):
     mode: Literal["fold", "keep"]
     """``fold``: write ``1 + w``, engine runs the norm plainly; ``keep``: write ``w``, flag Gemma."""
@@ -34,13 +50,13 @@ class NormFoldGemma(Transform):
         w = inputs["x"]
         if self.params.mode == "keep":
             return {b.outputs[0]: w.to(ctx.dtype)}
-        return {b.outputs[0]: (1.0 + w.to(torch.float32)).to(ctx.dtype)}
+        return {b.outputs[0]: fold_gemma(w, ctx.dtype)}
 
     def inverse(self, b, outputs, ctx):
         y = outputs[b.outputs[0]]
         if self.params.mode == "keep":
             return {b.inputs["x"]: y.clone()}
-        return {b.inputs["x"]: (y.to(torch.float32) - 1.0).to(y.dtype)}
+        return {b.inputs["x"]: unfold_gemma(y, y.dtype)}
 
     def sample(self, b, out_metas, gen, ctx):
         meta = out_metas[b.outputs[0]]

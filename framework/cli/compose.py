@@ -3,8 +3,11 @@
 The flow for ``draftsmith <command> key=value ...``::
 
     adapter YAML files --(safe YAML, no code: spec/loading.py)--> ConfigStore group ``adapter``
-    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=True)
-    --(pydantic)--> AdapterSpec
+    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=False)
+    --(no ``${`` anywhere in the composed tree)--> (pydantic) --> AdapterSpec
+
+Nothing is interpolated: a ``${`` in a spec file or a command-line value (however nested or
+quoted) is refused in one line, so output never depends on the environment.
 
 Hydra and OmegaConf are used here only; the library loads specs with ``spec.loading.load_spec``.
 """
@@ -25,8 +28,8 @@ from omegaconf import OmegaConf
 from ..errors import UserError
 from pydantic import ValidationError
 
-from ..spec.loading import (_known_keys, _where, adapter_files, key_path, read_spec_data, validate_spec,
-                            validation_problems)
+from ..spec.loading import (_known_keys, _where, adapter_files, check_no_interpolation, key_path, read_spec_data,
+                            validate_spec, validation_problems)
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
 
@@ -80,11 +83,12 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
     try:
         with initialize(version_base=None, config_path=None):
             cfg = hydra_compose("draftsmith_cli", overrides=quoted)
-            container = OmegaConf.to_container(cfg, resolve=True)
+            container = OmegaConf.to_container(cfg, resolve=False)
     except Exception as e:  # Hydra/OmegaConf errors: make them one line
         raise UserError(_hydra_message(e, overrides, data, path, lines, full)) from None
     finally:
         GlobalHydra.instance().clear()
+    check_no_interpolation(container, "command line")
     spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides)
     opts["adapter"] = chosen
     return opts, spec, path

@@ -79,6 +79,9 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         _adapter(required=True), ADAPTER_DIR,
         Key("out", "path", None, "folder to write", required=True),
         Key("scale", "enum", "tiny", "tiny (seconds, for tests) or full (the real sizes)", choices=("tiny", "full")),
+        Key("layout", "enum", "spec", "config layout of a real writer: spec (the adapter's template), "
+            "transformers4, transformers5, speculators (speculators adapters only)",
+            choices=("spec", "transformers4", "transformers5", "speculators")),
         SEED, OVERWRITE, PROGRESS, THREADS), overrides=True),
     Command("inspect", "print the conversion plan and loading report, no tensor data read (exit 1 if incomplete)", (
         _adapter(routed=True), ADAPTER_DIR, _with(SOURCE, required=True), FORMAT, THREADS), overrides=True),
@@ -87,6 +90,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         Key("out", "path", None, "folder to write (required with source=)"),
         Key("to", "str", "dflash", "output format: dflash (draftsmith's converted format), an adapter name "
             "or an export alias (e.g. speculators)"),
+        Key("verifier", "str", None, "with to=: the verifier's model id or path, for formats that record it "
+            "(speculators)"),
         _with(SEED, help="seed of the embedded default (no source=)"), OVERWRITE, FORMAT, PROGRESS, THREADS),
         overrides=True),
     Command("draft", "run one draft step on the PyTorch reference host and print what it drafted", (
@@ -102,7 +107,10 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "table for this device)"),
         Key("page_size", "int", 16, "KV cache page size in tokens", minimum=1),
         FORMAT,
-        Key("dump", "path", None, "write sequence 0's inputs and outputs to this safetensors file"),
+        Key("dump", "path", None, "write sequence 0's inputs and outputs to this safetensors file "
+            "(its metadata records the dtype)"),
+        Key("dtype", "enum", None, "dtype of the step (default: the checkpoint's)",
+            choices=("bfloat16", "float16", "float32")),
         PROGRESS, THREADS), overrides=True),
     Command("eval", "acceptance length of greedy speculative decoding with a real target model (docs/eval.md)", (
         _adapter(), ADAPTER_DIR,
@@ -122,7 +130,13 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("emit", "write the TensorRT-LLM custom-model package for an adapter", (
         _adapter(required=True), ADAPTER_DIR,
         Key("target", "enum", "trtllm", "the engine to emit for", choices=("trtllm",)),
-        Key("out", "path", None, "folder to write", required=True), THREADS), overrides=True),
+        Key("out", "path", None, "folder to write", required=True),
+        Key("backbone", "str", None, "the TensorRT-LLM backbone class: `generated` (from the spec out of "
+            "TensorRT-LLM's building blocks), `none`, or `module:Class` (default: the spec's "
+            "engine.trtllm_backbone, else generated)"),
+        Key("config", "path", None, "a converted config.json (or its folder) to emit for (default: the "
+            "adapter's synth.config)"),
+        THREADS), overrides=True),
     Command("docs", "regenerate (or check) the generated docs from the adapters and this table", (
         Key("check", "bool", False, "write nothing; print a diff and exit 1 if a generated file is stale"),
         Key("out", "path", None, "docs folder (default: the repository's docs/, README included)"),

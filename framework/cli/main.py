@@ -28,6 +28,7 @@ from ..convert.synth import synthesize
 from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
 from ..eval import command as eval_command
+from ..io.publish import install_signal_handlers
 from ..runtime.draft import format_report, report_json, run_draft
 from ..runtime.memory import check_draft_memory, check_lowering
 from ..spec.loading import adapter_files, load_spec
@@ -77,7 +78,8 @@ def _source(opts, spec, key: str = "source") -> Path:
 def cmd_synth(opts, spec, path):
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "synth"))
-    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=opts["progress"])
+    synthesize(adapter, opts["scale"], out, seed=opts["seed"], overwrite=opts["overwrite"], progress=opts["progress"],
+               layout=opts.get("layout") or "spec")
     print(f"wrote synthetic {adapter.name} checkpoint ({opts['scale']}) to {out} (borrowed target tensors in {out / 'target'})")
     return 0
 
@@ -100,6 +102,9 @@ def describe_plan(plan) -> str:
         mask = "full" if l.mask.window is None else f"window {l.mask.window}"
         low = ", ".join(f"{k}={v}" for k, v in l.lowering.items())
         lines.append(f"  {i}: {'causal' if l.mask.causal else 'non-causal'} {mask}  [{low}]")
+    defaulted = {k: v for k, v in r.sources.items() if "default" in v and not v.startswith("config.json")}
+    lines.append(f"defaults (not in config.json): {len(defaulted)}")
+    lines += ["  " + line for line in dump_sources(r).splitlines() if line.split(" =", 1)[0] in defaulted]
     lines.append("values (source):")
     lines += ["  " + line for line in dump_sources(r).splitlines() if not line.startswith(("layers =", "norms ="))]
     lines.append("tensors (target <- source, transforms):")
@@ -172,7 +177,7 @@ def cmd_convert(opts, spec, path):
         out = Path(_need(opts, "out", "convert"))
     if opts["to"] != "dflash":
         export(adapter, source, out, opts["to"], overwrite=opts["overwrite"], adapter_dir=opts.get("adapter_dir"),
-               progress=opts["progress"])
+               progress=opts["progress"], verifier=opts.get("verifier"))
         if quiet:
             print(json.dumps({"source": str(source), "adapter": adapter.name, "to": opts["to"], "out": str(out),
                               "files": _written(out)}))
@@ -273,7 +278,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
     try:
         report = run_draft(checkpoint, target, device=device, context=opts["context"],
                            seed=opts["seed"], batch=opts["batch"], lowering=opts.get("lowering"),
-                           dump=opts.get("dump"), page_size=opts["page_size"])
+                           dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"))
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise UserError(f"draftsmith draft: {str(e).strip(chr(39))}") from None
     if opts["format"] == "json":
@@ -292,8 +297,10 @@ def cmd_emit(opts, spec, path):
     with the command line's ``adapter.*`` overrides, which the module records."""
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "emit"))
-    res = write_package(adapter, adapter.path, out, default_engine(adapter, DEFAULT),
-                        overrides=spec_overrides(adapter, opts.get("adapter_dir")))
+    backbone = opts.get("backbone") or DEFAULT
+    backbone = None if backbone == "none" else backbone
+    res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone),
+                        config=opts.get("config"), overrides=spec_overrides(adapter, opts.get("adapter_dir")))
     print(res.summary())
     return 0
 
@@ -362,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
         return _unknown_command(command)
+    install_signal_handlers()  # SIGTERM/SIGHUP clean up like Ctrl-C
     try:
         opts, spec, path = compose(command, args)
         set_threads(opts.get("threads"))
@@ -374,9 +382,16 @@ def main(argv: list[str] | None = None) -> int:
         for p in e.problems:
             print(f"error: {p}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
+    except OSError as e:  # the environment refused: read-only or missing parent, disk full, ulimit -f
+        where = e.filename or "draftsmith"
+        print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("error: input nested too deeply", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

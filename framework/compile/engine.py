@@ -109,12 +109,17 @@ class Adapter:
         return {t.quant_method for t in self.transforms if t.quant_method}
 
     def matches(self, raw: dict[str, Any]) -> bool:
-        """Whether this adapter serves a raw ``config.json`` (by architecture, and model_type if set)."""
+        """Whether this adapter serves a raw ``config.json``: a config with speculators' marker
+        ``speculators_model_type`` by that marker alone; any other by architecture (and
+        ``model_type`` where the spec fixes one)."""
+        m = self.spec.match
+        marker = raw.get("speculators_model_type")
+        if marker is not None or m.speculators_model_type is not None:
+            return marker is not None and marker == m.speculators_model_type
         archs = raw.get("architectures") or []
-        if not any(a in self.spec.match.architectures for a in archs):
+        if not any(a in m.architectures for a in archs):
             return False
-        mt = self.spec.match.model_type
-        return mt is None or raw.get("model_type") == mt
+        return m.model_type is None or raw.get("model_type") == m.model_type
 
     def norm_modes(self) -> dict[str, str]:
         """Norm kind -> ``fold`` (stored ``1 + w``, run plainly), ``keep`` (stored ``w``, run
@@ -179,14 +184,34 @@ def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
 
 
 def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> Adapter:
-    """The adapter serving a raw ``config.json``, by architecture; else an error listing them."""
-    known = []
+    """The adapter serving a raw ``config.json`` (:meth:`Adapter.matches`). Several matches:
+    the one whose spec says ``match.preferred``, else an error listing them; none: an error
+    listing every adapter and what it matches (and any unreadable adapter file skipped)."""
+    known, hits, broken = [], [], []
     for name in sorted(adapter_files(adapter_dir)):
-        a = load_adapter(name, adapter_dir=adapter_dir)
+        try:
+            a = load_adapter(name, adapter_dir=adapter_dir)
+        except UserError as e:  # one broken file must not break routing for every checkpoint
+            broken.append(e.problems[0])
+            continue
         if a.matches(raw):
-            return a
-        known.append(f"{name} ({', '.join(a.architectures)})")
+            hits.append(a)
+        m = a.spec.match
+        known.append(f"{name} ({', '.join(a.architectures)}"
+                     + (f"; speculators_model_type {m.speculators_model_type}" if m.speculators_model_type else "") + ")")
+    preferred = [a for a in hits if a.spec.match.preferred]
+    if len(hits) == 1:
+        return hits[0]
+    if len(preferred) == 1:
+        return preferred[0]
+    if hits:
+        raise UserError(f"{where}: adapters {', '.join(a.name for a in hits)} all match "
+                        f"(architectures {raw.get('architectures')}, model_type {raw.get('model_type')!r}) "
+                        f"and {'several are' if preferred else 'none is'} marked `match.preferred`; pass adapter=NAME")
     raise UserError(
         f"{where}: no adapter serves architectures {raw.get('architectures')} "
-        f"(model_type {raw.get('model_type')!r}); known adapters: {'; '.join(known)}"
+        f"(model_type {raw.get('model_type')!r}"
+        + (f", speculators_model_type {raw['speculators_model_type']!r}" if raw.get("speculators_model_type") else "")
+        + f"); known adapters: {'; '.join(known)}",
+        *(f"unreadable adapter skipped while routing: {b}" for b in broken),
     )

@@ -164,14 +164,12 @@ class GQADFlash:
         return out
 
     def sample(self, name: str, meta: TensorMeta, gen: torch.Generator) -> torch.Tensor:
-        """Plausible random values for a target tensor no transform samples."""
-        if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
-            x = 1.0 + 0.1 * torch.randn(meta.shape, generator=gen)
-        elif name.endswith(".bias"):
-            x = 0.1 * torch.randn(meta.shape, generator=gen)
-        else:
-            x = torch.randn(meta.shape, generator=gen) * 0.02
-        return x.to(meta.dtype)
+        """Random values for a target tensor no transform samples, at scales where every stage
+        moves the output: norms near 1, a linear ``[out, in]`` at ``1/sqrt(in)`` (activations
+        stay near unit RMS through every layer, so rope, masks and norms all matter), the Markov
+        factors at 1 (the bias ``w2 @ w1[prev]`` has RMS ``sqrt(rank)``, the size of the logits)."""
+        return (synth_scale(name, meta.shape) * torch.randn(meta.shape, generator=gen)
+                + (1.0 if is_norm(name) else 0.0)).to(meta.dtype)
 
     def borrowed_layout(self, cfg: dict[str, Any]) -> dict[str, TensorMeta]:
         """The target's tensors the drafter borrows (written by ``synth`` under ``target/``)."""
@@ -187,3 +185,17 @@ FAMILIES.register(GQADFlash.name, GQADFlash())
 def get_family(name: str) -> GQADFlash:
     """The family named ``name``; an unknown name lists the known ones."""
     return FAMILIES.lookup(name)
+
+
+def is_norm(name: str) -> bool:
+    return name.endswith("norm.weight") or name.endswith("layernorm.weight")
+
+
+def synth_scale(name: str, shape) -> float:
+    """Standard deviation ``synth`` draws target tensor ``name`` with (see ``GQADFlash.sample``);
+    a norm's is its spread around 1."""
+    if is_norm(name) or name.endswith(".bias"):
+        return 0.1
+    if "markov_head." in name:
+        return 1.0
+    return float(shape[-1]) ** -0.5 if len(shape) == 2 else 0.02

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from ..errors import UserError
 from .attention import resolve_layers, write_back
+from .config_types import check_config_types
 from .dotted import get_dotted, pop_dotted, set_dotted
 from .resolved import ResolvedDrafter
 
@@ -91,7 +92,9 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     for key in cs.drop:
         pop_dotted(out, key)
 
-    # family defaults, target-layer convention, attention table
+    # types and ranges first (one line per bad key), then family defaults, target-layer
+    # convention, attention table
+    check_config_types(out, sources, where)
     adapter.family.complete(out)
     dc = out["dflash_config"]
     ids = list(dc["target_layer_ids"])
@@ -113,8 +116,23 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
             f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {resolved.max_draft_len} "
             f"(block_size {resolved.block_size}, sample_from_anchor {resolved.sample_from_anchor})"
         )
+    trtllm_keys(out, merged, resolved)
     out["draftsmith"] = resolved.section()
     return dict(sorted(out.items()))
+
+
+def trtllm_keys(out: dict[str, Any], merged: dict[str, Any], resolved: ResolvedDrafter) -> None:
+    """Keys TensorRT-LLM's built-in drafter classes read, so a process that never imported the
+    emitted package resolves the trained masks and slots (tests/conformance/trtllm/CONTRACT.md
+    R2, R6): ``use_sliding_window`` (false when a window is non-causal: the window then comes
+    from ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
+    (= ``sample_from_anchor``), and the raw top-level ``dspark_*`` fallbacks, kept as read."""
+    windows = [m for m in resolved.masks if m.window is not None]
+    out["use_sliding_window"] = bool(windows) and all(m.causal for m in windows)
+    out.setdefault("dspark_config", {})["shift_label"] = resolved.sample_from_anchor
+    for key, value in merged.items():
+        if key.startswith("dspark_") and not isinstance(value, dict):
+            out.setdefault(key, value)
 
 
 #: ResolvedDrafter field (dotted) -> the flattened config key it is read from.

@@ -7,65 +7,99 @@ matches keeps its name. ``inverse`` maps a target name back to a source name (us
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
+from ...registry import Registry
 from ...transforms.names import NameTemplate
-
+from ...transforms.regex import compile_regex
 from ..spec.schema import RenameRule
 
-@dataclass
-class CompiledRename:
-    rule: RenameRule
-    index: int
 
-    def __post_init__(self):
-        r = self.rule
-        if r.kind == "regex":
-            self.rx = re.compile(r.match)
-            self.inv_rx = re.compile(r.inverse_match) if r.inverse_match else None
-        elif r.kind == "template":
-            self.src = NameTemplate(r.match)
-            self.dst = NameTemplate(r.to) if r.to is not None else None
-            if self.dst is not None and set(self.dst.placeholders) - set(self.src.placeholders):
-                raise ValueError(f"template {r.to!r} uses placeholders that {r.match!r} does not define")
+class RenameKind:
+    """One compiled rule of its kind: ``apply`` (source -> target) and ``invert``."""
+
+    def __init__(self, rule: RenameRule, index: int):
+        self.rule, self.index = rule, index
 
     def apply(self, name: str) -> tuple[bool, str | None]:
         """(matched, new name or None for drop)."""
-        r = self.rule
-        if r.kind == "prefix":
-            if not name.startswith(r.match):
-                return False, name
-            return True, None if r.to is None else r.to + name[len(r.match):]
-        if r.kind == "template":
-            values = self.src.match(name)
-            if values is None:
-                return False, name
-            return True, None if self.dst is None else self.dst.format(values)
-        m = self.rx.search(name)
-        if not m:
-            return False, name
-        return True, None if r.to is None else self.rx.sub(r.to, name, count=1)
+        raise NotImplementedError
 
     def invert(self, target: str) -> str | None:
         """A source name this rule maps to ``target``, or None."""
+        raise NotImplementedError
+
+
+#: The closed table of rename kinds (``RenameRule.kind``), like transforms and lowerings.
+RENAME_KINDS: Registry[type[RenameKind]] = Registry("rename kind")
+
+
+class PrefixRename(RenameKind):
+    """``prefix``: replace a leading string."""
+
+    def apply(self, name):
+        r = self.rule
+        if not name.startswith(r.match):
+            return False, name
+        return True, None if r.to is None else r.to + name[len(r.match):]
+
+    def invert(self, target):
         r = self.rule
         if r.to is None:
             return None
-        if r.kind == "prefix":
-            return r.match + target[len(r.to):] if target.startswith(r.to) else None
-        if r.kind == "template":
-            values = self.dst.match(target)
-            return None if values is None else self.src.format(values)
-        if self.inv_rx is None:
+        return r.match + target[len(r.to):] if target.startswith(r.to) else None
+
+
+class TemplateRename(RenameKind):
+    """``template``: an invertible name template (``{x}`` one component, ``{x*}`` several)."""
+
+    def __init__(self, rule, index):
+        super().__init__(rule, index)
+        self.src = NameTemplate(rule.match)
+        self.dst = NameTemplate(rule.to) if rule.to is not None else None
+        if self.dst is not None and set(self.dst.placeholders) - set(self.src.placeholders):
+            raise ValueError(f"template {rule.to!r} uses placeholders that {rule.match!r} does not define")
+
+    def apply(self, name):
+        values = self.src.match(name)
+        if values is None:
+            return False, name
+        return True, None if self.dst is None else self.dst.format(values)
+
+    def invert(self, target):
+        if self.dst is None:
+            return None
+        values = self.dst.match(target)
+        return None if values is None else self.src.format(values)
+
+
+class RegexRename(RenameKind):
+    """``regex``: a Python regex with groups; inverts only through ``inverse_match``/``inverse_to``."""
+
+    def __init__(self, rule, index):
+        super().__init__(rule, index)
+        self.rx = compile_regex(rule.match)
+        self.inv_rx = compile_regex(rule.inverse_match) if rule.inverse_match else None
+
+    def apply(self, name):
+        m = self.rx.search(name)
+        if not m:
+            return False, name
+        return True, None if self.rule.to is None else self.rx.sub(self.rule.to, name, count=1)
+
+    def invert(self, target):
+        if self.rule.to is None or self.inv_rx is None:
             return None
         m = self.inv_rx.search(target)
-        return self.inv_rx.sub(r.inverse_to, target, count=1) if m else None
+        return self.inv_rx.sub(self.rule.inverse_to, target, count=1) if m else None
+
+
+RENAME_KINDS.register("prefix", PrefixRename)
+RENAME_KINDS.register("template", TemplateRename)
+RENAME_KINDS.register("regex", RegexRename)
 
 
 class Renamer:
     def __init__(self, rules: list[RenameRule]):
-        self.rules = [CompiledRename(r, i) for i, r in enumerate(rules)]
+        self.rules = [RENAME_KINDS.lookup(r.kind)(r, i) for i, r in enumerate(rules)]
 
     def __call__(self, name: str) -> str | None:
         return self.apply(name)[1]

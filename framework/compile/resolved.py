@@ -10,7 +10,7 @@ derivation).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Annotated, Any, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
@@ -64,7 +64,7 @@ class _Frozen(BaseModel):
 class Rope(_Frozen):
     """Rotary position embedding (partial NeoX over the first ``rotary_dim`` dims of a head)."""
 
-    theta: float = Field(description="RoPE base (``rope_theta``)", gt=0)
+    theta: float = Field(description="RoPE base (``rope_theta``)", gt=0, strict=True, allow_inf_nan=False)
     type: str = Field(description="RoPE type (``rope_type``); the host implements ``default`` only")
     scaling: dict[str, Any] = Field(default_factory=dict,
                                     description="the rope type's scaling parameters, as read (empty for ``default``)")
@@ -83,16 +83,16 @@ class Mlp(_Frozen):
 class Dims(_Frozen):
     """Sizes (all in elements)."""
 
-    hidden: int = Field(description="``hidden_size``", gt=0)
-    heads: int = Field(description="``num_attention_heads``", gt=0)
-    kv_heads: int = Field(description="``num_key_value_heads``", gt=0)
-    head_dim: int = Field(description="``head_dim``", gt=0)
-    rotary_dim: int = Field(description="``rotary_dim``: leading dims of each head that are roped", gt=0)
-    intermediate: int = Field(description="``intermediate_size`` of the MLP", gt=0)
-    vocab: int = Field(description="``vocab_size``", gt=0)
-    num_layers: int = Field(description="``num_hidden_layers`` of the drafter", gt=0)
-    target_hidden: int = Field(description="``target_hidden_size``: hidden size of the target model", gt=0)
-    num_target_layers: int = Field(description="how many target layers feed ``fc`` (``len(target_layer_ids)``)", gt=0)
+    hidden: int = Field(description="``hidden_size``", gt=0, strict=True)
+    heads: int = Field(description="``num_attention_heads``", gt=0, strict=True)
+    kv_heads: int = Field(description="``num_key_value_heads``", gt=0, strict=True)
+    head_dim: int = Field(description="``head_dim``", gt=0, strict=True)
+    rotary_dim: int = Field(description="``rotary_dim``: leading dims of each head that are roped", gt=0, strict=True)
+    intermediate: int = Field(description="``intermediate_size`` of the MLP", gt=0, strict=True)
+    vocab: int = Field(description="``vocab_size``", gt=0, strict=True)
+    num_layers: int = Field(description="``num_hidden_layers`` of the drafter", gt=0, strict=True)
+    target_hidden: int = Field(description="``target_hidden_size``: hidden size of the target model", gt=0, strict=True)
+    num_target_layers: int = Field(description="how many target layers feed ``fc`` (``len(target_layer_ids)``)", gt=0, strict=True)
     dtype: Literal["bfloat16", "float16", "float32"] = Field(description="``torch_dtype`` of the weights")
 
     @model_validator(mode="after")
@@ -107,7 +107,8 @@ class Dims(_Frozen):
 class Heads(_Frozen):
     """DSpark's optional heads (drafter reference, section 1)."""
 
-    markov_rank: int = Field(0, description="rank of the Markov head's low-rank bigram bias; 0 = no head", ge=0)
+    markov_rank: int = Field(0, description="rank of the Markov head's low-rank bigram bias; 0 = no head", ge=0,
+                             strict=True)
     markov_head_type: Literal["vanilla"] = Field("vanilla", description="Markov head variant")
     confidence: bool = Field(False, description="whether the drafter has a confidence head")
     confidence_with_markov: bool = Field(False, description="whether the confidence head also reads the Markov "
@@ -125,6 +126,16 @@ class LayerPlan(_Frozen):
 
     mask: MaskSpec = Field(description="which keys a block query sees (causality, window)")
     lowering: dict[DeviceClass, str] = Field(description="lowering name per device class")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _window_is_int(cls, data: Any) -> Any:
+        """A stored window is a JSON integer >= 1 or null (no ``"8"``, ``8.0`` or ``true``)."""
+        mask = data.get("mask") if isinstance(data, Mapping) else None
+        w = mask.get("window") if isinstance(mask, Mapping) else None
+        if w is not None and (type(w) is not int or w < 1):
+            raise ValueError(f"mask.window {w!r} must be an integer >= 1 or null")
+        return data
 
 
 class LoweringTable(_Frozen):
@@ -148,11 +159,11 @@ class ResolvedDrafter(_Frozen):
     family: str = Field(description="drafter family (closed registry)")
     dims: Dims = Field(description="sizes")
     rope: Rope = Field(description="rotary position embedding")
-    rms_norm_eps: float = Field(description="epsilon of every RMSNorm", gt=0)
+    rms_norm_eps: float = Field(description="epsilon of every RMSNorm", gt=0, strict=True, allow_inf_nan=False)
     mlp: Mlp = Field(description="the MLP's activation")
-    block_size: int = Field(description="``B``: block slots per draft step", gt=0)
-    mask_token_id: int = Field(description="token id filling the block slots after the anchor", ge=0)
-    target_layer_ids: tuple[int, ...] = Field(description="target layers whose *outputs* feed ``fc`` "
+    block_size: int = Field(description="``B``: block slots per draft step", gt=0, strict=True)
+    mask_token_id: int = Field(description="token id filling the block slots after the anchor", ge=0, strict=True)
+    target_layer_ids: tuple[Annotated[int, Field(strict=True, ge=-1)], ...] = Field(description="target layers whose *outputs* feed ``fc`` "
                                                           "(output convention: 0 = first layer's output)")
     sample_from_anchor: bool = Field(description="whether slot 0 drafts too (``K = B``) or holds only the anchor")
     norms: dict[NormKind, Literal["gemma", "plain"]] = Field(
@@ -169,7 +180,10 @@ class ResolvedDrafter(_Frozen):
         if isinstance(data, Mapping) and "max_draft_len" in data:
             data = dict(data)
             stored = data.pop("max_draft_len")
-            want = max_draft_len_rule(int(data.get("block_size", 0)), bool(data.get("sample_from_anchor")))
+            block = data.get("block_size")
+            if type(block) is not int or block < 1:
+                return data  # the field's own check names the bad block_size
+            want = max_draft_len_rule(block, bool(data.get("sample_from_anchor")))
             if stored != want:
                 raise ValueError(f"max_draft_len {stored} contradicts the derived {want} (block_size "
                                  f"{data.get('block_size')}, sample_from_anchor {data.get('sample_from_anchor')})")

@@ -1,14 +1,29 @@
-"""Reading checkpoint folders: ``config.json`` and safetensors headers (no tensor data)."""
+"""The one hardened reader of checkpoint folders: ``config.json``, the safetensors index and
+headers (no tensor data), for every command that reads a checkpoint (inspect, convert,
+draft, export, emit's binding; source, converted and target folders alike).
+
+Every file must be a regular file (``stat`` before ``open``: FIFOs, devices, directories
+refused), is read with a byte limit counted while reading, and is parsed as strict JSON
+(framework/io/safe_read.py). Index entries must name shard files in the folder itself
+(no ``/``, ``..``); headers are checked against the file (dtypes, integer shapes and
+offsets that tile the data exactly) before any tensor data is read.
+"""
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...transforms.base import ST_TO_TORCH, TensorMeta
 
 from ..errors import UserError
+from ..io.safe_read import (MAX_CONFIG_BYTES, MAX_INDEX_BYTES, check_regular, is_regular, load_json, open_regular,
+                            parse_json)
+
+#: a safetensors header (the format's own readers cap it at 100 MB)
+MAX_HEADER_BYTES = 100 * 2**20
+INDEX = "model.safetensors.index.json"
 
 
 @dataclass(frozen=True)
@@ -25,12 +40,9 @@ def read_config(source: Path) -> dict:
     path = source / "config.json"
     if not source.is_dir():
         raise UserError(f"{source}: no such checkpoint directory")
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path}: missing (is {source} a drafter checkpoint folder?)")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
+    raw = load_json(path, MAX_CONFIG_BYTES, "config.json")
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a JSON object")
     return raw
@@ -38,64 +50,98 @@ def read_config(source: Path) -> dict:
 
 def drafter_subfolder_hint(source: Path) -> str:
     for sub in ("dspark", "dflash", "drafter", "draft"):
-        if (source / sub / "config.json").is_file():
+        if is_regular(source / sub / "config.json"):
             return f" (this looks like the target model's root: the drafter is in {source / sub})"
     return ""
 
 
-def shard_files(source: Path) -> list[Path]:
-    """The safetensors files of a checkpoint: from the index json, else every ``*.safetensors``."""
-    index = source / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            if not isinstance(weight_map, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) and v and "/" not in v and v not in (".", "..")
-                for k, v in weight_map.items()
-            ):
-                raise TypeError("weight_map must map tensor names to shard file names in this folder")
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-            raise UserError(f"{index}: not a safetensors index ({e})") from None
+def read_index(source: Path) -> dict[str, str] | None:
+    """``weight_map`` of ``source``'s index (tensor name -> shard file name in ``source``),
+    or None when there is no index. Shard names that leave the folder are refused."""
+    index = source / INDEX
+    if not os.path.lexists(index):
+        return None
+    data = load_json(index, MAX_INDEX_BYTES, "safetensors index")
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise UserError(f"{index}: not a safetensors index (no weight_map object)")
+    for k, v in weight_map.items():
+        if not (isinstance(v, str) and v and "/" not in v and "\\" not in v and v not in (".", "..")
+                and "\0" not in v):
+            raise UserError(f"{index}: tensor {k}: shard {v!r} is not a file name in this folder (refused)")
+    return weight_map
+
+
+_UNREAD = object()
+
+
+def shard_files(source: Path, weight_map=_UNREAD) -> list[Path]:
+    """The safetensors files of a checkpoint: from the index json, else every ``*.safetensors``;
+    each a regular file in ``source``. ``weight_map``: :func:`read_index`'s, if already read."""
+    index = source / INDEX
+    weight_map = read_index(source) if weight_map is _UNREAD else weight_map
+    if weight_map is not None:
         files = sorted({source / f for f in weight_map.values()})
         for f in files:
-            if not f.is_file():
+            if not os.path.lexists(f):
                 held = sorted(k for k, v in weight_map.items() if v == f.name)
                 raise UserError(f"{index}: names shard {f.name}, which does not exist "
                                 f"(it should hold {len(held)} tensor(s): {', '.join(held[:3])}{', ...' if len(held) > 3 else ''})")
+            check_regular(f, f"shard named by {INDEX}")
         return files
     files = sorted(source.glob("*.safetensors"))
     if not files:
         raise UserError(f"{source}: no *.safetensors files{drafter_subfolder_hint(source)}")
+    for f in files:
+        check_regular(f, "safetensors shard")
     return files
+
+
+def _int(v) -> int:
+    """A JSON integer (not a bool, float or string)."""
+    if type(v) is not int:
+        raise TypeError(f"{v!r} is not an integer")
+    return v
 
 
 def read_header(path: Path) -> dict[str, TensorMeta]:
     """Names, shapes and dtypes of one safetensors file, checked against the file size."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with open_regular(path, "safetensors shard") as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(8)
         if len(head) < 8:
             raise UserError(f"{path}: truncated (no safetensors header)")
         n = int.from_bytes(head, "little")
-        if n > min(size - 8, 100 * 2**20):
-            raise UserError(f"{path}: header length {n} exceeds the file ({size} bytes): truncated or not safetensors")
-        try:
-            header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UserError(f"{path}: header is not valid JSON") from None
+        if n > min(size - 8, MAX_HEADER_BYTES):
+            raise UserError(f"{path}: header length {n} exceeds the file ({size} bytes) or "
+                            f"{MAX_HEADER_BYTES} bytes: truncated or not safetensors")
+        blob = f.read(n)
+        if len(blob) < n:
+            raise UserError(f"{path}: truncated (header shorter than its stated {n} bytes)")
+    try:
+        header = parse_json(blob, path)
+    except UserError as e:
+        raise UserError(f"{path}: header is not valid JSON ({str(e).split(': ', 1)[-1]})") from None
     if not isinstance(header, dict):
         raise UserError(f"{path}: header is not a JSON object")
-    header.pop("__metadata__", None)
+    meta_block = header.pop("__metadata__", None)
+    if meta_block is not None and not isinstance(meta_block, dict):
+        raise UserError(f"{path}: __metadata__ is not a JSON object")
     out: dict[str, TensorMeta] = {}
     spans: list[tuple[int, int, str]] = []
     data_len = size - 8 - n
     for name, info in header.items():
         try:
             dtype = ST_TO_TORCH[info["dtype"]]
-            shape = tuple(int(s) for s in info["shape"])
-            start, end = (int(o) for o in info["data_offsets"])
+            if not isinstance(info["shape"], list) or not isinstance(info["data_offsets"], list):
+                raise TypeError("shape and data_offsets must be lists")
+            shape = tuple(_int(s) for s in info["shape"])
+            start, end = (_int(o) for o in info["data_offsets"])
         except (KeyError, TypeError, ValueError):
-            raise UserError(f"{path}: tensor {name}: malformed header entry {info!r}") from None
+            shown = repr(info)
+            raise UserError(f"{path}: tensor {name}: malformed header entry "
+                            f"{shown[:200]}{'...' if len(shown) > 200 else ''} (shape and data_offsets "
+                            "must be lists of integers)") from None
         meta = TensorMeta(shape, dtype)
         if any(s < 0 for s in shape) or end - start != meta.nbytes or start < 0:
             raise UserError(
@@ -121,16 +167,59 @@ def read_header(path: Path) -> dict[str, TensorMeta]:
 def read_headers(source: Path) -> dict[str, SourceTensor]:
     """Every tensor of a (possibly sharded) checkpoint; duplicate names across shards refused."""
     tensors: dict[str, SourceTensor] = {}
-    for file in shard_files(source):
+    weight_map = read_index(source)
+    for file in shard_files(source, weight_map):
         for name, meta in read_header(file).items():
             if name in tensors:
                 raise UserError(f"{file}: tensor {name} also appears in {tensors[name].file.name}")
             tensors[name] = SourceTensor(name, file, meta)
-    index = source / "model.safetensors.index.json"
-    if index.is_file():  # shard_files checked that it parses
-        for name, shard in json.loads(index.read_text(encoding="utf-8"))["weight_map"].items():
+    index = source / INDEX
+    if weight_map is not None:
+        for name, shard in weight_map.items():
             if name not in tensors:
                 raise UserError(f"{index}: tensor {name}: listed in {shard}, which does not hold it")
             if tensors[name].file.name != shard:
                 raise UserError(f"{index}: tensor {name}: listed in {shard} but found in {tensors[name].file.name}")
     return tensors
+
+
+def locate(source: Path, names: list[str], optional: set[str] = frozenset()) -> dict[str, SourceTensor]:
+    """Where ``names`` live in ``source`` (a target folder, possibly huge): only the shards
+    that the index names for them are opened, their headers checked like any other. A name
+    missing (and not ``optional``) is refused in one line."""
+    weight_map = read_index(source)
+    if weight_map is None:
+        files = shard_files(source, None)
+    else:
+        files = sorted({source / weight_map[n] for n in names if n in weight_map})
+        for f in files:
+            check_regular(f, f"shard named by {INDEX}")
+    found: dict[str, SourceTensor] = {}
+    for f in files:
+        header = read_header(f)
+        for n in names:
+            if n in header and n not in found:
+                found[n] = SourceTensor(n, f, header[n])
+    for n in names:
+        if n not in found and n not in optional:
+            where = f" (the index lists it in {weight_map[n]})" if weight_map and n in weight_map else ""
+            raise UserError(f"{source}: no tensor {n}{where}")
+    return found
+
+
+def read_tensor(st: SourceTensor):
+    """The data of one checked tensor (a CPU torch tensor of its own)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(st.file), framework="pt") as f:
+            return f.get_tensor(st.name).clone()
+    except Exception as e:  # safetensors raises its own error types on bad data
+        raise UserError(f"{st.file}: tensor {st.name}: cannot be read ({e})") from None
+
+
+def read_checkpoint(source: Path) -> tuple[dict, dict]:
+    """``(config, {name: tensor})`` of a checkpoint folder, every file checked as above."""
+    source = Path(source)
+    config = read_config(source)
+    return config, {n: read_tensor(st) for n, st in read_headers(source).items()}

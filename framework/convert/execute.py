@@ -8,19 +8,18 @@ checkpoint. On any failure nothing exists at the destination.
 from __future__ import annotations
 
 import json
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from tqdm import tqdm
 
 from ...transforms.base import Context, TransformError
 
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish, step_point
+from ..io.publish import atomic_dir, publish, remove_temp, step_point
+from .checkpoint import read_tensor
 from .plan import Group, Plan
 from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
 
@@ -70,7 +69,7 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
             _write(plan, tmp, progress, pool)
         publish(tmp, out, overwrite, protect)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     finally:
         torch.set_num_threads(threads)
@@ -89,12 +88,7 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
     def source(name: str) -> torch.Tensor:
         """Read one source tensor into memory of its own. The file is mapped only for
         the copy, so mapped pages never pile up in RSS across the checkpoint."""
-        st = plan.sources[name]
-        try:
-            with safe_open(str(st.file), framework="pt") as f:
-                return f.get_tensor(name).clone()
-        except Exception as e:  # safetensors raises its own error types on bad data
-            raise UserError(f"{st.file}: tensor {name}: cannot be read ({e})") from None
+        return read_tensor(plan.sources[name])
 
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=None if progress else True, leave=False)
     done = 0

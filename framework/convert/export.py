@@ -24,27 +24,30 @@ The config is an inverse of :func:`~.flatten.flatten`, derived from the flattene
 - format descriptors the flattened config lacks are copied from the template: strings
   and mappings (``model_type``, ``auto_map``, ``quantization_config``,
   ``speculators_config``, ...), never numbers or lists; ``architectures`` (and
-  ``model_type`` where ``match`` fixes one) come from the target's ``match``. Copied
-  descriptors describe the *format*, not this model: review them (e.g.
-  ``speculators_config.verifier`` and its ``speculative_tokens``). The source's
-  ``model_type`` is not carried (it names the source format).
+  ``model_type`` where ``match`` fixes one) come from the target's ``match``. The source's
+  ``model_type`` and every adapter's ``export.markers`` (``speculators_model_type``,
+  ``auto_map``, ...) are not carried: they name the source format;
+- the target's ``export.derived`` keys are then set from the drafter, never from the
+  template: the draft vocabulary, ``max_draft_len`` (speculators' ``speculative_tokens``),
+  the target layer count, the verifier (``verifier=``, else the source config's value at
+  the same key; refused when neither);
+- a drafter feature in the target's ``export.unsupported`` (the clamped SwiGLU, partial
+  rotary, causal windows, Markov/confidence heads) refuses the export in one line.
 
 Norm styles: a norm the source runs Gemma style (``rms(x) * (1 + w)``) but the target
 adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and the
 reverse as ``bf16(float32(w) - 1)``; every other tensor is exact where the target's
 inverse transforms are (not for a re-quantization such as MXFP8).
 
-Keys only the source format's runtime reads are carried as they are (``use_gemma_norm``,
-``hidden_act: swigluoai`` with ``swiglu_*``, ``rotary_dim``, ``qk_norm_type``, ...):
-draftsmith reads them back consistently, the target format's own runtime may not support
-them (speculators' Qwen3 backbone has no ``swigluoai`` MLP, partial rotary or Gemma norms;
-``use_gemma_norm`` stays ``true`` although the norms were re-stored plainly). A draft
+Other keys only the source format's runtime reads are carried as they are
+(``use_gemma_norm``, ``qk_norm_type``, ...): draftsmith reads them back consistently
+(``use_gemma_norm`` stays ``true`` although the norms were re-stored plainly). A draft
 vocabulary smaller than the target's (speculators' ``t2d`` / ``d2t``) is not produced.
 
-The result is checked before anything is written: the target adapter must flatten the
-written config back to the same values (shapes, block size, mask token, target layer
-ids, heads, per-layer windows and causality, ``max_draft_len``), else the export is
-refused with the keys that differ. The borrowed ``embed_tokens`` / ``lm_head`` are not
+The result is checked before anything is written: the target adapter must route the
+written config to itself and flatten it back to the same values (shapes, block size, mask
+token, target layer ids, heads, per-layer windows and causality, ``max_draft_len``), else
+the export is refused with the keys that differ. The borrowed ``embed_tokens`` / ``lm_head`` are not
 written (the drafter does not hold them).
 """
 
@@ -65,11 +68,13 @@ from safetensors import safe_open
 from ...lowering.base import MaskSpec
 from ...transforms.base import Context
 from ...transforms.names import NameTemplate
+from ...transforms.norm_fold import fold_gemma, unfold_gemma
 from ..compile.engine import load_adapter
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..spec.loading import adapter_files
+from .checkpoint import read_config, read_headers
 from .execute import execute
 from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
@@ -123,11 +128,98 @@ def _template_descriptors(value: Any) -> bool:
     return isinstance(value, (str, dict))
 
 
-def source_config_from_flat(target, flat: dict[str, Any]) -> dict[str, Any]:
-    """The raw ``config.json`` of ``target``'s source format for flattened config ``flat``."""
+#: ``export.unsupported`` feature -> whether drafter ``r`` uses it, and how to say so
+_FEATURES = {
+    "swiglu_oai": (lambda r: r.mlp.kind == "swiglu_oai", lambda r: "the clamped SwiGLU MLP (hidden_act swigluoai)"),
+    "partial_rotary": (lambda r: r.dims.rotary_dim < r.dims.head_dim,
+                       lambda r: f"partial rotary (rotary_dim {r.dims.rotary_dim} of head_dim {r.dims.head_dim})"),
+    "causal_windows": (lambda r: any(m.causal and m.window is not None for m in r.masks),
+                       lambda r: "causal sliding-window layers"),
+    "heads": (lambda r: bool(r.heads.markov_rank) or r.heads.confidence,
+              lambda r: f"the Markov (rank {r.heads.markov_rank}) / confidence ({r.heads.confidence}) heads"),
+}
+
+
+def refuse_unsupported(target, r: ResolvedDrafter) -> None:
+    """One line naming the first drafter feature ``target``'s format cannot run."""
+    for feature in target.spec.export.unsupported:
+        used, say = _FEATURES[feature]
+        if used(r):
+            raise UserError(f"to={target.name}: the {target.name} format cannot express {say(r)} "
+                            f"(export.unsupported: {feature})")
+
+
+def all_markers(adapter_dir=None) -> set[str]:
+    """Every adapter's ``export.markers``: keys naming a source format."""
+    return {m for n in adapter_files(adapter_dir) for m in load_adapter(n, adapter_dir=adapter_dir).spec.export.markers}
+
+
+def _set_path(d: Any, key: str, value: Any, where: str) -> None:
+    """Set dotted ``key`` in ``d``; an integer part indexes an existing list."""
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if isinstance(d, list):
+            if not part.isdigit() or int(part) >= len(d):
+                raise UserError(f"{where}: export.derived key {key}: {part} does not index the template's list")
+            d = d[int(part)]
+        else:
+            if not isinstance(d.get(part), (dict, list)):
+                d[part] = {}
+            d = d[part]
+    last = parts[-1]
+    if isinstance(d, list):
+        if not last.isdigit() or int(last) >= len(d):
+            raise UserError(f"{where}: export.derived key {key}: {last} does not index the template's list")
+        d[int(last)] = value
+    else:
+        d[last] = value
+
+
+def _get_path(d: Any, key: str) -> Any:
+    for part in key.split("."):
+        if isinstance(d, list) and part.isdigit() and int(part) < len(d):
+            d = d[int(part)]
+        elif isinstance(d, dict) and part in d:
+            d = d[part]
+        else:
+            return None
+    return d
+
+
+def derived_values(target, flat: dict, source_raw: dict | None, verifier: str | None) -> dict[str, Any]:
+    """The target's ``export.derived`` keys -> values from the drafter / the user / the source."""
+    r = ResolvedDrafter.from_config(flat)
+    out: dict[str, Any] = {}
+    for key, what in target.spec.export.derived.items():
+        if what == "draft_vocab_size":
+            out[key] = r.dims.vocab
+        elif what == "max_draft_len":
+            out[key] = r.max_draft_len
+        elif what == "num_target_layers":
+            n = flat.get("num_target_layers")
+            out[key] = n if isinstance(n, int) and n > max(r.target_layer_ids) else max(r.target_layer_ids) + 1
+        elif what == "verifier":
+            v = verifier or _get_path(source_raw or {}, key)
+            if not isinstance(v, str) or not v:
+                raise UserError(f"to={target.name}: the {target.name} format records the verifier ({key}); "
+                                f"pass verifier=MODEL_ID_OR_PATH")
+            out[key] = v
+        elif what == "verifier_architectures":
+            v = _get_path(source_raw or {}, key)
+            out[key] = list(v) if isinstance(v, list) else []
+    return out
+
+
+def source_config_from_flat(target, flat: dict[str, Any], source_raw: dict | None = None,
+                            verifier: str | None = None, markers: set[str] | frozenset = frozenset()) -> dict[str, Any]:
+    """The raw ``config.json`` of ``target``'s source format for flattened config ``flat``
+    (``source_raw``: the source's own config.json, for the verifier; ``markers``: format
+    markers never carried over)."""
     spec = target.spec
+    refuse_unsupported(target, ResolvedDrafter.from_config(flat))
+    derived = derived_values(target, flat, source_raw, verifier)
     cfg = copy.deepcopy(flat)
-    for k in _NOT_CARRIED:
+    for k in (*_NOT_CARRIED, *markers, *spec.export.markers):
         cfg.pop(k, None)
     cfg.pop("model_type", None)  # names the source format: the template's goes in
     _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks)
@@ -171,6 +263,8 @@ def source_config_from_flat(target, flat: dict[str, Any]) -> dict[str, Any]:
     raw["architectures"] = [spec.match.architectures[0]]
     if spec.match.model_type is not None:
         raw["model_type"] = spec.match.model_type
+    for key, value in derived.items():
+        _set_path(raw, key, value, f"{target.path}")
     return raw
 
 
@@ -187,10 +281,14 @@ def _compare(flat: dict, back: dict, drop: list[str], prefix: str = "") -> list[
     return out
 
 
-def check_config(target, flat: dict, raw: dict) -> dict:
-    """Flatten ``raw`` with ``target``; refuse when it does not read back as ``flat``."""
+def check_config(target, flat: dict, raw: dict, markers=frozenset()) -> dict:
+    """Flatten ``raw`` with ``target``; refuse when it does not read back as ``flat`` (format
+    ``markers`` and the target's derived keys excepted: they are the target format's own)."""
+    if not target.matches(raw):
+        raise UserError(f"to={target.name}: the written config would not route to {target.name}")
     back = target.flatten_config(raw, where=f"{target.name} config (export)")
-    problems = _compare(flat, back, list(target.spec.config.drop))
+    skip = [*target.spec.config.drop, *markers, *target.spec.export.markers, *target.spec.export.derived]
+    problems = _compare(flat, back, skip)
     ours, theirs = ResolvedDrafter.from_config(flat), ResolvedDrafter.from_config(back)
     a = [(m.causal, m.window) for m in ours.masks]
     b = [(m.causal, m.window) for m in theirs.masks]
@@ -218,22 +316,24 @@ def restyle_norm(w: torch.Tensor, src: str, dst: str) -> torch.Tensor:
     if src == dst:
         return w
     if src == "gemma":  # rms * (1 + w) == rms * w'
-        return (1.0 + w.to(torch.float32)).to(w.dtype)
-    return (w.to(torch.float32) - 1.0).to(w.dtype)
+        return fold_gemma(w, w.dtype)
+    return unfold_gemma(w, w.dtype)
 
 
 def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None,
-           progress: bool = False) -> Path:
+           progress: bool = False, verifier: str | None = None) -> Path:
     """Convert ``source`` (``adapter``'s format) and write it in adapter ``to``'s source format
-    (``progress``: a bar on stderr, shown only on a terminal)."""
+    (``progress``: a bar on stderr, shown only on a terminal; ``verifier``: the verifier's model
+    id or path, for formats that record it)."""
     source, out = Path(source), Path(out)
     plan = adapter.plan(source)
     if not plan.complete:
         raise UserError(*(f"{source}: {l}" for l in plan.report().splitlines()))
     flat = plan.config
     target = resolve_target(to, flat, adapter_dir)
-    raw = source_config_from_flat(target, flat)
-    tflat = check_config(target, flat, raw)
+    markers = all_markers(adapter_dir)
+    raw = source_config_from_flat(target, flat, read_config(source), verifier, markers)
+    tflat = check_config(target, flat, raw, markers)
     layout = target.family.target_layout(tflat)
     if {n: (m.shape, m.dtype) for n, m in layout.items()} != {n: (m.shape, m.dtype) for n, m in plan.outputs.items()}:
         raise UserError(f"to={target.name}: the target layout differs from the converted one")
@@ -253,7 +353,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
         publish(tmp, out, overwrite, [source])
     except BaseException:
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_temp(tmp)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -261,9 +361,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
 
 
 def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path) -> None:
-    index = converted / "model.safetensors.index.json"
-    where = ({n: converted / f for n, f in json.loads(index.read_text())["weight_map"].items()}
-             if index.is_file() else {n: converted / "model.safetensors" for n in layout})
+    where = {n: st.file for n, st in read_headers(converted).items()}  # the hardened reader's checks
     saver = ShardedSaver(tmp, target.spec.weights.max_shard_bytes)
 
     with ExitStack() as stack:

@@ -13,6 +13,7 @@ from ...transforms.base import Binding, Context, TensorMeta, Transform, Transfor
 
 from .checkpoint import SourceTensor, read_config, read_headers
 from ..errors import UserError
+from ..layer_ranges import format_ranges
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class Group:
     nbytes: int
 
 
+#: problems listed one per line by ``convert`` before the rest are counted
+MAX_PROBLEM_LINES = 200
+
+
 @dataclass
 class Plan:
     source: Path | None
@@ -68,20 +73,37 @@ class Plan:
     def report(self) -> str:
         return format_report(self.problems)
 
-    def problem_lines(self) -> list[str]:
+    def problem_lines(self, limit: int = MAX_PROBLEM_LINES) -> list[str]:
         """One line per problem, each led by the file(s) holding the tensors involved
-        (the checkpoint folder for a tensor that no file holds)."""
+        (the checkpoint folder for a tensor that no file holds); past ``limit`` problems one
+        closing line counts the rest by status. Linear in tensor count: names are looked up
+        by the whole tokens of a problem's text, never by scanning."""
+        by_new: dict[str, list[str]] = {}
+        for s, r in self.renamed.items():
+            by_new.setdefault(r, []).append(s)
         out = []
-        for p in self.problems:
+        for p in self.problems[:limit]:
             text = f"{p.name} {p.detail}"
-            srcs = sorted(s for s, r in self.renamed.items() if r == p.name or r in text) or sorted(
-                s for s in self.sources if s in text)
+            tokens = set(_TOKEN.findall(text))
+            srcs = sorted({s for t in tokens for s in by_new.get(t, ())}) or sorted(
+                t for t in tokens if t in self.sources)
             files = sorted({str(self.sources[s].file) for s in srcs})
             where = ", ".join(files) if files else str(self.source)
-            named = [s for s in srcs if s not in text]
+            named = [s for s in srcs if s not in tokens]
             out.append(f"{where}: {p.name} | {p.status}" + (f" | {p.detail}" if p.detail else "")
                        + (f" (source {', '.join(named)})" if named else ""))
+        rest = self.problems[limit:]
+        if rest:
+            counts: dict[str, int] = {}
+            for p in rest:
+                counts[p.status] = counts.get(p.status, 0) + 1
+            out.append(f"{self.source}: ... and {len(rest)} more problems ("
+                       + ", ".join(f"{n} {k}" for k, n in counts.items()) + "); `draftsmith inspect` lists them all")
         return out
+
+
+#: a tensor-name-like token of a problem's text (names hold no spaces, punctuation or brackets)
+_TOKEN = re.compile(r"[^\s,;:()\[\]'\"]+")
 
 
 def _layer_key(name: str) -> tuple[str, int | None]:
@@ -90,13 +112,8 @@ def _layer_key(name: str) -> tuple[str, int | None]:
 
 
 def compress_ranges(ix: list[int]) -> str:
-    ix = sorted(set(ix))
-    parts, start = [], ix[0]
-    for a, b in zip(ix, ix[1:] + [None]):
-        if b != a + 1:
-            parts.append(f"{start}" if start == a else f"{start}..{a}")
-            start = b
-    return "{" + ",".join(parts) + "}"
+    """``{0..4,7}``: the report's spelling of :func:`layer_ranges.format_ranges`."""
+    return "{" + format_ranges(ix, sep=",", dash="..") + "}"
 
 
 def format_report(problems: list[Problem]) -> str:
@@ -146,7 +163,7 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
             ignored.append(name)
             continue
         if new in nodes:
-            other = next(s for s, r in renamed.items() if r == new)
+            other = next(iter(nodes[new].sources))
             problems.append(Problem(new, "INVALID", f"both {other} and {name} rename to it"))
             continue
         renamed[name] = new
@@ -199,9 +216,10 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
 
     # compare with the target layout
     layout = adapter.family.target_layout(cfg)
+    mentioned = {p.name for p in problems} | {t for p in problems for t in _TOKEN.findall(p.detail)}
     for name, want in layout.items():
         if name not in nodes:
-            if any(p.name == name or name in p.detail for p in problems):
+            if name in mentioned:
                 continue
             src = _source_name(adapter, name)
             detail = f"expected source {src}" if src != name else ""
@@ -219,8 +237,13 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
     for name in layout:
         if name in nodes:
             by_sources.setdefault(nodes[name].sources, []).append(name)
+    apps_by_source: dict[str, list[Application]] = {}  # each app under one of its sources
+    order = {id(a): i for i, a in enumerate(apps)}
+    for a in apps:
+        apps_by_source.setdefault(min(a.sources), []).append(a)
     for srcs, outs in by_sources.items():
-        g_apps = [a for a in apps if a.sources <= srcs]
+        g_apps = [a for s in sorted(srcs) for a in apps_by_source.get(s, ()) if a.sources <= srcs]
+        g_apps.sort(key=lambda a: order[id(a)])
         groups.append(Group(sorted(srcs), g_apps, outs, sum(sources[s].meta.nbytes for s in srcs)))
     return Plan(source, cfg, sources, renamed, dropped, ignored, layout, groups, problems,
                 adapter.spec.weights.max_shard_bytes)
@@ -236,13 +259,26 @@ def unmatched_rules(adapter, kind: str, used: set[int], names: list[str], only: 
         if (only is not None and i != only) or i in used or rule.optional:
             continue
         pattern = rule.match
-        close = difflib.get_close_matches(pattern, names, n=2, cutoff=0.0) if names else []
+        close = difflib.get_close_matches(pattern, _distinct_shapes(names), n=2, cutoff=0.0) if names else []
         label = f"{kind} rule {rule.op if kind == 'transforms' else rule.kind} {pattern!r}"
         detail = (f"{adapter.rule_location(kind, i)}: {label} matches no tensor"
                   + (f" (closest: {', '.join(close)})" if close else "")
                   + "; fix it, or mark it optional: true")
         out.append(Problem(f"weights.{kind}[{i}]", "UNMATCHED", detail))
     return out
+
+
+def _distinct_shapes(names: list[str], limit: int = 2000) -> list[str]:
+    """At most ``limit`` names, one per layer-independent shape (``layers.N.x`` counted once),
+    so that did-you-mean suggestions stay bounded for 100 000-tensor checkpoints."""
+    seen: dict[str, str] = {}
+    for n in names:
+        key = _layer_key(n)[0]
+        if key not in seen:
+            seen[key] = n
+            if len(seen) >= limit:
+                break
+    return list(seen.values())
 
 
 def _source_name(adapter, name: str) -> str:

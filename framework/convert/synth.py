@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +19,9 @@ from safetensors.torch import save_file
 
 from ...transforms.base import Binding, Context, Transform
 
-from ..io.publish import atomic_dir, publish
+from ..io.publish import atomic_dir, publish, remove_temp
 from ..errors import UserError
-from ..compile.dotted import set_dotted
+from ..compile.dotted import pop_dotted, set_dotted
 from .writer import ShardedSaver
 
 SYNTH_SHARD_BYTES = 1 << 30
@@ -35,14 +34,65 @@ class SynthResult:
     targets: dict[str, torch.Tensor] | None  # the target-layout weights it started from
 
 
-def source_config(adapter, scale: str) -> dict:
-    """The raw ``config.json`` that ``synth`` writes at ``scale`` (``tiny`` or ``full``)."""
+#: the writers' layouts every adapter has; others only where ``synth.layouts`` lists them
+BASE_LAYOUTS = ("transformers4", "transformers5")
+
+
+def layouts(adapter) -> list[str]:
+    """The ``layout=`` values ``synth`` accepts for ``adapter`` (``spec``: the template as is)."""
+    return ["spec", *BASE_LAYOUTS, *(k for k in adapter.spec.synth.layouts if k not in BASE_LAYOUTS)]
+
+
+def _holders(raw: dict, adapter) -> list[dict]:
+    """The top level and each ``config.sections`` section present (where backbone keys live)."""
+    return [raw, *(raw[s] for s in adapter.spec.config.sections if isinstance(raw.get(s), dict))]
+
+
+def apply_layout(adapter, raw: dict, layout: str) -> None:
+    """Rewrite template ``raw`` (in place) the way writer ``layout`` saves it.
+
+    transformers 4 (``PretrainedConfig.to_dict`` in 4.x): ``rope_theta`` and ``rope_scaling``
+    at the backbone's level, ``torch_dtype``. transformers 5 (5.24 ``to_diff_dict``, checked
+    with ``Qwen3Config``): ``rope_parameters: {rope_theta, rope_type}`` instead, ``dtype``
+    instead of ``torch_dtype``. Then the spec's ``synth.layouts[layout]`` overrides.
+    """
+    if layout not in layouts(adapter):
+        raise UserError(f"layout={layout}: {adapter.name} has {', '.join(layouts(adapter))}")
+    if layout == "spec":
+        return
+    tf5 = layout != "transformers4"
+    for h in _holders(raw, adapter):
+        params = h.pop("rope_parameters", None) or {}
+        scaling = h.pop("rope_scaling", None) or {}
+        theta = h.pop("rope_theta", params.get("rope_theta"))
+        if theta is not None:
+            rtype = params.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+            extra = {k: v for k, v in {**scaling, **params}.items() if k not in ("rope_theta", "rope_type", "type")}
+            if tf5:
+                h["rope_parameters"] = {"rope_theta": theta, "rope_type": rtype, **extra}
+            else:
+                h["rope_theta"] = theta
+                h["rope_scaling"] = None if rtype == "default" else {"rope_type": rtype, **extra}
+        for old, new in (("torch_dtype", "dtype"),) if tf5 else (("dtype", "torch_dtype"),):
+            if old in h:
+                h[new] = h.pop(old)
+    for key, value in adapter.spec.synth.layouts.get(layout, {}).items():
+        if value is None:
+            pop_dotted(raw, key)
+        else:
+            set_dotted(raw, key, copy.deepcopy(value))
+
+
+def source_config(adapter, scale: str, layout: str = "spec") -> dict:
+    """The raw ``config.json`` that ``synth`` writes at ``scale`` (``tiny`` or ``full``) in
+    writer ``layout`` (:func:`apply_layout`)."""
     if scale not in ("tiny", "full"):
         raise UserError(f"scale={scale}: expected tiny or full")
     raw = copy.deepcopy(adapter.spec.synth.config)
     if scale == "tiny":
         for key, value in adapter.spec.synth.tiny.items():
             set_dotted(raw, key, copy.deepcopy(value))
+    apply_layout(adapter, raw, layout)
     return raw
 
 
@@ -88,8 +138,8 @@ def _groups(layout: dict, apps: list[tuple[Transform, Binding]]) -> list[list[st
 
 
 def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = False,
-               keep_targets: bool = False, progress: bool = False) -> SynthResult:
-    raw = source_config(adapter, scale)
+               keep_targets: bool = False, progress: bool = False, layout: str = "spec") -> SynthResult:
+    raw = source_config(adapter, scale, layout)
     cfg = adapter.flatten_config(raw, where=f"{adapter.path}: synth.config")
     ctx = Context(cfg)
     layout = adapter.family.target_layout(cfg)
@@ -116,7 +166,7 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
         _write_target(adapter, cfg, tmp / "target", gen)
         publish(tmp, out, overwrite)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     return SynthResult(out, cfg, kept if keep_targets else None)
 

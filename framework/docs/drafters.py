@@ -206,8 +206,8 @@ def supported_drafters_md(drafters: list[Drafter]) -> str:
         ),
         "",
         "TensorRT-LLM path: TensorRT-LLM cannot be installed in this project's environment, so the plugin "
-        "module (`draftsmith emit`) is generated and the drafter is run against the torch reference host "
-        "only; no row here has been served by TensorRT-LLM itself yet.",
+        "package (`draftsmith emit`) is checked by tests/conformance/trtllm against a stand-in written from "
+        "TensorRT-LLM's source (docs/serving-on-trtllm.md); no row here has been served by TensorRT-LLM itself yet.",
         "",
     ]
     for n, text in enumerate(texts, 1):

@@ -6,6 +6,8 @@ from typing import Any, Iterable
 
 import yaml
 
+from ..layer_ranges import format_ranges
+
 
 SCHEMA_FILE = "adapter-spec.schema.json"
 SCHEMA_LINE = f"# yaml-language-server: $schema=../docs/{SCHEMA_FILE}"
@@ -16,9 +18,9 @@ GUIDE_FILE = "writing-an-adapter.md"
 README_BEGIN = "<!-- supported-drafters:begin -->"
 README_END = "<!-- supported-drafters:end -->"
 #: The TensorRT-LLM engine cannot be installed in this project's environment: its plugin
-#: module is generated (``draftsmith emit``) and the drafter math is run on the torch
-#: reference host only. Change this when a TensorRT-LLM run backs the table.
-TRTLLM_STATUS = "generated; run against the torch reference host only"
+#: package is generated (``draftsmith emit``) and checked against the stand-in of
+#: tests/conformance/trtllm only. Change this when a TensorRT-LLM run backs the table.
+TRTLLM_STATUS = "emitted; conformance suite against a TensorRT-LLM stand-in, never run in TensorRT-LLM"
 DEVICES = (("sm100", "SM100"), ("sm90", "SM90"), ("cpu", "CPU"))
 
 
@@ -46,17 +48,6 @@ def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
     return lines
 
 
-def _ranges(idx: list[int]) -> str:
-    parts, start = [], None
-    for k, i in enumerate(idx):
-        if start is None:
-            start = i
-        if k + 1 == len(idx) or idx[k + 1] != i + 1:
-            parts.append(str(start) if start == i else f"{start}-{i}")
-            start = None
-    return ", ".join(parts)
-
-
 def per_layer(values: list[Any], fmt=str) -> str:
     """``v (all N layers)`` when uniform, else ``layers 0-2: a; layer 3: b``."""
     n = len(values)
@@ -68,7 +59,7 @@ def per_layer(values: list[Any], fmt=str) -> str:
         groups.setdefault(s, []).append(i)
     parts = [(idx, s) for s, idx in groups.items()]
     parts.sort(key=lambda p: p[0][0])
-    return "; ".join(f"{'layer' if len(idx) == 1 else 'layers'} {_ranges(idx)}: {s}" for idx, s in parts)
+    return "; ".join(f"{'layer' if len(idx) == 1 else 'layers'} {format_ranges(idx)}: {s}" for idx, s in parts)
 
 
 class _Dumper(yaml.SafeDumper):

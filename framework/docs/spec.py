@@ -268,7 +268,7 @@ def adapter_spec_md() -> str:
         "",
         "An adapter is one YAML file in `adapters/` (or in a folder given as `adapter_dir=DIR`), "
         "validated against `AdapterSpec` (`framework/spec/schema.py`). A spec is data: unknown keys, "
-        "`_target_` and interpolation resolvers are refused; `extends: NAME` starts from a sibling "
+        "`_target_` and every `${` (no interpolation of any kind) are refused; `extends: NAME` starts from a sibling "
         "adapter (mappings merge, lists are replaced). Any field can be overridden on the command line "
         "as `adapter.<path>=VALUE`.",
         "",

@@ -1,43 +1,57 @@
-"""What a module written by ``draftsmith emit`` needs from draftsmith at run time.
+"""What a package written by ``draftsmith emit`` needs from the installed draftsmith at run time.
 
-An emitted module holds no conversion or mask logic of its own: it builds one
-:class:`AdapterBinding` from the adapter file named in its header and asks it.
+The package carries its compiled drafter as data (``resolved.json``: the
+:class:`ResolvedDrafter` dump, with per-layer masks, lowerings, norm styles and
+``max_draft_len``) and no path or hash of the machine that emitted it. Importing it:
 
-- :meth:`AdapterBinding.convert`: source tensors -> target layout (``Adapter.convert_state_dict``);
-  a pass-through when the config says the tensors are already converted.
-- :meth:`AdapterBinding.resolved`: the config's :class:`ResolvedDrafter` (flattening a raw
-  config first); :meth:`mask_args`, :meth:`lowerings`, :meth:`needs_context_kernel`,
-  :meth:`block_attention` answer from it.
-- :meth:`AdapterBinding.route_config`, :meth:`routed_config_loader`: recognise the drafter's raw
-  ``config.json`` by architecture and return the flattened config.
-
-Serving a converted checkpoint reads only its ``config.json``: the adapter spec is loaded
-(safe YAML, no Hydra) only to flatten and convert a raw checkpoint in memory. Emission
-itself lives in :mod:`.render`.
+- :func:`check_engine_version`: refuses a TensorRT-LLM older than the pinned minimum in one line,
+  before anything version-specific is imported;
+- :class:`PackagedDrafter`: answers the emitted class's overrides from the resolved drafter:
+  :meth:`~PackagedDrafter.mask_args`, :meth:`~PackagedDrafter.check_combination`,
+  :meth:`~PackagedDrafter.refuse_raw`, and :meth:`~PackagedDrafter.dflash_forward`, the block
+  decode of TensorRT-LLM's ``DFlashForCausalLM.dflash_forward`` (amukkara/TensorRT-LLM @
+  d70a2287, generic branch) with each layer's attention replaced by its draftsmith lowering
+  for the device class, reading TensorRT-LLM's own context pool in place.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from functools import cached_property
+import re
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
-from ...lowering.base import MaskSpec, device_class, get_lowering
-from ..compile.engine import compile_spec
+from ...lowering.base import DEVICE_CLASSES, PagedKV, device_class, get_lowering
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from ..spec.loading import load_spec
 
-# Key an in-memory routed config carries: its tensors are still in the source layout.
-SOURCE_LAYOUT_KEY = "draftsmith_tensors"
+#: The file of an emitted package holding its resolved drafter and emission facts.
+PACKAGE_DATA = "resolved.json"
+
+_VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?(?:(a|b|rc)(\d+))?")
+_STAGE = {"a": 0, "b": 1, "rc": 2, None: 3}
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def version_key(version: str) -> tuple:
+    """Sortable key of a PEP 440 release string (``1.4.0rc1`` < ``1.4.0``); ValueError if unparsable."""
+    m = _VERSION.match(str(version))
+    if not m:
+        raise ValueError(f"unparsable version {version!r}")
+    major, minor, patch, stage, n = m.groups()
+    return int(major), int(minor), int(patch or 0), _STAGE[stage], int(n or 0)
+
+
+def check_engine_version(found: str, minimum: str, package: str) -> None:
+    """Raise a one-line ImportError when TensorRT-LLM ``found`` is older than ``minimum``."""
+    try:
+        old = version_key(found) < version_key(minimum)
+    except ValueError:
+        old = True
+    if old:
+        raise ImportError(f"{package} needs TensorRT-LLM >= {minimum} (the draft-model registry and "
+                          f"modeling_dspark); this is TensorRT-LLM {found}")
 
 
 def config_dict(config: Any) -> dict:
@@ -49,104 +63,137 @@ def config_dict(config: Any) -> dict:
     return dict(vars(config))
 
 
-class AdapterBinding:
-    """One adapter, loaded lazily from the file an emitted module was generated from.
+class PackagedDrafter:
+    """The resolved drafter an emitted package carries, and the run-time rules on it."""
 
-    ``sha256`` is the adapter file's hash at emission; a different file is refused
-    (re-emit after editing the adapter). ``overrides`` are the emission's overrides.
-    """
+    def __init__(self, data: Mapping[str, Any]):
+        self.adapter: str = data["adapter"]
+        self.architecture: str = data["architecture"]
+        self.resolved = ResolvedDrafter.model_validate(data["resolved"])
 
-    def __init__(self, adapter: str, adapter_file: str, sha256: str, overrides=(),
-                 spec_sha256: Optional[str] = None):
-        self.name = adapter
-        self.adapter_file = Path(adapter_file)
-        self.sha256 = sha256
-        self.overrides = list(overrides)
-        self.spec_sha256 = spec_sha256
+    @classmethod
+    def from_package(cls, package_dir: "str | Path") -> "PackagedDrafter":
+        return cls(json.loads((Path(package_dir) / PACKAGE_DATA).read_text()))
 
-    @cached_property
-    def adapter(self):
-        """The compiled adapter (``draftsmith.framework.engine.Adapter``), loaded on first use."""
-        if not self.adapter_file.is_file():
-            raise UserError(f"{self.adapter_file}: adapter file not found (emitted module is stale)")
-        actual = file_sha256(self.adapter_file)
-        if actual != self.sha256:
-            raise UserError(
-                f"{self.adapter_file}: sha256 {actual[:12]}… differs from {self.sha256[:12]}… "
-                "recorded at emission; re-run `draftsmith emit`"
-            )
-        spec, path = load_spec(self.name, self.overrides, adapter_dir=self.adapter_file.parent)
-        adapter = compile_spec(spec, path)
-        if self.spec_sha256 and adapter.spec_sha256 != self.spec_sha256:
-            raise UserError(
-                f"{self.adapter_file}: with overrides {self.overrides} the spec differs from the "
-                "one emitted; re-run `draftsmith emit`"
-            )
-        return adapter
+    def bind(self, pretrained_config: Any) -> "BoundDrafter":
+        """The checkpoint's compiled drafter (its ``draftsmith`` section); a raw checkpoint or
+        another adapter's is refused in one line."""
+        self.refuse_raw(pretrained_config)
+        r = ResolvedDrafter.from_config(config_dict(pretrained_config))
+        if r.adapter != self.adapter:
+            raise ValueError(f"speculative_model was converted with adapter {r.adapter}; this package serves "
+                             f"adapter {self.adapter} (emit {r.adapter})")
+        return BoundDrafter(self.adapter, r)
 
     # -- config ---------------------------------------------------------------------------
-    def flat_config(self, config: Any) -> dict:
-        """The flattened config: ``config`` itself if it has a ``draftsmith`` section."""
-        raw = config_dict(config)
-        return raw if "draftsmith" in raw else self.adapter.flatten_config(raw)
+    def refuse_raw(self, pretrained_config: Any) -> None:
+        """One-line ValueError printing the ``draftsmith convert`` command when the drafter
+        config is not a draftsmith-converted one (TensorRT-LLM's drafter path honours no
+        config-loader registration in the pinned version)."""
+        has = (pretrained_config.get("draftsmith") if isinstance(pretrained_config, Mapping)
+               else getattr(pretrained_config, "draftsmith", None))
+        if not isinstance(has, Mapping):
+            raise ValueError(
+                f"speculative_model is an unconverted {self.architecture} checkpoint; run `draftsmith convert "
+                f"adapter={self.adapter} source=<that checkpoint> out=<dir>` and point speculative_model at <dir>")
 
-    def route_config(self, raw: Mapping) -> Optional[dict]:
-        """Flattened config (tensors marked as source layout) if ``raw`` is this drafter's."""
-        raw = dict(raw)
-        if "draftsmith" in raw or not self.adapter.matches(raw):
+
+
+class BoundDrafter:
+    """One checkpoint's compiled drafter and the run-time rules on it."""
+
+    def __init__(self, adapter: str, resolved: ResolvedDrafter):
+        self.adapter, self.resolved = adapter, resolved
+        self.masks = resolved.masks
+        self._bounds = tuple((m.causal, m.bounds) for m in self.masks)
+        self._tables: dict = {}
+
+    def mask_args(self, layer_idx: int) -> tuple[bool, tuple[int, int]]:
+        """``(causal, (left, right))`` of layer ``layer_idx`` in flash-attn terms (``-1`` unbounded)."""
+        return self._bounds[layer_idx]
+
+    # -- lowerings ------------------------------------------------------------------------
+    def lowerings(self, device: str) -> Optional[tuple[str, ...]]:
+        """Each layer's lowering on ``device``; None for a device class the spec has no table for
+        (TensorRT-LLM's own backend then runs, with its own checks). ValueError in one line when
+        the spec's table does not work there."""
+        if device not in DEVICE_CLASSES:
             return None
-        flat = self.adapter.flatten_config(raw)
-        flat[SOURCE_LAYOUT_KEY] = "source"
-        return flat
+        if device in self._tables:
+            return self._tables[device]
+        try:
+            self._tables[device] = self.resolved.lowering_table(device).lowerings
+            return self._tables[device]
+        except UserError as e:
+            raise ValueError(f"{self.adapter} on {device}: {e} (device classes with a table: "
+                             f"{', '.join(DEVICE_CLASSES)}; pass lowering overrides to `draftsmith emit`)") from None
 
-    def routed_config_loader(self, original: Callable) -> Callable:
-        """Wrap a ``load_pretrained_config(path, ...)``-shaped loader with :meth:`route_config`."""
-        binding = self
+    def check_combination(self, backend: str, device: str) -> None:
+        """One-line ValueError naming the backend/lowering/device combination when it cannot run."""
+        names = self.lowerings(device)
+        if names is None:
+            return
+        for i, name in enumerate(names):
+            info = get_lowering(name)
+            if not info.available():
+                raise ValueError(f"{self.adapter}: layer {i} lowering {name} cannot run here (attention_backend "
+                                 f"{backend}, device {device}): {info.description}")
 
-        def load_pretrained_config(model_name_or_path, *args, **kwargs):
-            path = Path(model_name_or_path) / "config.json"
-            if path.is_file():
-                flat = binding.route_config(json.loads(path.read_text()))
-                if flat is not None:
-                    import transformers  # optional heavy dependency: only when routing inside an engine
+    # -- the block decode -----------------------------------------------------------------
+    def dflash_forward(self, model, device: str, noise_embedding, query_positions, num_ctx_per_req,
+                       ctx_k_cache, ctx_v_cache, ctx_cache_batch_idx, ctx_kv_cache=None, ctx_page_table=None):
+        """``DFlashForCausalLM.dflash_forward`` (d70a2287, generic branch: per-layer q/k norm
+        modules, RoPE from layer 0's cache) with each layer's attention through its lowering.
 
-                    return transformers.PretrainedConfig.from_dict(flat)
-            return original(model_name_or_path, *args, **kwargs)
+        The pool ``ctx_k_cache`` / ``ctx_v_cache`` ``[slots, L, capacity, nkv, hd]`` is read in
+        place as a :class:`PagedKV` with one page per slot; the block K/V is written at
+        ``ctx_len + j`` as TensorRT-LLM does. Returns ``[B * block, hidden]``.
+        """
+        if ctx_kv_cache is not None or ctx_page_table is not None:
+            raise ValueError(f"{self.adapter}: draftsmith lowerings read the contiguous DFlash context pool; the "
+                             "paged TRTLLM pool is not wired (use attention_backend VANILLA)")
+        fns = [get_lowering(n).fn for n in self.lowerings(device)]
+        if model._fused_kv_weight is None:
+            model._build_fused_kv_buffers()
+        layers = model.model.layers
+        a0 = layers[0].self_attn
+        q_size, kv_size, hd = a0.q_size, a0.kv_size, a0.head_dim
+        nh, nkv = a0.num_heads, a0.num_key_value_heads
+        b, blk = noise_embedding.shape[:2]
+        ctx = num_ctx_per_req[:b].long()
+        slots = ctx_cache_batch_idx[:b].long()
+        cols = ctx[:, None] + torch.arange(blk, device=ctx.device)[None, :]
+        table = slots.view(-1, 1).to(torch.int32)
+        scale = hd ** -0.5
+        hidden, residual = noise_embedding.reshape(b * blk, -1), None
+        for li, layer in enumerate(layers):
+            attn = layer.self_attn
+            if residual is None:
+                residual = hidden
+                normed = layer.input_layernorm(hidden)
+            else:
+                normed, residual = layer.input_layernorm(hidden, residual)
+            qkv = attn.qkv_proj(normed)
+            q, k, v = qkv[..., :q_size], qkv[..., q_size:q_size + kv_size], qkv[..., q_size + kv_size:]
+            if model._has_qk_norm:
+                q = attn.q_norm(q.reshape(-1, hd))
+                k = attn.k_norm(k.reshape(-1, hd))
+            q = model._rope(q.reshape(b, blk, nh, hd), query_positions)
+            k = model._rope(k.reshape(b, blk, nkv, hd), query_positions)
+            v = v.reshape(b, blk, nkv, hd)
+            kp, vp = ctx_k_cache[:, li], ctx_v_cache[:, li]  # views [slots, capacity, nkv, hd]
+            kp[slots[:, None], cols] = k.to(kp.dtype)
+            vp[slots[:, None], cols] = v.to(vp.dtype)
+            cache = PagedKV(kp, vp, table, ctx.to(torch.int32))
+            out = fns[li](q.to(kp.dtype), cache, k.to(kp.dtype), v.to(vp.dtype), self.masks[li], scale)
+            h = attn.o_proj(out.reshape(b * blk, q_size))
+            h, residual = layer.post_attention_layernorm(h, residual)
+            hidden = layer.mlp(h)
+        out, _ = model.model.norm(hidden, residual)
+        return out
 
-        load_pretrained_config.__wrapped__ = original
-        return load_pretrained_config
 
-    # -- weights --------------------------------------------------------------------------
-    def convert(self, weights: Mapping[str, torch.Tensor], config: Any) -> dict:
-        """Target-layout tensors. Already-converted checkpoints (config with a ``draftsmith``
-        section and no source-layout mark) pass through unchanged."""
-        raw = config_dict(config)
-        if "draftsmith" in raw and raw.get(SOURCE_LAYOUT_KEY) != "source":
-            return dict(weights)
-        return self.adapter.convert_state_dict(dict(weights), self.flat_config(raw))
-
-    # -- attention (from the config's ResolvedDrafter; the spec is never read for these) --
-    def resolved(self, config: Any) -> ResolvedDrafter:
-        """The compiled drafter of ``config`` (flattened first when it is a raw config)."""
-        return ResolvedDrafter.from_config(self.flat_config(config))
-
-    def mask(self, config: Any, layer_idx: int) -> MaskSpec:
-        return self.resolved(config).layers[layer_idx].mask
-
-    def mask_args(self, config: Any, layer_idx: int) -> tuple[bool, tuple[int, int]]:
-        """``(causal, (left, right))`` in flash-attn terms, ``-1`` unbounded."""
-        mask = self.mask(config, layer_idx)
-        return mask.causal, mask.bounds
-
-    def lowerings(self, config: Any, device: str) -> list[str]:
-        """The lowering each layer uses on ``device`` (``sm100`` | ``sm90`` | ``cpu``), checked."""
-        return list(self.resolved(config).lowering_table(device).lowerings)
-
-    def needs_context_kernel(self, config: Any, device: str) -> bool:
-        return self.resolved(config).lowering_table(device).needs_context_kernel
-
-    def block_attention(self, config, layer_idx, q, cache, k_blk, v_blk, scale, device=None):
-        """Run layer ``layer_idx``'s lowering for ``device`` (see ``lowering/base.py``)."""
-        r = self.resolved(config)
-        name = r.lowering_table(device or device_class(q.device)).lowerings[layer_idx]
-        return get_lowering(name).fn(q, cache, k_blk, v_blk, r.layers[layer_idx].mask, scale)
+def device_class_of(module: torch.nn.Module) -> str:
+    """The device class of ``module``'s parameters (``cpu``, ``sm90``, ``sm100``, ``sm120`` ...)."""
+    p = next(module.parameters(), None)
+    return device_class(p.device if p is not None else None)

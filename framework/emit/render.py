@@ -2,22 +2,23 @@
 
 ``emit(adapter, target="trtllm", out=DIR)`` writes ``DIR/<package>/``:
 
-- ``__init__.py``: re-exports the module below, so importing the package registers it;
-- ``drafter.py``: rendered from :data:`DRAFTER_TEMPLATE`; it imports the adapter and
-  draftsmith at run time and holds no conversion logic;
+- ``__init__.py``: checks the TensorRT-LLM version (one line naming the pinned minimum), then
+  imports the module below, so importing the package registers it;
+- ``drafter.py``: rendered from :data:`DRAFTER_TEMPLATE`: the drafter class (DFlash or DSpark
+  base by the drafter's heads), its builder and, by default, a backbone class generated from
+  the spec out of TensorRT-LLM's building blocks; no conversion logic, no path, no hash;
+- ``resolved.json``: the compiled drafter (:class:`ResolvedDrafter` dump) as data;
 - ``speculative_config.yaml``: the ``speculative_config`` snippet;
-- ``PASTE.md``: the architecture-index row and telemetry-allowlist entry, for a user who
-  adds the drafter to a TensorRT-LLM checkout.
+- ``PASTE.md``: the architecture-index row and telemetry-allowlist entry.
 
-The engine names the module imports are parameters (``base_module``, ``base_class``,
-``registry_module``, ``spec_mode_module``, ``config_utils_module``, ``backbone``), so the
-same text runs against the torch reference host in tests. ``max_draft_len`` is derived
-(block size ``B``: ``B`` if ``sample_from_anchor`` else ``B - 1``) and an explicit value
-that contradicts it is refused.
+The requirements it meets are tests/conformance/trtllm/CONTRACT.md (R1-R10). ``max_draft_len``
+is derived (block size ``B``: ``B`` if ``sample_from_anchor`` else ``B - 1``) and an explicit
+value that contradicts it is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import py_compile
 import re
@@ -30,16 +31,29 @@ from typing import Any, Optional, Sequence
 from ..compile.engine import compile_spec
 from ..compile.resolved import LayerPlan, ResolvedDrafter
 from ..errors import UserError
-from ..io.publish import atomic_dir, publish
+from ..layer_ranges import format_ranges
+from ..io.publish import atomic_dir, publish, remove_temp
+from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
-from .binding import file_sha256
+from .binding import PACKAGE_DATA
 
-TRTLLM_BASE_MODULE = "tensorrt_llm._torch.models.modeling_dspark"
-TRTLLM_BASE_CLASS = "GQADSparkForCausalLM"
+#: The TensorRT-LLM release the emitted package needs at least (the draft-model registry and
+#: the modeling_dspark split; tests/conformance/trtllm/CONTRACT.md, "Pinned minimum").
+TRTLLM_MINIMUM_VERSION = "1.4.0rc1"
+DECODING_BASES = {
+    "DFlash": "tensorrt_llm._torch.models.modeling_dflash:DFlashForCausalLM",
+    "DSpark": "tensorrt_llm._torch.models.modeling_dspark:GQADSparkForCausalLM",
+}
 TRTLLM_REGISTRY_MODULE = "tensorrt_llm._torch.models.modeling_utils"
 TRTLLM_SPEC_MODE_MODULE = "tensorrt_llm._torch.speculative.interface"
-TRTLLM_CONFIG_UTILS_MODULE = "tensorrt_llm._torch.pyexecutor.config_utils"
-DEFAULT = "default"  # sentinel: take the backbone from the spec's engine.trtllm_backbone
+DEFAULT = "default"  # sentinel: the spec's engine.trtllm_backbone, else the generated backbone
+GENERATED = "generated"  # backbone generated from the spec out of TensorRT-LLM's building blocks
+#: attention_backend the snippet names (valid in the pinned version: AUTO|VANILLA|TRTLLM|CUTEDSL).
+SNIPPET_ATTENTION_BACKEND = "VANILLA"
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @dataclass
@@ -57,6 +71,7 @@ class EmitResult:
     speculative_config: str
     arch_index_row: str
     telemetry_entry: str
+    decoding_type: str = "DSpark"
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -64,7 +79,7 @@ class EmitResult:
         return "\n".join(
             [
                 f"wrote {self.package_dir} ({', '.join(p.name for p in self.files)})",
-                f"adapter {self.adapter} ({self.adapter_file}, sha256 {self.sha256})",
+                f"adapter {self.adapter} ({self.adapter_file}), decoding_type {self.decoding_type}",
                 f"max_draft_len = {self.max_draft_len}",
                 "",
                 self.speculative_config.rstrip(),
@@ -91,17 +106,24 @@ def resolve_max_draft_len(flat: dict, explicit: Optional[int] = None) -> tuple[i
     return r.max_draft_len, reason
 
 
-def speculative_config_snippet(max_draft_len: int, package: str, extra: Optional[dict] = None) -> str:
+def speculative_config_snippet(max_draft_len: int, package: str, extra: Optional[dict] = None,
+                               resolved: Optional[ResolvedDrafter] = None) -> str:
     """The ``speculative_config`` YAML for ``trtllm-serve`` / the LLM API (``extra``: the
-    adapter's ``docs.serving`` keys)."""
+    adapter's ``docs.serving`` keys; ``resolved``: the drafter whose keys it states)."""
+    dtype = decoding_type(resolved) if resolved is not None else "DSpark"
     lines = [
-        f"# import {package} in the serving process first (it registers the drafter)",
+        f"# trtllm-serve ... --custom_module_dirs <out>/{package}  (imports the package in the serving process)",
         "speculative_config:",
-        "  decoding_type: DSpark",
-        "  speculative_model: /path/to/drafter  # `draftsmith convert` output or the raw checkpoint",
+        f"  decoding_type: {dtype}",
+        "  speculative_model: /path/to/drafter  # the `draftsmith convert` output",
         f"  max_draft_len: {max_draft_len}",
     ]
-    fixed = ("decoding_type", "speculative_model", "max_draft_len")
+    if resolved is not None:
+        lines += [f"  block_size: {resolved.block_size}", f"  mask_token_id: {resolved.mask_token_id}",
+                  f"  target_layer_ids: {json.dumps(list(resolved.target_layer_ids))}",
+                  f"  attention_backend: {SNIPPET_ATTENTION_BACKEND}"]
+    fixed = ("decoding_type", "speculative_model", "max_draft_len", "block_size", "mask_token_id",
+             "target_layer_ids", "attention_backend")
     lines += [f"  {k}: {json.dumps(v)}" for k, v in (extra or {}).items() if k not in fixed]
     return "\n".join(lines) + "\n"
 
@@ -117,7 +139,7 @@ def _load_config(path: Optional[Path]) -> Optional[dict]:
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
         raise UserError(f"{path}: drafter config.json not found")
-    return json.loads(path.read_text())
+    return load_json(path, MAX_CONFIG_BYTES, "drafter config.json")
 
 
 def _emission_config(adapter: Any, config: Optional[Path]) -> dict:
@@ -148,27 +170,22 @@ def render(values: dict[str, Any]) -> str:
 class EngineNames:
     """Where the emitted module imports its engine names from (TensorRT-LLM by default).
 
-    ``base``/``backbone``: ``"package.module:ClassName"``; ``backbone=None`` registers none.
+    ``base``: ``"package.module:ClassName"``, None for the decoding type's TensorRT-LLM base;
+    ``backbone``: :data:`GENERATED`, a ``"package.module:ClassName"``, or None for none.
     """
 
-    base: str = f"{TRTLLM_BASE_MODULE}:{TRTLLM_BASE_CLASS}"
+    base: Optional[str] = None
     registry_module: str = TRTLLM_REGISTRY_MODULE
     spec_mode_module: str = TRTLLM_SPEC_MODE_MODULE
-    config_utils_module: str = TRTLLM_CONFIG_UTILS_MODULE
-    backbone: Optional[str] = None
+    backbone: Optional[str] = GENERATED
 
 
 def emit(
     adapter: str,
     target: str = "trtllm",
     out: Path = Path("out"),
-    base_module: str = TRTLLM_BASE_MODULE,
     adapter_dir: Optional[Path] = None,
     *,
-    base_class: str = TRTLLM_BASE_CLASS,
-    registry_module: str = TRTLLM_REGISTRY_MODULE,
-    spec_mode_module: str = TRTLLM_SPEC_MODE_MODULE,
-    config_utils_module: str = TRTLLM_CONFIG_UTILS_MODULE,
     backbone: Optional[str] = DEFAULT,
     config: Optional[Path] = None,
     overrides: Sequence[str] = (),
@@ -176,36 +193,29 @@ def emit(
 ) -> EmitResult:
     """Write the custom-model package for ``adapter`` into ``out`` and return what was written.
 
-    ``backbone``: ``"module:Class"`` registered under the drafter architecture,
-    :data:`DEFAULT` for :data:`DEFAULT_BACKBONES`, ``None`` to register none.
-    ``config``: a drafter ``config.json`` (or its folder) when the adapter has no example.
-    Raises :class:`UserError` on an unknown target, a contradicting ``max_draft_len``, or
-    missing inputs.
+    ``backbone``: :data:`DEFAULT` (the spec's ``engine.trtllm_backbone``, else generated),
+    :data:`GENERATED`, ``"module:Class"``, or ``None`` to register none. ``config``: the
+    drafter ``config.json`` (or its folder) the snippet describes; default the adapter's
+    ``synth.config``. Raises :class:`UserError` on an unknown target, a contradicting
+    ``max_draft_len``, or missing inputs.
     """
     if target != "trtllm":
         raise UserError(f"target={target!r}: unknown; known: trtllm")
     spec, yaml_path = load_spec(adapter, list(overrides), adapter_dir=adapter_dir)
     compiled = compile_spec(spec, yaml_path)
-    engine = EngineNames(
-        f"{base_module}:{base_class}", registry_module, spec_mode_module, config_utils_module,
-        default_engine(compiled, backbone).backbone,
-    )
     return write_package(
-        compiled, Path(yaml_path), Path(out), engine, config=config, overrides=overrides,
-        package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
+        compiled, Path(yaml_path), Path(out), default_engine(compiled, backbone), config=config,
+        overrides=overrides, package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
     )
 
 
 def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNames:
     """TensorRT-LLM's names, with ``backbone`` resolved (:data:`DEFAULT`: the compiled
-    ``adapter``'s ``engine.trtllm_backbone``)."""
+    ``adapter``'s ``engine.trtllm_backbone``, else :data:`GENERATED`)."""
     if backbone == DEFAULT:
-        backbone = adapter.spec.engine.trtllm_backbone
-        if backbone is None:
-            raise UserError(
-                f"adapter {adapter.name}: no engine.trtllm_backbone; pass backbone='module:Class' "
-                "(the engine class that builds the drafter's layers) or backbone=None"
-            )
+        backbone = getattr(getattr(adapter.spec, "engine", None), "trtllm_backbone", None) or GENERATED
+    if backbone not in (None, GENERATED):
+        _split_class(backbone, "backbone")
     return EngineNames(backbone=backbone)
 
 
@@ -227,6 +237,36 @@ def spec_overrides(adapter: Any, adapter_dir: Optional[Path] = None) -> list[str
     return changed + [f"~{k}" for k in sorted(set(a) - set(b))]
 
 
+def decoding_type(r: ResolvedDrafter) -> str:
+    """``DFlash`` for a drafter with no DSpark head and no shift (TensorRT-LLM's DFlash reads
+    slots ``1..K``), else ``DSpark``."""
+    heads = r.heads
+    return "DSpark" if (r.sample_from_anchor or heads.markov_rank or heads.confidence) else "DFlash"
+
+
+def check_engine_norms(r: ResolvedDrafter, where: str) -> None:
+    """TensorRT-LLM applies ``hidden_norm`` (``nn.RMSNorm``) and the stacked ``k_norm`` of
+    ``precompute_context_kv`` plainly (modeling_dflash.py @ d70a2287): both must be stored folded."""
+    gemma = [k for k in ("hidden_norm", "k_norm") if r.norms[k] == "gemma"]
+    if gemma:
+        raise UserError(f"{where}: {', '.join(gemma)} stored Gemma-style; TensorRT-LLM applies them plainly "
+                        "(fold them with norm_fold_gemma mode: fold)")
+
+
+def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
+    """Layers whose mask TensorRT-LLM's built-in classes cannot resolve from the converted config
+    (a worker process builds those; CONTRACT.md R2): causal full layers (only DFlash 2 honours
+    ``is_causal``) and causal windows next to non-causal ones (one ``use_sliding_window`` flag)."""
+    out = []
+    causal_full = [i for i, m in enumerate(r.masks) if m.causal and m.window is None]
+    if causal_full:
+        out.append(f"layers {causal_full}: causal full attention")
+    win = {m.causal for m in r.masks if m.window is not None}
+    if len(win) > 1:
+        out.append("causal and non-causal windowed layers together")
+    return out
+
+
 def write_package(
     adapter: Any,
     yaml_path: Path,
@@ -242,62 +282,37 @@ def write_package(
     ``architectures``, ``flatten_config``) whose spec file is ``yaml_path``."""
     flat = _emission_config(adapter, config)
     max_draft_len, reason = resolve_max_draft_len(flat, explicit_max_draft_len)
+    resolved = ResolvedDrafter.from_config(flat)
+    check_engine_norms(resolved, f"adapter {adapter.name}")
     architecture = adapter.architectures[0]
     package = package or f"draftsmith_{re.sub(r'[^0-9a-zA-Z_]', '_', adapter.name)}"
     if not package.isidentifier():
         raise UserError(f"package={package!r}: not a Python identifier")
-    base_module, base_class = _split_class(engine.base, "base")
-    yaml_path = Path(yaml_path).resolve()
-    sha = file_sha256(yaml_path)
+    dtype = decoding_type(resolved)
+    base = engine.base or DECODING_BASES[dtype]
+    base_module, base_class = _split_class(base, "base")
+    mode = "DFLASH" if dtype == "DFlash" else "DSPARK"
     drafter_class = _camel(adapter.name) + "Drafter"
-
-    backbone_line, backbone_import, backbone_block = "none registered", "", ""
-    if engine.backbone:
-        bb_module, bb_class = _split_class(engine.backbone, "backbone")
-        backbone_line = f"{bb_module}.{bb_class}"
-        backbone_import = f"from {bb_module} import {bb_class}\n"
-        backbone_block = Template(BACKBONE_BLOCK).substitute(
-            backbone_class=_camel(architecture) + "Backbone", backbone_base=bb_class
-        )
-
-    registry_names = ["get_registered_draft_model_builder", "register_draft_model"]
-    if engine.backbone:
-        registry_names.insert(1, "register_auto_model")
-    registry_import = f"from {engine.registry_module} import (\n" + "".join(
-        f"    {n},\n" for n in registry_names
-    ) + ")"
     values = dict(
-        layer_lines=_layer_lines(ResolvedDrafter.from_config(flat).layers),
-        registry_import=registry_import,
-        adapter=adapter.name,
-        adapter_file=str(yaml_path),
-        sha256=sha,
-        architecture=architecture,
-        base_module=base_module,
-        base_class=base_class,
-        backbone_line=backbone_line,
-        max_draft_len=max_draft_len,
-        mdl_reason=reason,
-        drafter_class=drafter_class,
-        registry_module=engine.registry_module,
-        spec_mode_module=engine.spec_mode_module,
-        config_utils_module=engine.config_utils_module,
-        backbone_import=backbone_import,
-        backbone_block=backbone_block,
-        adapter_repr=repr(adapter.name),
-        adapter_file_repr=repr(str(yaml_path)),
-        sha256_repr=repr(sha),
-        overrides_repr=repr(list(overrides)),
-        spec_sha256_repr=repr(getattr(adapter, "spec_sha256", None)),
-        architecture_repr=repr(architecture),
+        adapter=adapter.name, architecture=architecture, base_module=base_module, base_class=base_class,
+        max_draft_len=max_draft_len, mdl_reason=reason, drafter_class=drafter_class,
+        layer_lines=_layer_lines(resolved.layers), decoding_type=dtype, mode=mode,
+        registry_module=engine.registry_module, spec_mode_module=engine.spec_mode_module,
+        minimum=TRTLLM_MINIMUM_VERSION, package=package,
+        backbone_line="generated from the spec (below)" if engine.backbone == GENERATED else
+        (engine.backbone or "none registered"),
     )
+    values["backbone_block"] = _backbone_block(engine.backbone, architecture)
     serving = getattr(getattr(getattr(adapter, "spec", None), "docs", None), "serving", None)
-    snippet = speculative_config_snippet(max_draft_len, package, serving)
+    snippet = speculative_config_snippet(max_draft_len, package, serving, resolved=resolved)
     arch_row = f'"{architecture}": "modeling_{package}",'
     telemetry = f'"{architecture}",'
+    data = {"adapter": adapter.name, "architecture": architecture, "decoding_type": dtype,
+            "resolved": resolved.section()}
     files = {
         "__init__.py": Template(INIT_TEMPLATE).substitute(values),
         "drafter.py": render(values),
+        PACKAGE_DATA: json.dumps(data, indent=1, sort_keys=True) + "\n",
         "speculative_config.yaml": snippet,
         "PASTE.md": _paste_text(package, arch_row, telemetry),
     }
@@ -313,26 +328,27 @@ def write_package(
         shutil.rmtree(tmp / "__pycache__", ignore_errors=True)
         publish(tmp, pkg_dir, overwrite=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temp(tmp)
         raise
     return EmitResult(
-        package_dir=pkg_dir,
-        package=package,
-        files=[pkg_dir / name for name in files],
-        adapter=adapter.name,
-        adapter_file=yaml_path,
-        sha256=sha,
-        architecture=architecture,
-        max_draft_len=max_draft_len,
-        speculative_config=snippet,
-        arch_index_row=arch_row,
-        telemetry_entry=telemetry,
-        notes=[
-            "never run inside TensorRT-LLM; tested only against draftsmith's torch host "
-            "(docs/serving-on-trtllm.md)"
-        ],
+        package_dir=pkg_dir, package=package, files=[pkg_dir / name for name in files], adapter=adapter.name,
+        adapter_file=Path(yaml_path), sha256=file_sha256(yaml_path) if Path(yaml_path).is_file() else "",
+        architecture=architecture, max_draft_len=max_draft_len, speculative_config=snippet,
+        arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype,
+        notes=[*(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
+                 "wrongly; serve with one process" for p in worker_mask_problems(resolved)),
+               "checked against the TensorRT-LLM stand-in of tests/conformance/trtllm; never run inside "
+               "TensorRT-LLM itself (docs/serving-on-trtllm.md)"],
     )
 
+
+def _backbone_block(backbone: Optional[str], architecture: str) -> str:
+    if backbone == GENERATED:
+        return GENERATED_BACKBONE
+    if backbone:
+        module, cls = _split_class(backbone, "backbone")
+        return Template(NAMED_BACKBONE).substitute(module=module, cls=cls)
+    return ""
 
 def _layer_lines(layers: Sequence[LayerPlan]) -> str:
     """One header line per run of identical layers: mask, then lowering per device class."""
@@ -344,7 +360,7 @@ def _layer_lines(layers: Sequence[LayerPlan]) -> str:
             runs.append([[i], layer])
     lines = []
     for idx, layer in runs:
-        span = f"{idx[0]}-{idx[-1]}" if len(idx) > 1 else f"{idx[0]}"
+        span = format_ranges(idx)
         mask = "causal" if layer.mask.causal else "non-causal"
         mask += f", window {layer.mask.window}" if layer.mask.window else ", full"
         low = ", ".join(f"{k} {v}" for k, v in layer.lowering.items())
@@ -366,139 +382,193 @@ def _paste_text(package: str, arch_row: str, telemetry: str) -> str:
     )
 
 
-BACKBONE_BLOCK = '''
+GENERATED_BACKBONE = '''
+
+# -- the backbone, generated from the spec out of TensorRT-LLM's building blocks ---------------
+# Every norm gets its own Gemma flag (the converted config's draftsmith.norms); rotary_dim of
+# head_dim; swiglu_oai through GatedMLP(swiglu_alpha, swiglu_beta=1, swiglu_limit). Dims are
+# read from the checkpoint's draftsmith section only; nothing is CUDA-only.
+from torch import nn  # noqa: E402
+
+from tensorrt_llm._torch.models.modeling_utils import (  # noqa: E402
+    DecoderModelForCausalLM,
+    register_auto_model,
+)
+from tensorrt_llm._torch.modules.embedding import Embedding  # noqa: E402
+from tensorrt_llm._torch.modules.gated_mlp import GatedMLP  # noqa: E402
+from tensorrt_llm._torch.modules.linear import Linear  # noqa: E402
+from tensorrt_llm._torch.modules.rms_norm import RMSNorm  # noqa: E402
+from tensorrt_llm._torch.modules.rotary_embedding import RopeParams, RotaryEmbedding  # noqa: E402
+
+
+def _norm(r, kind, size):
+    return RMSNorm(hidden_size=size, eps=r.rms_norm_eps, use_gemma=r.norms[kind] == "gemma")
+
+
+class DraftsmithAttention(nn.Module):
+    """What DFlashForCausalLM reads of ``self_attn``: fused ``qkv_proj``, ``o_proj``, per-head
+    ``q_norm``/``k_norm``, sizes and ``rotary_emb`` (NeoX over the first ``rotary_dim``)."""
+
+    def __init__(self, r, max_positions):
+        super().__init__()
+        d = r.dims
+        self.head_dim, self.num_heads, self.num_key_value_heads = d.head_dim, d.heads, d.kv_heads
+        self.q_size, self.kv_size = d.heads * d.head_dim, d.kv_heads * d.head_dim
+        self.qkv_proj = Linear(d.hidden, self.q_size + 2 * self.kv_size, bias=False)
+        self.o_proj = Linear(self.q_size, d.hidden, bias=False)
+        self.q_norm = _norm(r, "q_norm", d.head_dim)
+        self.k_norm = _norm(r, "k_norm", d.head_dim)
+        rope = RopeParams(dim=d.rotary_dim, theta=r.rope.theta, max_positions=max_positions)
+        self.rotary_emb = RotaryEmbedding(rope, head_dim=d.head_dim, is_neox=True)
+
+
+class DraftsmithDecoderLayer(nn.Module):
+    def __init__(self, r, max_positions):
+        super().__init__()
+        d, m = r.dims, r.mlp
+        self.input_layernorm = _norm(r, "input_layernorm", d.hidden)
+        self.self_attn = DraftsmithAttention(r, max_positions)
+        self.post_attention_layernorm = _norm(r, "post_attention_layernorm", d.hidden)
+        oai = dict(swiglu_alpha=m.alpha, swiglu_beta=1.0, swiglu_limit=m.limit) if m.kind == "swiglu_oai" else {}
+        self.mlp = GatedMLP(hidden_size=d.hidden, intermediate_size=d.intermediate, bias=False, **oai)
+
+
+class DraftsmithModel(nn.Module):
+    def __init__(self, r, max_positions):
+        super().__init__()
+        d = r.dims
+        self.embed_tokens = Embedding(d.vocab, d.hidden)
+        self.layers = nn.ModuleList([DraftsmithDecoderLayer(r, max_positions) for _ in range(d.num_layers)])
+        self.norm = _norm(r, "norm", d.hidden)
+
 
 @register_auto_model(ARCHITECTURE)
-class $backbone_class($backbone_base):
-    """The drafter's backbone, registered under its architecture.
+class DraftsmithBackbone(DecoderModelForCausalLM):
+    """The drafter's layers, registered under its architecture (DFlashForCausalLM builds them)."""
 
-    The DFlash base resolves its layers from ``config.json``'s ``architectures[0]``.
-    """
+    def __init__(self, model_config):
+        config = model_config.pretrained_config
+        r = DRAFTER.bind(config).resolved
+        max_positions = getattr(config, "max_position_embeddings", None) or ROPE_TABLE_POSITIONS
+        super().__init__(DraftsmithModel(r, max_positions), config=model_config,
+                         hidden_size=r.dims.hidden, vocab_size=r.dims.vocab)
 '''
 
+NAMED_BACKBONE = '''
+
+from tensorrt_llm._torch.models.modeling_utils import register_auto_model  # noqa: E402
+from $module import $cls  # noqa: E402
+
+
+@register_auto_model(ARCHITECTURE)
+class DraftsmithBackbone($cls):
+    """The backbone named at emission (``backbone=``), registered under the drafter architecture."""
+'''
 
 INIT_TEMPLATE = '''"""draftsmith adapter ``$adapter`` as a TensorRT-LLM custom model module.
 
-Generated by ``draftsmith emit``; importing this package registers the drafter
-(see ``drafter.py``).
-
-- adapter file: $adapter_file
-- adapter sha256: $sha256
+Generated by ``draftsmith emit``. Importing this package checks the TensorRT-LLM version,
+then registers the drafter (see ``drafter.py``).
 """
 
-from .drafter import (
-    ADAPTER,
+import tensorrt_llm as _trtllm
+
+from draftsmith.framework.emit.binding import check_engine_version
+
+check_engine_version(getattr(_trtllm, "__version__", "0"), "$minimum", "$package")
+
+from .drafter import (  # noqa: E402
     ARCHITECTURE,
+    DRAFTER,
     MAX_DRAFT_LEN,
     $drafter_class,
     build_draft_model,
-    install_config_route,
-    route_config,
 )
 
-__all__ = [
-    "ADAPTER",
-    "ARCHITECTURE",
-    "MAX_DRAFT_LEN",
-    "$drafter_class",
-    "build_draft_model",
-    "install_config_route",
-    "route_config",
-]
+__all__ = ["ARCHITECTURE", "DRAFTER", "MAX_DRAFT_LEN", "$drafter_class", "build_draft_model"]
 '''
 
 DRAFTER_TEMPLATE = '''"""TensorRT-LLM custom model module for the draftsmith adapter ``$adapter``.
 
-Generated by ``draftsmith emit``; do not edit, re-emit after changing the adapter.
+Generated by ``draftsmith emit``; re-emit after changing the adapter. The compiled drafter
+is data (``resolved.json`` beside this file); the installed draftsmith runs it.
 
-- adapter file: $adapter_file
-- adapter sha256: $sha256
 - drafter architecture: $architecture
-- drafter base class: $base_module.$base_class
+- decoding_type: $decoding_type; base class: $base_module.$base_class
 - backbone class: $backbone_line
 - max_draft_len: $max_draft_len ($mdl_reason)
-- layers (mask -> lowering per device class, from the adapter):
+- layers (mask -> lowering per device class):
 $layer_lines
 
-Importing it registers the backbone under the drafter architecture and a DSpark
+Importing it registers the backbone under the drafter architecture and a $decoding_type
 draft-model builder that returns :class:`$drafter_class` for this architecture (other
-DSpark drafters keep the builder that was registered before). Weight conversion, masks
-and lowerings come from the adapter file at run time, through draftsmith.
+drafters keep the builder registered before). A worker process that never imported it
+builds TensorRT-LLM's own class, which reads the same masks from the converted config.
 """
 
-from draftsmith.framework.emit.binding import AdapterBinding, device_class
-import $config_utils_module as engine_config_utils
+from pathlib import Path
+
+from draftsmith.framework.emit.binding import PackagedDrafter, device_class_of
 from $base_module import $base_class
-$registry_import
+from $registry_module import get_registered_draft_model_builder, register_draft_model
 from $spec_mode_module import SpeculativeDecodingMode
-$backbone_import
-ADAPTER = AdapterBinding(
-    adapter=$adapter_repr,
-    adapter_file=$adapter_file_repr,
-    sha256=$sha256_repr,
-    overrides=$overrides_repr,
-    spec_sha256=$spec_sha256_repr,
-)
-ARCHITECTURE = $architecture_repr
+
+DRAFTER = PackagedDrafter.from_package(Path(__file__).resolve().parent)
+ARCHITECTURE = DRAFTER.architecture
 MAX_DRAFT_LEN = $max_draft_len
+ROPE_TABLE_POSITIONS = 262144  # RoPE table rows when the config has no max_position_embeddings
+
+
+def _compiled(drafter):
+    """The checkpoint's compiled drafter (its config's draftsmith section), read once per instance."""
+    bound = vars(drafter).get("_draftsmith_bound")
+    if bound is None:
+        bound = vars(drafter)["_draftsmith_bound"] = DRAFTER.bind(drafter.config)
+    return bound
 
 
 class $drafter_class($base_class):
-    """``$base_class`` whose weights, masks and lowerings come from the adapter."""
-
-    def load_weights(self, weights, weight_mapper=None, **kwargs):
-        """Convert ``weights`` to the target layout, then hand them to the parent loader.
-
-        ``weight_mapper`` is a named parameter on purpose: TensorRT-LLM passes it only to
-        a loader whose signature names it. Converted checkpoints pass through unchanged.
-        """
-        converted = ADAPTER.convert(weights, self.config)
-        return super().load_weights(converted, weight_mapper=weight_mapper, **kwargs)
+    """``$base_class`` whose masks and block attention come from the compiled drafter."""
 
     def _get_attention_mask_args(self, layer_idx):
-        """``(causal, (left, right))`` of layer ``layer_idx``, as the adapter resolved it."""
-        return ADAPTER.mask_args(self.config, layer_idx)
+        """``(causal, (left, right))`` of layer ``layer_idx`` as trained."""
+        return _compiled(self).mask_args(layer_idx)
 
-    def validate_block_attention_windows(self):
-        """Each layer's lowering on this device (the table above), instead of refusing
-        non-causal windows the way TensorRT-LLM's TRTLLM backend check does."""
-        return ADAPTER.lowerings(self.config, device_class())
+    def _resolve_block_attention(self, layer_idx):
+        """The trained mask, with no window substitution."""
+        return _compiled(self).mask_args(layer_idx)
 
-    @property
-    def draftsmith_needs_context_kernel(self):
-        """Whether any layer's lowering on this device needs the engine's context kernel."""
-        return ADAPTER.needs_context_kernel(self.config, device_class())
+    def validate_block_attention_windows(self) -> None:
+        """TensorRT-LLM's check (raises for non-causal windows under TRTLLM), then whether the
+        spec's lowerings run on this device with this backend (one-line ValueError)."""
+        super().validate_block_attention_windows()
+        _compiled(self).check_combination(self.dflash_attention_backend, device_class_of(self))
 
-    def draftsmith_block_attention(self, layer_idx, q, cache, k_blk, v_blk, scale):
-        """Block attention of layer ``layer_idx`` through its draftsmith lowering."""
-        return ADAPTER.block_attention(self.config, layer_idx, q, cache, k_blk, v_blk, scale)
+    def dflash_forward(self, noise_embedding, query_positions, num_ctx_per_req, ctx_k_cache,
+                       ctx_v_cache, ctx_cache_batch_idx, ctx_kv_cache=None, ctx_page_table=None):
+        """The block decode with each layer's attention through its draftsmith lowering for
+        the device class; TensorRT-LLM's own when the spec has no table for the device."""
+        device = device_class_of(self)
+        if _compiled(self).lowerings(device) is None:
+            return super().dflash_forward(noise_embedding, query_positions, num_ctx_per_req,
+                                          ctx_k_cache, ctx_v_cache, ctx_cache_batch_idx,
+                                          ctx_kv_cache, ctx_page_table)
+        return _compiled(self).dflash_forward(self, device, noise_embedding, query_positions,
+                                              num_ctx_per_req, ctx_k_cache, ctx_v_cache,
+                                              ctx_cache_batch_idx, ctx_kv_cache, ctx_page_table)
 $backbone_block
 
-PREVIOUS_DSPARK_BUILDER = get_registered_draft_model_builder(SpeculativeDecodingMode.DSPARK)
+PREVIOUS_BUILDER = get_registered_draft_model_builder(SpeculativeDecodingMode.$mode)
 
 
-@register_draft_model(SpeculativeDecodingMode.DSPARK)
+@register_draft_model(SpeculativeDecodingMode.$mode)
 def build_draft_model(model_config, draft_config, lm_head, model):
-    """The DSpark builder: this drafter for its architecture, else the previous builder."""
+    """The $decoding_type builder: this drafter for its architecture, else the previous one."""
     architectures = getattr(draft_config.pretrained_config, "architectures", None) or []
-    if ARCHITECTURE not in architectures and PREVIOUS_DSPARK_BUILDER is not None:
-        return PREVIOUS_DSPARK_BUILDER(model_config, draft_config, lm_head, model)
+    if ARCHITECTURE not in architectures and PREVIOUS_BUILDER is not None:
+        return PREVIOUS_BUILDER(model_config, draft_config, lm_head, model)
+    DRAFTER.bind(draft_config.pretrained_config)  # refuses an unconverted checkpoint in one line
     backend = model_config.spec_config.attention_backend
     return $drafter_class(draft_config, dflash_attention_backend=backend)
-
-
-def route_config(raw):
-    """The flattened config if ``raw`` (a ``config.json`` dict) is this drafter's, else None."""
-    return ADAPTER.route_config(raw)
-
-
-def install_config_route():
-    """Opt-in: make the engine's config loader return the flattened config for this drafter.
-
-    TensorRT-LLM has no registration hook for config routing, so this replaces
-    ``load_pretrained_config`` in its module; code that imported the function earlier
-    keeps the original.
-    """
-    original = engine_config_utils.load_pretrained_config
-    engine_config_utils.load_pretrained_config = ADAPTER.routed_config_loader(original)
 '''
+

@@ -2,14 +2,27 @@
 place (``renameat2`` NOREPLACE / EXCHANGE on Linux, plain renames elsewhere), so a killed
 run leaves nothing half-written at the destination; :func:`clean_stale_temps` tidies up
 after one.
+
+Ownership of temp dirs: each is named ``.<out>.tmp-<pid>-<unique>`` and holds an owner file
+(:data:`OWNER`: the pid and that process's start time). Only its owner removes a live
+one; a later run removes it only when the owner is gone (pid dead, or reused by another
+process). Stale temps are found by listing the parent and comparing names exactly (an
+output named ``r*`` never matches ``run1``'s temps).
+
+Signals: :func:`install_signal_handlers` turns SIGTERM and SIGHUP into the same
+``KeyboardInterrupt`` as Ctrl-C, so every command's cleanup runs; the cleanup itself
+(:func:`remove_temp`) runs with those signals blocked, so a second Ctrl-C cannot leave a
+half-removed temp dir.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional
@@ -33,26 +46,110 @@ def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
     except OSError as e:
         raise UserError(f"out={out}: cannot create its parent folder ({e.strerror})") from None
     clean_stale_temps(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_tmp_prefix(out)}{os.getpid()}-", dir=out.parent))
+    (tmp / OWNER).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}) + "\n")
     write_marker(tmp, command)
     return tmp
 
 
+#: the owner file inside a temp dir: ``{"pid": N, "start": <process start time or null>}``
+OWNER = ".draftsmith-owner.json"
+
+
+def _tmp_prefix(out: Path) -> str:
+    return f".{out.name}.tmp-"
+
+
+def _start_time(pid: int):
+    """Process ``pid``'s start time (clock ticks since boot, from /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096).decode(errors="replace")
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _owner_alive(tmp: Path, pid_in_name: str) -> bool:
+    """The process that made ``tmp`` is still running (same pid and start time)."""
+    try:
+        with open(tmp / OWNER, "rb") as f:
+            owner = json.loads(f.read(4096))
+        pid, start = int(owner["pid"]), owner.get("start")
+    except (OSError, ValueError, KeyError, TypeError):
+        if not pid_in_name.isdigit():
+            return False
+        pid, start = int(pid_in_name), None  # no owner file (yet): the name's pid decides
+    if not _alive(pid):
+        return False
+    return start is None or _start_time(pid) in (None, start)
+
+
+def remove_temp(tmp: Path) -> None:
+    """Remove this process's temp dir with SIGINT/SIGTERM/SIGHUP blocked (a repeated Ctrl-C
+    cannot leave it half-removed); the signals are delivered afterwards."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    except (AttributeError, ValueError, OSError):
+        old = None
+    try:
+        _remove(Path(tmp))
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def clean_stale_temps(out: Path) -> None:
-    """Tidy what an earlier, killed run left beside ``out``: its temp dirs are removed; an
-    old output it had moved aside is put back if ``out`` is gone, else removed."""
-    for p in out.parent.glob(f".{out.name}.tmp-*"):
-        pid = p.name[len(f".{out.name}.tmp-"):].split("-")[0]
-        if not (pid.isdigit() and _alive(int(pid))):
-            _remove(p)
-    for p in out.parent.glob(f".{out.name}.old-*"):
-        pid = p.name[len(f".{out.name}.old-"):]
-        if pid.isdigit() and _alive(int(pid)):
+    """Tidy what an earlier, killed run left beside ``out``: its temp dirs (owner gone) are
+    removed; an old output it had moved aside is put back if ``out`` is gone, else removed.
+    Names are compared exactly (no glob: ``out`` may hold ``*``, ``?`` or ``[``)."""
+    tmp_prefix, old_prefix = _tmp_prefix(out), f".{out.name}.old-"
+    try:
+        entries = sorted(os.listdir(out.parent))
+    except OSError:
+        return
+    for name in entries:
+        if name.startswith(tmp_prefix):
+            p = out.parent / name
+            if not _owner_alive(p, name[len(tmp_prefix):].split("-")[0]):
+                _remove(p)
+    for name in entries:
+        if not name.startswith(old_prefix):
+            continue
+        p, pid = out.parent / name, name[len(old_prefix):]
+        if not pid.isdigit():
+            continue  # not ours: ours end in the pid alone
+        if _alive(int(pid)):
             continue
         if not os.path.lexists(out):
             os.rename(p, out)  # killed between moving the old output aside and publishing
         else:
             _remove(p)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so that every cleanup path runs."""
+
+
+def _raise_terminated(signum, frame):
+    e = Terminated(signal.Signals(signum).name)
+    e.exit_code = 128 + signum
+    raise e
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGHUP clean up like SIGINT (main thread only); SIGXFSZ (``ulimit -f``)
+    is ignored so that an oversize write fails as an ``OSError`` (EFBIG) with a message."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, _raise_terminated)
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 def _remove(p: Path) -> None:
@@ -110,6 +207,7 @@ def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
     """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
     ``overwrite``, by an atomic exchange where the OS has one (else: moved aside, the new
     output renamed in, the old removed; :func:`clean_stale_temps` undoes a half-done swap)."""
+    (tmp / OWNER).unlink(missing_ok=True)  # the pid in the name keeps it ours until renamed
     for f in sorted(tmp.rglob("*")):
         if not f.is_file():
             continue
@@ -133,7 +231,7 @@ def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
     if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
         follow_umask(out)
         step_point()
-        _remove(tmp)
+        remove_temp(tmp)
         return
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     os.rename(out, old)

@@ -9,6 +9,7 @@ paged cache, and runs one draft step. Deterministic for a given seed, whatever t
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ import torch
 from safetensors.torch import save_file
 
 from ...transforms.base import dtype_from_name
+from ..errors import UserError
 from . import get_host
+from .kv_cache import ring_pages
 from .loading import build_drafter
 
 CHUNK = 8192  # rows of random context generated (and seeded) together
@@ -82,7 +85,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
 
     ``dtype``: weights/activations (default: the checkpoint's ``torch_dtype``); ``lowering``:
     one lowering for every layer instead of the per-layer table; ``dump``: a safetensors
-    file receiving sequence 0's step: ``inputs.target_hidden [C, n*h_target]`` (as fed, in
+    file (metadata: checkpoint, seed, context, ``dtype`` the step ran in, ...) receiving sequence 0's step: ``inputs.target_hidden [C, n*h_target]`` (as fed, in
     the drafter dtype), ``inputs.anchor [1]``, ``target.embed_tokens``, ``target.lm_head``,
     ``outputs.logits [K, V]``, ``outputs.tokens [K]``, ``outputs.confidence [K]`` (with a
     confidence head). Without ``dump``, context rows no layer can see are never generated.
@@ -94,6 +97,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
                              dtype_from_name(dtype) if dtype else None, lowering)
     cfg = model.cfg
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
+    check_memory(cfg, dev, context, batch, page_size, model.dtype, dump=bool(dump))
     cache = model.make_cache(batch, page_size=page_size, max_context=context)
     first = 0 if dump else min((cache.needed_from(l, context) for l in range(cfg.dims.num_layers)), default=0)
     g = torch.Generator().manual_seed(seed)
@@ -119,6 +123,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         _sync(dev)
         times.append((time.perf_counter() - t0) * 1e3)
 
+    check_finite(model, out, anchors, cache, checkpoint_dir)
     report = DraftReport(
         checkpoint=str(checkpoint_dir), device=str(dev), dtype=str(model.dtype).removeprefix("torch."),
         context=context, batch=batch, seed=seed, block_size=cfg.block_size, max_draft_len=cfg.max_draft_len,
@@ -139,12 +144,93 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         }
         if report.confidence is not None:
             tensors["outputs.confidence"] = report.confidence[0].contiguous()
-        meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context),
+        meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context), "dtype": report.dtype,
                 "sample_from_anchor": str(cfg.sample_from_anchor), "lowerings": ",".join(model.layer_lowerings)}
         Path(dump).parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(dump), metadata=meta)
         report.dump = str(dump)
     return report
+
+
+def estimate_bytes(cfg, context: int, batch: int, page_size: int, dtype: torch.dtype, dump: bool = False) -> int:
+    """Bytes ``run_draft`` allocates at least: the paged KV cache (full layers hold ``context``
+    tokens, windowed ones a ring of ``W-1`` plus a page) and the random context rows it
+    generates (every row with a full layer or ``dump``; else a window's worth)."""
+    per_token = 2 * cfg.dims.kv_heads * cfg.dims.head_dim * torch.empty((), dtype=dtype).element_size()
+    tokens = 0
+    for m in cfg.masks:
+        pages = ring_pages(m.window, page_size, context)
+        tokens += pages * page_size
+    widest = max((context if m.window is None else min(context, m.window + page_size) for m in cfg.masks),
+                 default=context)
+    rows = context if dump else widest
+    width = cfg.dims.num_target_layers * cfg.dims.target_hidden
+    return batch * (tokens * per_token + rows * width * 4) + min(rows, CHUNK) * width * 4
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Free memory on ``device`` (CUDA: free device memory; CPU: available RAM), or None."""
+    try:
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, RuntimeError, AttributeError):
+        return None
+
+
+def check_memory(cfg, device: torch.device, context: int, batch: int, page_size: int, dtype: torch.dtype,
+                 dump: bool = False) -> None:
+    """Refuse, before allocating, a step that needs more memory than ``device`` has free."""
+    need = estimate_bytes(cfg, context, batch, page_size, dtype, dump)
+    have = available_bytes(device)
+    if have is not None and need > have:
+        raise UserError(f"draftsmith draft: context={context} batch={batch} needs about {need / 2**30:.1f} GiB "
+                        f"on {device} ({have / 2**30:.1f} GiB free); lower context or batch")
+
+
+def _finite(t) -> bool:
+    return t is None or bool(torch.isfinite(t).all())
+
+
+def first_nonfinite(model, anchors: torch.Tensor, cache) -> str:
+    """A debug pass of the block through ``model`` naming the first piece whose output is
+    not finite: the context path (fc/hidden_norm), the target's embedding, a layer, the final
+    norm, the target's lm_head, or the Markov head's bias."""
+    with torch.inference_mode():
+        probe = torch.zeros(1, cfg_width(model), device=model.device)
+        if not _finite(model.project_target_hidden(probe)):
+            return "the context projection (fc / hidden_norm weights)"
+        ids, pos = model.block_inputs(anchors.to(model.device), cache)
+        x = model.embed_tokens(ids)
+        if not _finite(x):
+            return "the target's embed_tokens"
+        for l, layer in enumerate(model.layers):
+            x = layer(x, pos, cache.view(l), model.cfg.masks[l], model.lowerings[l].fn)
+            if not _finite(x):
+                return f"layer {l} (decoder layer output)"
+        z = model.norm(x)
+        if not _finite(z):
+            return "the final norm"
+        if not _finite(model.lm_head(z)):
+            return "the target's lm_head"
+        return "the Markov head's bias" if model.markov_head is not None else "the logits"
+
+
+def cfg_width(model) -> int:
+    return model.cfg.dims.num_target_layers * model.cfg.dims.target_hidden
+
+
+def check_finite(model, out, anchors: torch.Tensor, cache, checkpoint_dir) -> None:
+    """Non-finite logits (or confidences) stop the run with one line naming where they began."""
+    if _finite(out.logits) and _finite(out.confidence):
+        return
+    what = "logits" if not _finite(out.logits) else "confidence"
+    try:
+        where = first_nonfinite(model, anchors, cache)
+    except Exception:  # a host without the reference structure: say what we know
+        where = "unknown (this host has no per-layer debug pass)"
+    raise UserError(f"{checkpoint_dir}: the draft step produced non-finite {what} (NaN or Inf); "
+                    f"first non-finite output: {where}")
 
 
 def report_dict(r: DraftReport) -> dict:
@@ -160,8 +246,8 @@ def report_dict(r: DraftReport) -> dict:
 
 
 def report_json(r: DraftReport) -> str:
-    """:func:`report_dict` as one line of JSON."""
-    return json.dumps(report_dict(r))
+    """:func:`report_dict` as one line of valid JSON (NaN/Infinity refused, never printed)."""
+    return json.dumps(report_dict(r), allow_nan=False)
 
 
 def format_report(r: DraftReport) -> str:

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import torch
-from safetensors import safe_open
+
+from ..convert import checkpoint
 
 from .target import BorrowedTarget
 
 
 def read_checkpoint(directory: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """``(config, weights)`` of a converted checkpoint: ``config.json`` and every tensor of
-    ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json`` (CPU)."""
-    d = Path(directory)
-    if not (d / "config.json").exists():
-        raise FileNotFoundError(f"{d} has no config.json (expected a draftsmith-converted checkpoint)")
-    config = json.loads((d / "config.json").read_text())
-    index = d / "model.safetensors.index.json"
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    elif (d / "model.safetensors").exists():
-        files = ["model.safetensors"]
-    else:
-        raise FileNotFoundError(f"{d} has neither model.safetensors nor model.safetensors.index.json")
-    weights = {}
-    for f in files:
-        with safe_open(d / f, "pt") as sf:
-            for k in sf.keys():
-                weights[k] = sf.get_tensor(k)
-    return config, weights
+    """``(config, weights)`` of a converted checkpoint (CPU), read through the one hardened
+    checkpoint reader (convert/checkpoint.py: regular files, byte limits, index entries that
+    stay in the folder, headers checked against the file before any data is read)."""
+    return checkpoint.read_checkpoint(Path(directory))
 
 
 def build_drafter(model_cls, checkpoint_dir: str | Path, target_dir: str | Path, device="cpu",

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...transforms.norm_fold import gemma_multiplier
 from . import fused
 
 
@@ -30,9 +31,7 @@ class RMSNorm(nn.Module):
             return fused.rms_norm(x, self.weight, self.eps, self.gemma)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        w = self.weight.float()
-        if self.gemma:
-            w = 1.0 + w
+        w = gemma_multiplier(self.weight) if self.gemma else self.weight.float()
         return (xf * w).to(x.dtype)
 
     def extra_repr(self) -> str:

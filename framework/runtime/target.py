@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from torch import nn
+
+from ..convert.checkpoint import locate, read_config, read_tensor
 
 EMBED = "model.embed_tokens.weight"
 HEAD = "lm_head.weight"
@@ -26,7 +26,7 @@ class BorrowedTarget(nn.Module):
     def __init__(self, directory: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | None = None):
         super().__init__()
         d = Path(directory)
-        self.config = json.loads((d / "config.json").read_text())
+        self.config = read_config(d)
         tensors = read_tensors(d, [EMBED, HEAD], optional={HEAD} if self.config.get("tie_word_embeddings") else set())
         emb = tensors[EMBED].to(device=device, dtype=dtype or tensors[EMBED].dtype)
         head = tensors.get(HEAD, tensors[EMBED]).to(device=device, dtype=dtype or emb.dtype)
@@ -37,25 +37,7 @@ class BorrowedTarget(nn.Module):
 
 
 def read_tensors(directory: Path, names: list[str], optional: set[str] = frozenset()) -> dict[str, torch.Tensor]:
-    """Load ``names`` from ``directory``'s ``model.safetensors`` or its index's shards.
-
-    A name missing and not in ``optional`` raises ``KeyError`` naming the directory.
-    """
-    index = directory / "model.safetensors.index.json"
-    if index.exists():
-        where = json.loads(index.read_text())["weight_map"]
-    else:
-        single = directory / "model.safetensors"
-        if not single.exists():
-            raise FileNotFoundError(f"{directory} has neither model.safetensors nor model.safetensors.index.json")
-        with safe_open(single, "pt") as f:
-            where = {k: "model.safetensors" for k in f.keys()}
-    out = {}
-    for name in names:
-        if name not in where:
-            if name in optional:
-                continue
-            raise KeyError(f"{directory} has no tensor {name!r}")
-        with safe_open(directory / where[name], "pt") as f:
-            out[name] = f.get_tensor(name)
-    return out
+    """Load ``names`` from ``directory``'s ``model.safetensors`` or its index's shards, through
+    the hardened checkpoint reader (only the shards holding ``names`` are opened). A name
+    missing and not in ``optional`` is a one-line :class:`UserError` naming the directory."""
+    return {n: read_tensor(st) for n, st in locate(Path(directory), names, optional).items()}

@@ -3,12 +3,13 @@
 The library flow (:func:`load_spec`, no Hydra)::
 
     adapter YAML (safe loader, no code) --extends--> data --pydantic--> defaults filled in
-    --dotted overrides, ``${a.b}`` references--> AdapterSpec
+    --dotted overrides--> (no ``${`` anywhere) --> AdapterSpec
 
 The command line composes the same files with Hydra instead (``cli/compose.py``).
 
-A spec is data: YAML is read with the safe loader, ``_target_`` keys and interpolation
-resolvers (``${name:...}``) are refused, ``extends:`` names a sibling adapter by name only
+A spec is data: YAML is read with the safe loader, ``_target_`` keys and every ``${``
+(interpolation of any kind: references, resolvers, nested tricks) are refused, in keys and
+values, in the file and again on the final tree after command-line overrides, ``extends:`` names a sibling adapter by name only
 (it cannot leave the adapter directories), and every problem becomes a one-line
 :class:`UserError` naming the file, key path and line.
 """
@@ -27,11 +28,12 @@ from pydantic import BaseModel, ValidationError
 from ...adapters import ADAPTER_DIR
 from ..errors import UserError
 from .schema import AdapterSpec
-from .overrides import apply_overrides, resolve_references
+from .overrides import apply_overrides
 from .yaml_lines import line_of, load_yaml
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-_RESOLVER = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
+#: the opening of an OmegaConf interpolation; a spec and command-line values never hold one
+INTERPOLATION = "${"
 
 def builtin_adapter_dir() -> Path:
     return ADAPTER_DIR
@@ -82,11 +84,19 @@ def check_data_only(data: Any, file: Path, lines: dict) -> None:
     for path, value in _walk(data):
         if value == "_target_":
             problems.append(f"{_where(file, lines, path)}: {key_path(path)}: `_target_` is refused (a spec is data)")
-        elif isinstance(value, str) and _RESOLVER.search(value):
-            problems.append(
-                f"{_where(file, lines, path)}: {key_path(path)}: interpolation resolvers (`${{name:...}}`) "
-                "are refused; only plain `${a.b}` references are allowed"
-            )
+        elif isinstance(value, str) and INTERPOLATION in value:
+            problems.append(f"{_where(file, lines, path)}: {key_path(path)}: {INTERPOLATION_REFUSED}")
+    if problems:
+        raise UserError(*problems)
+
+
+INTERPOLATION_REFUSED = "`${` is refused (no interpolation: a spec and command-line values are data)"
+
+
+def check_no_interpolation(data: Any, where: str) -> None:
+    """Refuse any ``${`` in a composed tree's keys or string values (after overrides)."""
+    problems = [f"{where}: {key_path(path)}: {INTERPOLATION_REFUSED}"
+                for path, value in _walk(data) if isinstance(value, str) and INTERPOLATION in value]
     if problems:
         raise UserError(*problems)
 
@@ -197,5 +207,6 @@ def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Pa
     # the file alone first (errors carry its line numbers), then every default filled in so
     # that overrides can reach any field of the schema
     full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
-    full = resolve_references(apply_overrides(full, overrides, path), path)
+    full = apply_overrides(full, overrides, path)
+    check_no_interpolation(full, f"{path}: override")
     return validate_spec(full, path, lines), path

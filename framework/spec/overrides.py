@@ -1,4 +1,4 @@
-"""Dotted overrides and ``${a.b}`` references on a spec's data (the library's, not Hydra's).
+"""Dotted overrides on a spec's data (the library's, not Hydra's).
 
 - ``key.path=value``: replace an existing value (list items by index: ``layers.0``);
 - ``+key.path=value``: add a key that is not there yet;
@@ -6,24 +6,19 @@
 Keys may carry the command line's ``adapter.`` prefix. Values are read as YAML (safe
 loader): ``2048``, ``true``, ``null``, ``"text"``, ``[a, b]``.
 
-A string that is exactly ``${a.b}`` takes the value at ``a.b`` (of the spec); a reference
-inside a longer string is replaced by that value's text. Interpolation resolvers
-(``${name:...}``) were refused when the file was read.
+No interpolation: a value holding ``${`` is refused on the final tree (spec/loading.py).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-import re
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
 from ..errors import UserError
-
-_REF = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")
 
 
 def _steps(key: str) -> list:
@@ -86,34 +81,3 @@ def apply_overrides(data: dict, overrides: Iterable[str], path: Path | None = No
             raise UserError(f"{where}: {'.'.join(map(str, steps[:-1]))} is not a mapping")
         parent[last] = value
     return out
-
-
-def resolve_references(data: dict, path: Path | None = None) -> dict:
-    """``data`` with every ``${a.b}`` reference replaced (see the module docstring)."""
-
-    def lookup(ref: str, seen: tuple) -> Any:
-        if ref in seen:
-            raise UserError(f"{path}: ${{{ref}}}: reference cycle through {' -> '.join(seen + (ref,))}")
-        cur: Any = data
-        for p in _steps(ref):
-            if isinstance(cur, dict) and _step(cur, p) in cur:
-                cur = cur[_step(cur, p)]
-            elif isinstance(cur, list) and isinstance(p, int) and p < len(cur):
-                cur = cur[p]
-            else:
-                raise UserError(f"{path}: ${{{ref}}}: no such key in the spec")
-        return walk(cur, seen + (ref,))
-
-    def walk(v: Any, seen: tuple = ()) -> Any:
-        if isinstance(v, dict):
-            return {k: walk(x, seen) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x, seen) for x in v]
-        if isinstance(v, str):
-            whole = _REF.fullmatch(v.strip())
-            if whole:
-                return lookup(whole.group(1), seen)
-            return _REF.sub(lambda m: str(lookup(m.group(1), seen)), v)
-        return v
-
-    return walk(data)

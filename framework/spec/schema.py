@@ -13,123 +13,17 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...transforms.base import dtype_from_name
-
-MAX_REGEX_LEN = 512
-#: Most unbounded quantifiers (``*``, ``+``, ``{n,}``) one spec regex may hold: k adjacent
-#: overlapping ones backtrack in O(n**k) on a failing name.
-MAX_UNBOUNDED = 6
-
-
-def _backtracking_problem(pattern: str) -> str | None:
-    """Why ``pattern`` can backtrack catastrophically, or None (checked on the parsed regex).
-
-    Refused: a repeat (max > 1) whose body holds a variable repeat (``(a+)+``, ``((a)+)*``,
-    ``(a?){30}``: nested quantifiers), or an alternation whose branches can start alike
-    or be empty (``(a|aa)+``, ``(a|a?)*``); more than :data:`MAX_UNBOUNDED` unbounded
-    quantifiers in all.
-    """
-    try:
-        from re import _parser as sre  # Python >= 3.11
-        from re import _constants as C
-    except ImportError:  # pragma: no cover
-        import sre_constants as C
-        import sre_parse as sre
-
-    REPEATS = (C.MAX_REPEAT, C.MIN_REPEAT) + ((C.POSSESSIVE_REPEAT,) if hasattr(C, "POSSESSIVE_REPEAT") else ())
-    ANY = object()
-
-    def first(items):
-        """The set of first characters of a sequence, ANY if unknown, None if it can be empty."""
-        for op, av in items:
-            if op is C.LITERAL:
-                return {av}
-            if op is C.IN and all(o is C.LITERAL for o, _ in av):
-                return {a for _, a in av}
-            if op in (C.AT,):
-                continue
-            if op is C.SUBPATTERN:
-                f = first(av[-1])
-                if f is None:
-                    continue
-                return f
-            if op in REPEATS and av[0] == 0:
-                return ANY
-            if op in REPEATS:
-                return first(av[2])
-            return ANY
-        return None
-
-    unbounded = 0
-
-    def walk(items, in_repeat: bool) -> str | None:
-        nonlocal unbounded
-        for op, av in items:
-            if op in REPEATS:
-                lo, hi, body = av
-                if hi == C.MAXREPEAT:
-                    unbounded += 1
-                if in_repeat and hi != lo:
-                    return "nests quantifiers"
-                r = walk(body, in_repeat or hi > 1)
-                if r:
-                    return r
-            elif op is C.BRANCH:
-                alts = av[1]
-                if in_repeat:
-                    seen: set = set()
-                    for alt in alts:
-                        f = first(alt)
-                        if f is None or f is ANY or f & seen:
-                            return "repeats an alternation whose branches overlap or can be empty"
-                        seen |= f
-                for alt in alts:
-                    r = walk(alt, in_repeat)
-                    if r:
-                        return r
-            elif op is C.SUBPATTERN:
-                r = walk(av[-1], in_repeat)
-                if r:
-                    return r
-            elif op in (C.ASSERT, C.ASSERT_NOT):
-                r = walk(av[1], in_repeat)
-                if r:
-                    return r
-            elif op is C.GROUPREF_EXISTS:
-                for sub in av[1:]:
-                    if sub is not None:
-                        r = walk(sub, in_repeat)
-                        if r:
-                            return r
-        return None
-
-    why = walk(list(sre.parse(pattern)), False)
-    if why is None and unbounded > MAX_UNBOUNDED:
-        why = f"has {unbounded} unbounded quantifiers (at most {MAX_UNBOUNDED})"
-    return why
-
+from ...transforms.regex import MAX_REGEX_LEN, check_template, compile_regex
 
 def check_regex(pattern: str) -> str:
-    """Compile a spec regex once, refusing oversize or catastrophically backtracking ones."""
-    if not isinstance(pattern, str):
-        raise ValueError("regex must be a string")
-    if len(pattern) > MAX_REGEX_LEN:
-        raise ValueError(f"regex longer than {MAX_REGEX_LEN} characters")
-    try:
-        re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as e:
-        raise ValueError(f"invalid regex {pattern!r}: {e}") from None
-    why = _backtracking_problem(pattern)
-    if why:
-        raise ValueError(f"regex {pattern!r} {why} (catastrophic backtracking)")
+    """A spec regex compiled once with RE2 (linear-time matching, no backtracking)."""
+    compile_regex(pattern)
     return pattern
 
 
 def check_replacement(pattern: str, repl: str) -> None:
     """Refuse a regex replacement naming groups that ``pattern`` lacks (``\\2``, ``\\g<x>``)."""
-    try:
-        re.sub(pattern, repl, "")  # the replacement template is parsed before any matching
-    except (re.error, IndexError) as e:
-        raise ValueError(f"replacement {repl!r} does not fit regex {pattern!r}: {e}") from None
+    check_template(compile_regex(pattern), pattern, repl)
 
 
 class Strict(BaseModel):
@@ -142,6 +36,17 @@ class MatchSpec(Strict):
     )
     model_type: Optional[str] = Field(
         None, description="If set, the raw config's `model_type` must equal it as well."
+    )
+    speculators_model_type: Optional[str] = Field(
+        None,
+        description="speculators' own format marker (`dflash`, `dspark`, ...). A config carrying "
+        "`speculators_model_type` routes by it alone: to the adapters whose marker equals it, never "
+        "to adapters without one. Unset: the adapter serves only configs without the marker.",
+    )
+    preferred: bool = Field(
+        False,
+        description="When several adapters match one config, the one marked preferred serves it "
+        "(at most one may be); without a preferred one, several matches are an error listing them.",
     )
     subfolders: list[str] = Field(
         default_factory=list,
@@ -323,7 +228,8 @@ class EngineSpec(Strict):
     trtllm_backbone: Optional[str] = Field(
         None,
         description="`package.module:ClassName` of the TensorRT-LLM class that `draftsmith emit` registers "
-        "under the drafter architecture to build its layers; unset: `emit` asks for `backbone=`.",
+        "under the drafter architecture to build its layers; `generated` or unset: `emit` generates the backbone "
+        "from the spec out of TensorRT-LLM's building blocks (per-norm Gemma flags, rotary_dim, swiglu_oai).",
     )
 
 
@@ -337,6 +243,26 @@ class ExportSpec(Strict):
         description="With an alias shared by several adapters: this one is picked when the drafter has "
         "(true) or lacks (false) a Markov or confidence head; unset: always.",
     )
+    derived: dict[str, Literal["draft_vocab_size", "max_draft_len", "num_target_layers", "verifier",
+                               "verifier_architectures"]] = Field(
+        default_factory=dict,
+        description="Keys of this format's `config.json` (dotted; an integer part indexes a list of the "
+        "template) that an export derives from the drafter, never from the template: `draft_vocab_size` "
+        "(the drafter's vocabulary), `max_draft_len` (tokens drafted per step), `num_target_layers` (the "
+        "source's, else one past the deepest target layer id), `verifier` (the user's `verifier=`, else "
+        "the source's; refused when neither), `verifier_architectures` (the source's, else []).",
+    )
+    markers: list[str] = Field(
+        default_factory=list,
+        description="Top-level keys that identify this format (`speculators_model_type`, `auto_map`, ...): "
+        "an export from this format never carries them into another format.",
+    )
+    unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads"]] = Field(
+        default_factory=list,
+        description="Drafter features this format's own runtime cannot run; an export of a drafter using "
+        "one is refused: `swiglu_oai` (the clamped OpenAI SwiGLU), `partial_rotary` (rotary_dim < "
+        "head_dim), `causal_windows` (a causal sliding-window layer), `heads` (Markov or confidence head).",
+    )
 
 
 class SynthSpec(Strict):
@@ -349,6 +275,14 @@ class SynthSpec(Strict):
     )
     target_hidden_size: Optional[str] = Field(
         None, description="Config key of the target model's hidden size (default: `hidden_size`)."
+    )
+    layouts: dict[Literal["transformers4", "transformers5", "speculators"], dict[str, Any]] = Field(
+        default_factory=dict,
+        description="`synth layout=NAME`: the config layout of a real writer. Every adapter has "
+        "`transformers4` (top-level `rope_theta`, `rope_scaling: null`, `torch_dtype`) and `transformers5` "
+        "(`rope_parameters: {rope_theta, rope_type}`, `dtype`); a layout listed here also applies these "
+        "dotted-key overrides afterwards (`speculators`: what speculators 0.9 `save_pretrained` writes, "
+        "transformers-5 keys plus its model class as `architectures`; only adapters listing it have it).",
     )
 
 

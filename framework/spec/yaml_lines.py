@@ -7,10 +7,23 @@ from typing import Any
 
 import yaml
 
+from ..errors import UserError
+from ..io.safe_read import read_limited
+
 #: Largest spec file read, and most YAML nodes it may expand to through aliases
 #: (an alias bomb or a recursive alias is refused before anything walks the data).
 MAX_YAML_BYTES = 1 << 20
 MAX_YAML_NODES = 100_000
+
+
+def _check_event_count(path: Path, text: str) -> None:
+    """Refuse a file whose parse events (nodes as written, aliases not expanded) exceed
+    :data:`MAX_YAML_NODES`, streaming with the C parser where available (no tree built)."""
+    loader = getattr(yaml, "CSafeLoader", None) if yaml.__with_libyaml__ else None
+    for n, event in enumerate(yaml.parse(text, Loader=loader or yaml.SafeLoader)):
+        if n > 2 * MAX_YAML_NODES:
+            line = event.start_mark.line + 1 if event.start_mark else "?"
+            raise ValueError(f"{path}:{line}: malformed YAML: more than {MAX_YAML_NODES} nodes")
 
 
 def _check_expansion(path: Path, root) -> None:
@@ -46,15 +59,14 @@ def load_yaml(path: Path) -> tuple[Any, dict[tuple, int]]:
     Raises ``ValueError("<path>:<line>: <problem>")`` on malformed YAML, an unreadable or
     non-UTF-8 or oversized file, and recursive or exploding aliases.
     """
-    try:
-        if path.stat().st_size > MAX_YAML_BYTES:
-            raise ValueError(f"{path}: larger than {MAX_YAML_BYTES} bytes; not an adapter spec")
-        text = path.read_text(encoding="utf-8")
+    try:  # a regular file only (a FIFO or /dev/zero behind a link is refused), bytes counted while read
+        text = read_limited(path, MAX_YAML_BYTES, "an adapter spec").decode("utf-8")
+    except UserError as e:
+        raise ValueError(e.problems[0]) from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
     try:
+        _check_event_count(path, text)  # before composing: a 400 000-item list is refused in < 1 s
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is not None:
             _check_expansion(path, node)

@@ -1,0 +1,88 @@
+"""Types and ranges of a flattened config's math-bearing keys, checked before the family
+completes it (derives head_dim, mirrors keys) and before anything is written.
+
+A value of the wrong JSON type (``"7"``, ``7.0``, ``true`` for an integer; a string window;
+string layer ids) or out of range (block size 0, window -4) is refused in one line naming
+the key as the raw ``config.json`` spells it. :class:`~.resolved.ResolvedDrafter` checks
+the same again (strictly typed fields) when ``draft`` loads a converted checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import UserError
+from .dotted import get_dotted
+
+
+def _int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _pos_int(v: Any) -> str | None:
+    return None if _int(v) and v >= 1 else "must be an integer >= 1"
+
+
+def _nonneg_int(v: Any) -> str | None:
+    return None if _int(v) and v >= 0 else "must be an integer >= 0"
+
+
+def _window(v: Any) -> str | None:
+    return None if v is None or (_int(v) and v >= 1) else "must be an integer >= 1 or null"
+
+
+def _pos_number(v: Any) -> str | None:
+    ok = type(v) in (int, float) and v == v and v > 0 and v != float("inf")
+    return None if ok else "must be a finite number > 0"
+
+
+def _layer_ids(v: Any) -> str | None:
+    if not isinstance(v, list) or not v:
+        return "must be a non-empty list of integers"
+    if not all(_int(i) and i >= 0 for i in v):
+        return "must be a list of integers >= 0"
+    if len(set(v)) != len(v):
+        return "must not repeat a layer"
+    return None
+
+
+#: flattened key -> check (None when fine, else what is wrong)
+CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "hidden_size": _pos_int, "num_attention_heads": _pos_int, "num_key_value_heads": _pos_int,
+    "head_dim": _pos_int, "rotary_dim": _pos_int, "intermediate_size": _pos_int, "vocab_size": _pos_int,
+    "num_hidden_layers": _pos_int, "target_hidden_size": _pos_int,
+    "dflash_config.block_size": _pos_int, "dflash_config.mask_token_id": _nonneg_int,
+    "dflash_config.target_layer_ids": _layer_ids, "dflash_config.swa_window_size": _window,
+    "sliding_window": _window, "rms_norm_eps": _pos_number, "rope_theta": _pos_number,
+    "dspark_config.markov_rank": _nonneg_int,
+}
+
+
+def check_config_types(out: dict, sources: dict[str, str], where: str) -> None:
+    """Refuse (all at once, one line each) present keys of ``out`` with a wrong type or range;
+    then the cross-key rules that need only these values (mask id < vocab, heads dividing)."""
+    problems = []
+
+    def name(key: str) -> str:
+        src = sources.get(key, "")
+        return src.removeprefix("config.json: ") if src.startswith("config.json: ") else key
+
+    for key, check in CHECKS.items():
+        v = get_dotted(out, key)
+        if v is None and key not in ("sliding_window", "dflash_config.swa_window_size"):
+            continue
+        why = check(v)
+        if why:
+            shown = repr(v)
+            problems.append(f"{where}: {name(key)}: {shown[:60]}{'...' if len(shown) > 60 else ''} {why}")
+    if problems:
+        raise UserError(*problems)
+    vocab, mask = out.get("vocab_size"), get_dotted(out, "dflash_config.mask_token_id")
+    if vocab is not None and mask is not None and mask >= vocab:
+        problems.append(f"{where}: {name('dflash_config.mask_token_id')}: {mask} must be < vocab_size ({vocab})")
+    heads, kv = out.get("num_attention_heads"), out.get("num_key_value_heads")
+    if heads is not None and kv is not None and heads % kv:
+        problems.append(f"{where}: {name('num_attention_heads')}: {heads} is not a multiple of "
+                        f"{name('num_key_value_heads')} ({kv})")
+    if problems:
+        raise UserError(*problems)

@@ -1,0 +1,226 @@
+"""Shared set-up of the TensorRT-LLM conformance suite: one synthetic checkpoint, its conversion,
+the emitted package, the float64 oracle and the driver runs per adapter, all through draftsmith's
+public surface (``python -m draftsmith synth|convert|emit``) and cached per session."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+REPO = Path(__file__).resolve().parents[3]
+PINNED = (Path(__file__).resolve().parent / "standin" / "tensorrt_llm" / "pinned.py").read_text()
+PINNED_MINIMUM_VERSION = re.search(r'PINNED_MINIMUM_VERSION = "([^"]+)"', PINNED).group(1)
+OLD_VERSION = re.search(r'OLD_VERSION = "([^"]+)"', PINNED).group(1)
+HERE = Path(__file__).resolve().parent
+ADAPTERS = sorted(p.stem for p in (REPO / "adapters").glob("*.yaml"))
+CONTEXT = 12  # target tokens of context; above the tiny adapters' window of 8
+SEED = 1729
+
+
+def cli(*args, cwd=None, timeout=300, fresh_process=False):
+    """``draftsmith ARGS`` through the CLI's entry point (``draftsmith.framework.cli.main.main``,
+    what ``python -m draftsmith`` calls), in this process to save a torch import per call;
+    ``fresh_process``: as ``python -m draftsmith ARGS``. Returns a CompletedProcess."""
+    if fresh_process or cwd is not None:
+        return subprocess.run([sys.executable, "-m", "draftsmith", *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+    import contextlib
+    import io
+
+    from draftsmith.framework.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(args))
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(["draftsmith", *args], rc, out.getvalue(), err.getvalue())
+
+
+def one_line(msg: str) -> bool:
+    return "\n" not in msg.strip() and "Traceback" not in msg
+
+
+@dataclass
+class Case:
+    """One adapter's synthetic checkpoint, conversion, emitted package and oracle."""
+
+    adapter: str
+    root: Path
+    runs: dict = field(default_factory=dict)
+
+    @cached_property
+    def source(self) -> Path:
+        out = self.root / "source"
+        if (out / "config.json").is_file():
+            return out
+        r = cli("synth", f"adapter={self.adapter}", "scale=tiny", f"out={out}", f"seed={SEED}")
+        assert r.returncode == 0, f"synth {self.adapter}: {r.stderr[-2000:]}"
+        return out
+
+    @cached_property
+    def converted(self) -> Path:
+        out = self.root / "converted"
+        if (out / "config.json").is_file():
+            return out
+        r = cli("convert", f"adapter={self.adapter}", f"source={self.source}", f"out={out}")
+        assert r.returncode == 0, f"convert {self.adapter}: {r.stderr[-2000:]}"
+        return out
+
+    @cached_property
+    def config(self) -> dict:
+        return json.loads((self.converted / "config.json").read_text())
+
+    @cached_property
+    def raw_config(self) -> dict:
+        return json.loads((self.source / "config.json").read_text())
+
+    @property
+    def target(self) -> Path:
+        return self.source / "target"
+
+    @cached_property
+    def emitted(self):
+        """(CompletedProcess, package dir or None) of ``draftsmith emit``."""
+        out = self.root / "emitted"
+        # config=: the snippet states the checkpoint's block_size / mask_token_id / target_layer_ids
+        r = cli("emit", f"adapter={self.adapter}", "target=trtllm", f"out={out}", f"config={self.converted}")
+        pkgs = [p for p in out.glob("*") if (p / "__init__.py").is_file()] if out.is_dir() else []
+        return r, (pkgs[0] if r.returncode == 0 and len(pkgs) == 1 else None)
+
+    def package(self) -> Path:
+        r, pkg = self.emitted
+        assert pkg is not None, f"`draftsmith emit adapter={self.adapter} target=trtllm` failed: " \
+                                f"{(r.stderr or r.stdout).strip()[-800:]}"
+        return pkg
+
+    @cached_property
+    def inputs(self) -> Path:
+        g = torch.Generator().manual_seed(SEED + 1)
+        fc_in = self.weights["fc.weight"].shape[1]
+        hidden = torch.randn(CONTEXT, fc_in, generator=g).to(torch.bfloat16).float()
+        anchor = int(torch.randint(0, self.config["vocab_size"], (1,), generator=g))
+        path = self.root / "inputs.pt"
+        torch.save({"hidden": hidden, "anchor": anchor}, path)
+        return path
+
+    @cached_property
+    def weights(self) -> dict:
+        from safetensors.torch import load_file
+
+        out = {}
+        for f in self.converted.glob("*.safetensors"):
+            out.update(load_file(str(f)))
+        return out
+
+    @cached_property
+    def oracle(self):
+        """(tokens, logits) of section 1 of drafter-reference.md in float64 (tests/oracles.py)."""
+        sys.path.insert(0, str(REPO / "tests"))
+        from oracles import draft_oracle
+        from safetensors.torch import load_file
+
+        data = torch.load(self.inputs)
+        tgt = load_file(str(self.target / "model.safetensors"))
+        toks, logits, _ = draft_oracle(self.config, self.weights, tgt, data["hidden"], data["anchor"])
+        return toks, logits
+
+    @property
+    def sample_from_anchor(self) -> bool:
+        return bool((self.config.get("dspark_config") or {}).get("sample_from_anchor", False))
+
+    @property
+    def is_dflash(self) -> bool:
+        """A drafter with no DSpark head and no shift (slot 0 only the anchor): TensorRT-LLM's
+        DFlash. Anything else is DSpark."""
+        ds = self.config.get("dspark_config") or {}
+        return not (ds.get("sample_from_anchor") or ds.get("markov_rank") or ds.get("enable_confidence_head"))
+
+    @property
+    def layers(self) -> list:
+        """Per layer ``{causal, window, lowering}`` (the draftsmith section's ``layers[i].mask``
+        and ``.lowering``)."""
+        return [{**l["mask"], "lowering": l["lowering"]} for l in self.config["draftsmith"]["layers"]]
+
+    def drive(self, mode: str, checkpoint: Optional[Path] = None, env: Optional[dict] = None,
+              package: Optional[Path] = None, arch_modules: Optional[dict] = None) -> dict:
+        """Run drive.py in a fresh process (cached by arguments)."""
+        pkg = package or (self.root if mode == "config" else self.package())
+        key = (mode, str(checkpoint), json.dumps(env, sort_keys=True), str(pkg), json.dumps(arch_modules))
+        if key in self.runs:
+            return self.runs[key]
+        n = len(self.runs)
+        args = {"mode": mode, "package_dir": str(pkg), "checkpoint": str(checkpoint or self.converted),
+                "target": str(self.target), "inputs": str(self.inputs), "arch_modules": arch_modules,
+                "result": str(self.root / f"result{n}.json")}
+        (self.root / f"args{n}.json").write_text(json.dumps(args))
+        import os
+
+        e = {k: v for k, v in os.environ.items() if k != "DS_STANDIN_TRTLLM_VERSION"}
+        e.update(env or {})
+        p = subprocess.run([sys.executable, str(HERE / "drive.py"), str(self.root / f"args{n}.json")],
+                           capture_output=True, text=True, timeout=300, env=e)
+        assert Path(args["result"]).is_file(), f"driver died: {p.stderr[-3000:]}"
+        res = json.loads(Path(args["result"]).read_text())
+        assert "fatal" not in res, f"driver: {res['fatal']['error']}\n{res['fatal']['trace']}"
+        self.runs[key] = res
+        return res
+
+    def serve(self) -> dict:
+        return self.drive("serve")
+
+    def worker(self) -> dict:
+        serve = self.serve()
+        return self.drive("worker", arch_modules=serve.get("exported_arch_modules") or {})
+
+
+def mask_matrix(causal: bool, left: int, right: int, c: int, b: int) -> torch.Tensor:
+    """Allowed (query, key) pairs of a block of ``b`` queries after ``c`` context keys, for
+    flash-attn ``(causal, (left, right))`` bounds (``-1`` unbounded)."""
+    pos = torch.arange(c, c + b)[:, None]
+    k = torch.arange(c + b)[None, :]
+    ok = torch.ones(b, c + b, dtype=torch.bool)
+    if causal:
+        ok &= k <= pos
+    if left >= 0:
+        ok &= k >= pos - left
+    if right >= 0:
+        ok &= k <= pos + right
+    return ok
+
+
+def expected_mask(layer: dict, c: int, b: int) -> torch.Tensor:
+    """The mask drafter-reference.md section 2 gives a layer ``{causal, window}``."""
+    w = layer["window"]
+    left = -1 if w is None else w - 1
+    right = (0 if layer["causal"] else (-1 if w is None else w - 1))
+    return mask_matrix(bool(layer["causal"]), left, right, c, b)
+
+
+def stage_error(out: dict) -> Optional[str]:
+    for k in ("build", "load", "decode"):
+        if isinstance(out.get(k), dict) and "error" in out[k]:
+            return f"{k}: {out[k]['error']}\n{out[k].get('trace', '')}"
+    return None
+
+
+def assert_matches_oracle(case: Case, out: dict, where: str):
+    """Drafted tokens equal the float64 oracle's; logits within float32/bf16 tolerance."""
+    problem = stage_error(out)
+    assert problem is None, f"{case.adapter} {where}: {problem}"
+    toks, logits = case.oracle
+    got = torch.tensor(out["logits"], dtype=torch.float64)
+    assert got.shape == logits.shape, f"{case.adapter} {where}: drafted {tuple(got.shape)} rows, oracle {tuple(logits.shape)}"
+    scale = float(logits.abs().max())
+    err = float((got - logits).abs().max())
+    assert err <= 2e-3 * max(1.0, scale), f"{case.adapter} {where}: logits differ from the oracle by {err:.3g} (scale {scale:.3g})"
+    assert out["tokens"] == toks.tolist(), f"{case.adapter} {where}: tokens {out['tokens']} != oracle {toks.tolist()}"

@@ -1,0 +1,34 @@
+"""Stand-in of ``tensorrt_llm._torch.modules.gated_mlp``."""
+
+import torch
+from torch import nn
+
+from .linear import Linear
+
+
+class GatedMLP(nn.Module):
+    """Reproduces: NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/modules/gated_mlp.py, ``GatedMLP`` as
+    modeling_minimaxm3.py @ 016beb63 (``_build_swiglu_oai_dense_mlp``) uses it: fused
+    ``gate_up_proj`` ([gate; up]) and ``down_proj``; without ``swiglu_alpha`` the activation is
+    ``silu(g) * u``; with ``swiglu_alpha``/``swiglu_beta``/``swiglu_limit`` it is MiniMax's
+    ``swigluoai``: ``g = g.clamp(max=limit)``, ``u = u.clamp(-limit, limit)``,
+    ``g * sigmoid(alpha * g) * (u + beta)`` (``_minimax_m3_swiglu_oai``, same file).
+    """
+
+    def __init__(self, *, hidden_size, intermediate_size, bias=False, activation=None, dtype=None,
+                 swiglu_alpha=None, swiglu_beta=None, swiglu_limit=None, **_):
+        super().__init__()
+        self.intermediate_size = intermediate_size
+        self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
+        self.swiglu_alpha, self.swiglu_beta, self.swiglu_limit = swiglu_alpha, swiglu_beta, swiglu_limit
+
+    def forward(self, x):
+        g, u = self.gate_up_proj(x).chunk(2, dim=-1)
+        if self.swiglu_alpha is None:
+            a = torch.nn.functional.silu(g) * u
+        else:
+            lim = self.swiglu_limit
+            g, u = g.clamp(max=lim), u.clamp(min=-lim, max=lim)
+            a = g * torch.sigmoid(self.swiglu_alpha * g) * (u + self.swiglu_beta)
+        return self.down_proj(a)

@@ -1,0 +1,56 @@
+"""Session-wide fixtures: one synthetic and one converted checkpoint per shipped adapter.
+
+``checkpoints(name)`` synthesizes adapter ``name`` at scale ``tiny`` (seed
+:data:`SEED`, keeping synth's target-layout weights), checks its plan is complete,
+converts it, and caches the result for the whole session. The folders are shared: a
+test that alters a checkpoint copies it first (``shutil.copytree``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.synth import SynthResult, synthesize
+
+SEED = 7
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """One adapter's session checkpoints (read-only for tests)."""
+
+    name: str
+    adapter: object  # the compiled adapter (engine.load_adapter)
+    synth: SynthResult  # .path: the source-format folder (with target/), .config, .targets
+    converted: Path  # the converted (target-layout) folder
+
+    @property
+    def source(self) -> Path:
+        return self.synth.path
+
+    @property
+    def target(self) -> Path:
+        """The fake target synth wrote beside the drafter (embed_tokens, lm_head)."""
+        return self.synth.path / "target"
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    cache: dict[str, Checkpoints] = {}
+
+    def get(name: str) -> Checkpoints:
+        if name not in cache:
+            adapter = load_adapter(name)
+            root = tmp_path_factory.mktemp(f"ckpt-{name}")
+            res = synthesize(adapter, "tiny", root / "source", seed=SEED, keep_targets=True)
+            plan = adapter.plan(res.path)
+            assert plan.complete, plan.report()
+            cache[name] = Checkpoints(name, adapter, res, execute(plan, root / "converted", progress=False))
+        return cache[name]
+
+    return get
