@@ -172,7 +172,7 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
                     f"spec does not have, prefix the override with + ('+{arg.lstrip('+')}')")
         close = difflib.get_close_matches(str(parts[-1]), known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else (f"; known: {', '.join(known)}" if known else "")
-        return f"command line: {arg}: unknown key {key_path(parts)}{hint}"
+        return f"command line: {arg}: {key_path(parts)}: unknown key{hint}"
     if "mismatched input" in text or "no viable alternative" in text or "token recognition" in text:
         return (f"command line: cannot parse {' '.join(args)!r} as Hydra overrides ({text}); quote the value "
                 f"inside the argument, e.g. 'adapter.KEY=\"a value\"'")
