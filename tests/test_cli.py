@@ -172,3 +172,20 @@ def test_json_output_for_inspect_and_convert(src, tmp_path, capsys):
     assert set(data["outputs"]) and all("from" in v and "shape" in v for v in data["outputs"].values())
     assert main(["inspect", f"source={src}", "format=json"]) == 0
     assert json.loads(capsys.readouterr().out)["outputs"] == data["outputs"]
+
+
+def test_closed_stdout_pipe_is_quiet():
+    """``draftsmith convert --help | head``: a reader that stops early ends the output quietly
+    (exit 0, no BrokenPipeError traceback). The read end is closed before the child writes."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "draftsmith", "convert", "--help"], stdout=w,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr

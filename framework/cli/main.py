@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -362,6 +363,17 @@ def _unknown_command(command: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``draftsmith`` entry point; output piped into a reader that stops early (``| head``)
+    ends quietly instead of with a BrokenPipeError traceback."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush must not raise again
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     code = _help(argv)
     if code is not None:
