@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from ..errors import UserError
 from pydantic import ValidationError
 
-from ..spec.loading import (_known_keys, _where, adapter_files, check_no_interpolation, key_path, read_spec_data,
+from ..spec.loading import (_known_keys, _where, check_no_interpolation, find_adapter, key_path, read_spec_data,
                             validate_spec, validation_problems)
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
@@ -55,18 +55,7 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
         if overrides:
             raise UserError(f"{overrides[0].split('=', 1)[0]}: an adapter override needs adapter=NAME")
         return opts, None, None
-    files = adapter_files(adapter_dir)
-    if chosen.endswith(".yaml"):  # adapter=path/to/file.yaml
-        p = Path(chosen)
-        if not p.is_file():
-            raise UserError(f"adapter={chosen}: no such file")
-        files[p.stem] = p.resolve()
-        chosen = p.stem
-    if chosen not in files:
-        close = difflib.get_close_matches(chosen, list(files), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserError(f"adapter={chosen}: unknown adapter{hint}; known: {', '.join(sorted(files))} "
-                        "(`draftsmith adapters` lists them)")
+    chosen, files = find_adapter(chosen, adapter_dir)
 
     cs = ConfigStore.instance()
     # hold only this call's adapter: Hydra deep-copies the whole store on every compose, so

@@ -189,10 +189,9 @@ def validate_spec(data: dict, file: Path, lines: dict | None = None) -> AdapterS
         raise UserError(*validation_problems(e, file, lines or {})) from None
 
 
-def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Path | None = None) -> tuple[AdapterSpec, Path]:
-    """Load adapter ``adapter`` (name or YAML path) with dotted overrides: the library entry
-    point (no Hydra). ``overrides``: ``key=value``, ``+key=value`` (a new key), ``~key``
-    (remove), keys optionally prefixed ``adapter.``; values are YAML scalars or lists."""
+def find_adapter(adapter: str, adapter_dir: str | Path | None = None) -> tuple[str, dict[str, Path]]:
+    """(adapter name, name -> YAML path of every adapter it may extend) for ``adapter=``: a name,
+    or a path ending in ``.yaml``; an unknown name is one line with a did-you-mean."""
     files = adapter_files(adapter_dir)
     name = adapter
     if adapter.endswith(".yaml"):  # adapter=path/to/file.yaml
@@ -202,7 +201,18 @@ def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Pa
         files[p.stem] = p.resolve()
         name = p.stem
     if name not in files:
-        raise UserError(f"adapter={name}: unknown adapter; known: {', '.join(sorted(files))}")
+        close = difflib.get_close_matches(name, list(files), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserError(f"adapter={name}: unknown adapter{hint}; known: {', '.join(sorted(files))} "
+                        "(`draftsmith adapters` lists them)")
+    return name, files
+
+
+def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Path | None = None) -> tuple[AdapterSpec, Path]:
+    """Load adapter ``adapter`` (name or YAML path) with dotted overrides: the library entry
+    point (no Hydra). ``overrides``: ``key=value``, ``+key=value`` (a new key), ``~key``
+    (remove), keys optionally prefixed ``adapter.``; values are YAML scalars or lists."""
+    name, files = find_adapter(adapter, adapter_dir)
     data, lines, path = read_spec_data(name, files)
     # the file alone first (errors carry its line numbers), then every default filled in so
     # that overrides can reach any field of the schema
