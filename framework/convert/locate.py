@@ -15,7 +15,6 @@ This is the one resolver of checkpoint locations (``target=`` of other commands 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from ..errors import UserError
+from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 
 #: ``org/name`` or ``org/name@revision`` (Hugging Face's repo-id characters).
 REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<rev>[A-Za-z0-9_./-]+))?$")
@@ -62,17 +62,17 @@ def from_hub_cache(repo_id: str, revision: Optional[str], key: str = "source") -
 
 def converted_by(folder: Path) -> Optional[str]:
     """"draftsmith <version> with <adapter>" when ``folder`` is a converted checkpoint, else None."""
-    try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # the hardened reader: a FIFO or device named config.json is refused, never opened
+        raw = load_json(folder / "config.json", MAX_CONFIG_BYTES, "config.json")
+    except (UserError, OSError, ValueError):
         return None
     section = raw.get("draftsmith") if isinstance(raw, dict) else None
     if not isinstance(section, dict):
         return None
     version = "?"
     try:
-        version = json.loads((folder / ".draftsmith-output").read_text()).get("version", "?")
-    except (OSError, ValueError, AttributeError):
+        version = load_json(folder / ".draftsmith-output", 4096, "marker").get("version", "?")
+    except (UserError, OSError, ValueError, AttributeError):
         pass
     return f"draftsmith {version} with {section.get('adapter', '?')}"
 
