@@ -6,6 +6,10 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
+from ..io.safe_read import read_limited
+
+#: the largest prompts file read (bytes)
+MAX_PROMPTS_BYTES = 64 << 20
 
 JSONL_KEYS = ("prompt", "text")
 
@@ -17,10 +21,11 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
     and line for anything else (missing file, bad JSON, no prompt key, empty result).
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UserError(f"prompts={path}: no such file")
+    data = read_limited(p, MAX_PROMPTS_BYTES, "a prompts file")  # regular files only, bounded
     try:
-        text = p.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     prompts: list[str] = []
