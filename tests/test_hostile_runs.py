@@ -53,7 +53,7 @@ def test_prefix_or_glob_output_spares_live_temp(name, source, tmp_path):
     (dead_mine / OWNER).write_text(json.dumps({"pid": _dead_pid(), "start": None}))
     o, e = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
-        rc = main(["convert", "adapter=minimax_dspark", f"source={source}", f"out='{d / name}'"])
+        rc = main(["convert", "adapter=minimax_dspark", f"source={source}", f"out={d / name}"])
     assert rc == 0, e.getvalue()
     assert live.is_dir() and (live / OWNER).is_file(), "a live run's temp dir was removed"
     assert dead_other.is_dir(), "another output's temp was tidied by a run to a different name"
