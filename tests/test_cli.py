@@ -101,6 +101,45 @@ def test_adapter_override_mistakes(capsys, src, tmp_path):
     capsys.readouterr()
 
 
+def test_adapter_name_must_equal_file_name(capsys, src, tmp_path):
+    """An adapter is named by its file (issue 18, point 3): ``name:`` differing from the file's
+    stem is one line naming the file, the key and both names, exit 2, nothing written, whether
+    the file is reached by ``adapter_dir``, by ``adapter=path.yaml`` or through ``extends:``."""
+    shipped = (Path(K.__file__).parents[2] / "adapters" / "minimax_dspark.yaml").read_text()
+    assert shipped.count("\nname: minimax_dspark\n") == 1
+    d = tmp_path / "ad"
+    d.mkdir()
+    (d / "mine.yaml").write_text(shipped)  # a copy saved under another name, name: unchanged
+    out = tmp_path / "o"
+
+    def refused(args, *want):
+        assert main(args) == 2
+        line = one_error(capsys)
+        assert all(w in line for w in want), (want, line)
+        assert not out.exists()
+        return line
+
+    line = refused(["convert", "adapter=mine", f"adapter_dir={d}", f"source={src}", f"out={out}"],
+                   f"{d / 'mine.yaml'}:", ": name: 'minimax_dspark' differs from the file name 'mine.yaml'")
+    assert line.startswith(f"error: {d / 'mine.yaml'}:4: name:"), line  # file:line of the name key
+    refused(["inspect", f"adapter={d / 'mine.yaml'}", f"source={src}"], "'minimax_dspark'", "'mine.yaml'")
+    # extends: a derived file must state its own name (it would inherit its base's) ...
+    (d / "kid.yaml").write_text("extends: minimax_dspark\ndescription: derived\n")
+    refused(["inspect", "adapter=kid", f"adapter_dir={d}", f"source={src}"],
+            f"{d / 'kid.yaml'}: name: required", "extends:", "name: kid")
+    # ... and a base reached through extends: is checked like any file
+    (d / "kid.yaml").write_text("name: kid\nextends: mine\n")
+    refused(["inspect", "adapter=kid", f"adapter_dir={d}", f"source={src}"], f"{d / 'mine.yaml'}:4: name: 'minimax_dspark'")
+    # the command line cannot rename an adapter away from its file either
+    refused(["convert", "adapter=minimax_dspark", f"source={src}", f"out={out}", "adapter.name=other"],
+            "adapter.name=other", "minimax_dspark.yaml")
+    # the control: the same files with name == file name are accepted
+    (d / "mine.yaml").write_text(shipped.replace("\nname: minimax_dspark\n", "\nname: mine\n"))
+    assert main(["inspect", "adapter=kid", f"adapter_dir={d}", f"source={src}"]) == 0, capsys.readouterr()
+    assert main(["inspect", f"adapter={d / 'mine.yaml'}", f"source={src}"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+
+
 def test_lowering_and_memory_checked_up_front(capsys, src, monkeypatch):
     assert main(["draft", "adapter=minimax_dspark", "lowering=triton_window_block"]) == 2
     assert "not available on cpu; available here: dense" in one_error(capsys)

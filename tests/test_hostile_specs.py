@@ -83,7 +83,15 @@ def expect_refused(args: list[str], file: Path | str, *, key: str | None = None,
     return err
 
 
+def base_text(name: str) -> str:
+    """The shipped minimax_dspark spec's text, renamed to ``name`` (a spec is named by its file)."""
+    text = BASE_FILE.read_text()
+    assert text.count("\nname: minimax_dspark\n") == 1
+    return text.replace("\nname: minimax_dspark\n", f"\nname: {name}\n")
+
+
 def write_spec(d: Path, name: str, data=None, text: str | None = None) -> Path:
+    """Write spec ``name`` as ``d/name.yaml``; a mapping gets ``name: name`` (file name == name)."""
     p = d / f"{name}.yaml"
     if text is None:
         data = copy.deepcopy(data)
@@ -182,7 +190,8 @@ BREAKERS = ["key: [unclosed, list", "a: b: c", "\tindented: with tab", "x: {a: 1
 @CASES
 @given(data=st.data())
 def test_malformed_yaml(data, source):
-    text = BASE_FILE.read_text()
+    d, name = fresh_dir(), fresh_name()
+    text = base_text(name)
     text_lines = text.splitlines()
     breaker = data.draw(st.sampled_from(BREAKERS), label="breaker")
     at = data.draw(st.integers(0, len(text_lines)), label="line")
@@ -193,7 +202,6 @@ def test_malformed_yaml(data, source):
         assume(False)  # still well-formed YAML (e.g. inside a block scalar): not this class
     except yaml.YAMLError:
         pass
-    d, name = fresh_dir(), fresh_name()
     f = write_spec(d, name, text=broken)
     expect_refused(inspect_args(name, d, source), f, line=True, contains="malformed YAML")
     record("specs", "malformed YAML (syntax error inserted at a random line)", "exit 2, file:line")
@@ -207,7 +215,7 @@ def test_malformed_files(kind, n, source):
     if kind == "binary":
         text = None
         f = d / f"{name}.yaml"
-        f.write_bytes(b"name: x\n" + bytes([0xFF, 0xFE, 0x80 + n % 64]) * n)
+        f.write_bytes(f"name: {name}\n".encode() + bytes([0xFF, 0xFE, 0x80 + n % 64]) * n)
     else:
         text = {
             "empty": "",
@@ -217,8 +225,8 @@ def test_malformed_files(kind, n, source):
                     + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 6 + n % 4)),
             "recursive": f"name: {name}\nfamily: &r [x, *r]\n",
             "deep": "a: " + "[" * (3000 + n) + "]" * (3000 + n) + "\n",
-            "huge": "name: x\ndescription: '" + "x" * (2**20 + n) + "'\n",
-            "dupkey": BASE_FILE.read_text() + f"{sorted(BASE)[n % len(BASE)]}: again\n",
+            "huge": f"name: {name}\ndescription: '" + "x" * (2**20 + n) + "'\n",
+            "dupkey": base_text(name) + f"{sorted(BASE)[n % len(BASE)]}: again\n",
         }[kind]
         f = write_spec(d, name, text=text)
     t = time.perf_counter()
@@ -451,12 +459,13 @@ REQUIRED = [("name",), ("family",), ("match",), ("docs",), ("synth",), ("match",
 @given(paths=st.lists(st.sampled_from(REQUIRED), min_size=1, max_size=3, unique=True))
 def test_missing_sections(paths, source):
     spec = copy.deepcopy(BASE)
+    d, name = fresh_dir(), fresh_name()
+    spec["name"] = name  # the file's name, unless the name is one of the removed keys
     gone = []
     for p in sorted(paths, key=len):  # a removed parent hides its children
         if all(q != p[: len(q)] for q in gone):
             del_path(spec, p)
             gone.append(p)
-    d, name = fresh_dir(), fresh_name()
     p = d / f"{name}.yaml"
     p.write_text(yaml.safe_dump(spec, sort_keys=False))  # keep the name removed if asked
     err = expect_refused(inspect_args(name, d, source), p, contains="required key is missing")
@@ -563,7 +572,7 @@ def test_no_code_runs(data, source):
             f"!!python/object/apply:os.system ['touch {marker}']",
             "!!python/name:os.system", "!!python/module:os", "!!python/object:pathlib.Path {}",
         ]))
-        text = BASE_FILE.read_text() + f"extra: {tag}\n"
+        text = base_text(name) + f"extra: {tag}\n"
         f = write_spec(d, name, text=text)
         expect_refused(inspect_args(name, d, source), f, line=True, contains="malformed YAML")
     assert not marker.exists(), "a spec ran code"

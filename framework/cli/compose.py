@@ -28,8 +28,8 @@ from omegaconf import OmegaConf
 from ..errors import UserError
 from pydantic import ValidationError
 
-from ..spec.loading import (_known_keys, _where, check_no_interpolation, find_adapter, key_path, read_spec_data,
-                            validate_spec, validation_problems)
+from ..spec.loading import (_known_keys, _where, check_name_kept, check_no_interpolation, find_adapter, key_path,
+                            read_spec_data, validate_spec, validation_problems)
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
 
@@ -79,6 +79,7 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
         GlobalHydra.instance().clear()
     check_no_interpolation(container, "command line")
     spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides)
+    check_name_kept(spec, path)
     opts["adapter"] = chosen
     return opts, spec, path
 

@@ -111,6 +111,7 @@ def read_spec_data(name: str, files: dict[str, Path], _seen: tuple = ()) -> tupl
     if not isinstance(data, dict):
         raise UserError(f"{path}: an adapter spec must be a mapping at the top level")
     check_data_only(data, path, lines)
+    check_file_name(data, path, lines)
     base = data.pop("extends", None)
     if base is None:
         return data, lines, path
@@ -123,6 +124,28 @@ def read_spec_data(name: str, files: dict[str, Path], _seen: tuple = ()) -> tupl
         raise UserError(f"{where}: extends: unknown adapter {base!r}; known: {', '.join(sorted(files))}")
     base_data, _, _ = read_spec_data(base, files, _seen + (name,))
     return _deep_merge(base_data, data), lines, path
+
+
+def check_file_name(data: dict, path: Path, lines: dict) -> None:
+    """An adapter is named by its file: ``name:`` must equal the file's stem (``x.yaml`` holds
+    ``name: x``), so ``adapter=x``, ``adapter=dir/x.yaml`` and ``extends: x`` all mean one spec.
+    A file that ``extends:`` another states its own name (it would otherwise inherit the base's);
+    a missing ``name:`` without ``extends:`` is left to the schema (required key)."""
+    own = data.get("name")
+    if own is None and "extends" in data:
+        raise UserError(f"{path}: name: required in a file that uses extends: (write `name: {path.stem}`, "
+                        "an adapter is named by its file)")
+    if isinstance(own, str) and own != path.stem:
+        raise UserError(f"{_where(path, lines, ('name',))}: name: {own!r} differs from the file name "
+                        f"{path.name!r} (an adapter is named by its file: rename the file to {own}.yaml "
+                        f"or write `name: {path.stem}`)")
+
+
+def check_name_kept(spec: AdapterSpec, path: Path) -> None:
+    """After command-line overrides: ``adapter.name=`` cannot rename an adapter away from its file."""
+    if spec.name != path.stem:
+        raise UserError(f"command line: adapter.name={spec.name}: an adapter is named by its file "
+                        f"({path.name}); its name cannot be overridden")
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -219,4 +242,6 @@ def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Pa
     full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
     full = apply_overrides(full, overrides, path)
     check_no_interpolation(full, f"{path}: override")
-    return validate_spec(full, path, lines), path
+    spec = validate_spec(full, path, lines)
+    check_name_kept(spec, path)
+    return spec, path

@@ -287,7 +287,7 @@ class SynthSpec(Strict):
 
 
 class AdapterSpec(Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Adapter name (the YAML file's stem).")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Adapter name: the YAML file's stem (`x.yaml` holds `name: x`; anything else is refused, and a file that `extends:` another states its own name).")
     family: str = Field(description="Drafter family (closed registry), e.g. `gqa_dflash`.")
     description: str = Field("", description="One line about the drafter this adapter serves.")
     match: MatchSpec = Field(description="Which raw `config.json` files this adapter serves.")
