@@ -52,14 +52,55 @@ def make_source(root: Path, n: int) -> Path:
     return src
 
 
-def run_cli(args: list[str]) -> tuple[int, float, str]:
+#: synth.tiny overrides of a small-dimension minimax_dspark (every linear one MXFP8 block wide)
+SMALL = {"text_config.hidden_size": 32, "text_config.num_attention_heads": 2, "text_config.num_key_value_heads": 1,
+         "text_config.head_dim": 16, "text_config.rotary_dim": 8, "text_config.vocab_size": 64,
+         "text_config.dense_intermediate_size": 32, "text_config.dspark_ffn_hidden_size": 32,
+         "text_config.dspark_noise_token_id": 60, "text_config.dspark_markov_rank": 4}
+LAYER0 = "language_model.model.dspark.layers.0."
+
+
+def make_converting_source(root: Path, n: int) -> tuple[Path, int]:
+    """A minimax_dspark source with about ``n`` tensors, every one expected: a small-dimension
+    two-layer synthetic checkpoint whose layer 0 is repeated into ``L`` layers (18 tensors
+    each: MXFP8 linears + scales, norms), config.json saying ``L`` layers. Returns (folder,
+    tensor count). Built by copying, not by ``synth`` (which is not what this measures)."""
+    from safetensors.torch import load_file, save_file
+
+    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.convert.synth import synthesize
+
+    adapter = load_adapter("minimax_dspark")
+    adapter.spec.synth.tiny.update(SMALL)
+    src = root / f"conv-{n}"
+    synthesize(adapter, "tiny", src, seed=3)
+    tensors = load_file(src / "model.safetensors")
+    layer0 = {k[len(LAYER0):]: v for k, v in tensors.items() if k.startswith(LAYER0)}
+    other = {k: v for k, v in tensors.items() if ".layers." not in k}
+    n_layers = max(1, (n - len(other)) // len(layer0))
+    out = dict(other)
+    for i in range(n_layers):
+        for k, v in layer0.items():
+            out[f"language_model.model.dspark.layers.{i}.{k}"] = v.clone()
+    save_file(out, src / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((src / "config.json").read_text())
+    tc = cfg["text_config"]
+    tc["num_hidden_layers"] = n_layers
+    tc["layer_types"] = [tc["layer_types"][0]] * n_layers
+    tc["moe_layer_freq"] = [0] * n_layers
+    (src / "config.json").write_text(json.dumps(cfg))
+    return src, len(out)
+
+
+def run_cli(args: list[str]) -> tuple[int, float, str, float]:
+    """(exit code, wall seconds, stderr, CPU seconds of this process: all its threads)."""
     from draftsmith.framework.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(args)
-    return rc, time.perf_counter() - t, err.getvalue()
+    return rc, time.perf_counter() - t, err.getvalue(), time.process_time() - c
 
 
 def main(argv: list[str]) -> None:

@@ -123,7 +123,7 @@ def test_plan_reads_no_tensor_data(synth, monkeypatch):
         raise AssertionError("tensor data read during planning")
 
     monkeypatch.setattr(safetensors, "safe_open", boom)
-    monkeypatch.setattr("draftsmith.framework.convert.checkpoint.read_tensor", boom)  # the one tensor reader
+    monkeypatch.setattr("draftsmith.framework.convert.checkpoint.TensorReader.read", boom)  # the one tensor reader
     assert minimax().plan(synth.path).complete
 
 

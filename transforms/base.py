@@ -86,10 +86,10 @@ class TensorMeta:
 
     @property
     def nbytes(self) -> int:
-        n = 1
+        n = self.dtype.itemsize
         for s in self.shape:
             n *= s
-        return n * torch.empty((), dtype=self.dtype).element_size()
+        return n
 
     def __str__(self) -> str:
         return f"{TORCH_TO_ST.get(self.dtype, dtype_name(self.dtype))}{list(self.shape)}"

@@ -55,18 +55,21 @@ def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, po
     bfloat16/float32 the product is formed directly in the output dtype (a power-of-two
     scale multiplies exactly, rounding once).
     """
-    e = scale_exponents(scale)
+    e = scale.view(torch.uint8)
     if bool((e == 255).any()):
         raise TransformError("scale byte 255 (NaN in UE8M0)")
     k = weight.shape[-1]
-    mult = torch.ldexp(torch.ones((), dtype=torch.float32), (e - 127).to(torch.float32))
+    # 2**(e - 127), exact in float32 (torch.ldexp(1, x) is 1 * torch.pow(2, x))
+    mult = torch.pow(2.0, e.to(torch.float32) - 127.0)
     if k % BLOCK or dtype not in (torch.bfloat16, torch.float32):  # general path
         mult = mult.repeat_interleave(BLOCK, dim=-1)[..., :k]
         return (weight.to(torch.float32) * mult).to(dtype)
     w3 = weight.reshape(-1, k // BLOCK, BLOCK)
     m3 = mult.to(dtype).reshape(-1, k // BLOCK, 1)
-    out = torch.empty(w3.shape, dtype=dtype)
     step = max(1, CHUNK_ELEMENTS // k)
+    if w3.shape[0] <= step:  # one chunk: convert and scale in place, no thread hand-off
+        return w3.to(dtype).mul_(m3).reshape(weight.shape)
+    out = torch.empty(w3.shape, dtype=dtype)
 
     def chunk(r: int) -> None:
         out[r : r + step].copy_(w3[r : r + step]).mul_(m3[r : r + step])

@@ -34,7 +34,15 @@ class NameTemplate:
         out.append(re.escape(self.text[pos:]))
         return compile_built("^" + "".join(out) + "$")  # RE2: many {x*} cannot backtrack
 
+    @cached_property
+    def literal_prefix(self) -> str:
+        """The text before the first placeholder: every match starts with it."""
+        m = _PLACEHOLDER.search(self.text)
+        return self.text[: m.start()] if m else self.text
+
     def match(self, name: str) -> dict[str, str] | None:
+        if not name.startswith(self.literal_prefix):  # cheap exact rejection (most names, most rules)
+            return None
         m = self.regex.match(name)
         return m.groupdict() if m else None
 

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ...transforms.base import ST_TO_TORCH, TensorMeta
 
 from ..errors import UserError
@@ -28,11 +30,13 @@ INDEX = "model.safetensors.index.json"
 
 @dataclass(frozen=True)
 class SourceTensor:
-    """A tensor in a source checkpoint: where it lives and its header metadata."""
+    """A tensor in a source checkpoint: where it lives and its header metadata.
+    ``offset``: the byte position of its data in ``file`` (-1: not in a file)."""
 
     name: str
     file: Path
     meta: TensorMeta
+    offset: int = -1
 
 
 def read_config(source: Path) -> dict:
@@ -97,15 +101,10 @@ def shard_files(source: Path, weight_map=_UNREAD) -> list[Path]:
     return files
 
 
-def _int(v) -> int:
-    """A JSON integer (not a bool, float or string)."""
-    if type(v) is not int:
-        raise TypeError(f"{v!r} is not an integer")
-    return v
-
-
-def read_header(path: Path) -> dict[str, TensorMeta]:
-    """Names, shapes and dtypes of one safetensors file, checked against the file size."""
+def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
+    """Name -> (shape and dtype, byte position of its data in the file) of one safetensors
+    file, checked against the file size (data offsets tile the data exactly). Linear in the
+    number of tensors."""
     with open_regular(path, "safetensors shard") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(8)
@@ -127,34 +126,37 @@ def read_header(path: Path) -> dict[str, TensorMeta]:
     meta_block = header.pop("__metadata__", None)
     if meta_block is not None and not isinstance(meta_block, dict):
         raise UserError(f"{path}: __metadata__ is not a JSON object")
-    out: dict[str, TensorMeta] = {}
+    out: dict[str, tuple[TensorMeta, int]] = {}
     spans: list[tuple[int, int, str]] = []
     data_len = size - 8 - n
+    base = 8 + n
     for name, info in header.items():
-        try:
-            dtype = ST_TO_TORCH[info["dtype"]]
-            if not isinstance(info["shape"], list) or not isinstance(info["data_offsets"], list):
-                raise TypeError("shape and data_offsets must be lists")
-            shape = tuple(_int(s) for s in info["shape"])
-            start, end = (_int(o) for o in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
+        shape = offsets = dtype = None
+        if type(info) is dict:
+            dtype = ST_TO_TORCH.get(info.get("dtype")) if type(info.get("dtype")) is str else None
+            shape, offsets = info.get("shape"), info.get("data_offsets")
+        # JSON integers only (not bools, floats or strings): ``type() is int``
+        if (dtype is None or type(shape) is not list or type(offsets) is not list or len(offsets) != 2
+                or not all(type(v) is int for v in shape) or not all(type(v) is int for v in offsets)):
             shown = repr(info)
             raise UserError(f"{path}: tensor {name}: malformed header entry "
                             f"{shown[:200]}{'...' if len(shown) > 200 else ''} (shape and data_offsets "
-                            "must be lists of integers)") from None
-        meta = TensorMeta(shape, dtype)
-        if any(s < 0 for s in shape) or end - start != meta.nbytes or start < 0:
+                            "must be lists of integers)")
+        start, end = offsets
+        meta = TensorMeta(tuple(shape), dtype)
+        if start < 0 or end - start != meta.nbytes or any(s < 0 for s in shape):
             raise UserError(
                 f"{path}: tensor {name}: header says {meta} ({meta.nbytes} bytes) but its data "
                 f"offsets span {end - start} bytes"
             )
         if end > data_len:
             raise UserError(f"{path}: tensor {name}: data ends at {end} past the file's {data_len} data bytes (truncated)")
-        out[name] = meta
+        out[name] = (meta, base + start)
         spans.append((start, end, name))
     # the data must tile the buffer exactly (what the safetensors library itself demands)
     pos = 0
-    for start, end, name in sorted(spans):
+    spans.sort()
+    for start, end, name in spans:
         if start != pos:
             what = "overlaps the previous tensor" if start < pos else f"leaves a gap of {start - pos} bytes before it"
             raise UserError(f"{path}: tensor {name}: data offsets [{start}, {end}] {what} (corrupt header)")
@@ -169,10 +171,10 @@ def read_headers(source: Path) -> dict[str, SourceTensor]:
     tensors: dict[str, SourceTensor] = {}
     weight_map = read_index(source)
     for file in shard_files(source, weight_map):
-        for name, meta in read_header(file).items():
+        for name, (meta, offset) in read_header(file).items():
             if name in tensors:
                 raise UserError(f"{file}: tensor {name} also appears in {tensors[name].file.name}")
-            tensors[name] = SourceTensor(name, file, meta)
+            tensors[name] = SourceTensor(name, file, meta, offset)
     index = source / INDEX
     if weight_map is not None:
         for name, shard in weight_map.items():
@@ -199,7 +201,7 @@ def locate(source: Path, names: list[str], optional: set[str] = frozenset()) -> 
         header = read_header(f)
         for n in names:
             if n in header and n not in found:
-                found[n] = SourceTensor(n, f, header[n])
+                found[n] = SourceTensor(n, f, *header[n])
     for n in names:
         if n not in found and n not in optional:
             where = f" (the index lists it in {weight_map[n]})" if weight_map and n in weight_map else ""
@@ -207,19 +209,55 @@ def locate(source: Path, names: list[str], optional: set[str] = frozenset()) -> 
     return found
 
 
-def read_tensor(st: SourceTensor):
-    """The data of one checked tensor (a CPU torch tensor of its own)."""
-    from safetensors import safe_open
+class TensorReader:
+    """Reads checked tensors by their header's byte offsets (``pread``: no mapping, no
+    header re-parse per tensor, so reading N tensors is linear in N), one open file per
+    shard until :meth:`close`. Each tensor is a CPU torch tensor with memory of its own."""
 
-    try:
-        with safe_open(str(st.file), framework="pt") as f:
-            return f.get_tensor(st.name).clone()
-    except Exception as e:  # safetensors raises its own error types on bad data
-        raise UserError(f"{st.file}: tensor {st.name}: cannot be read ({e})") from None
+    def __init__(self):
+        self._files: dict[Path, object] = {}
+
+    def read(self, st: SourceTensor) -> torch.Tensor:
+        f = self._files.get(st.file)
+        if f is None:
+            f = self._files[st.file] = open_regular(st.file, "safetensors shard")
+        n = st.meta.nbytes
+        if st.offset < 0:
+            raise UserError(f"{st.name}: not a tensor of a file")
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        try:
+            while got < n:  # one read returns at most ~2 GiB on Linux
+                k = os.preadv(f.fileno(), [view[got:]], st.offset + got)
+                if k == 0:
+                    raise UserError(f"{st.file}: tensor {st.name}: truncated (the file changed after its header was read)")
+                got += k
+        except OSError as e:
+            raise UserError(f"{st.file}: tensor {st.name}: cannot be read ({e.strerror or e})") from None
+        flat = torch.frombuffer(buf, dtype=torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
+        return flat.view(st.meta.dtype).reshape(st.meta.shape)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+    def __enter__(self) -> "TensorReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_tensor(st: SourceTensor) -> torch.Tensor:
+    """The data of one checked tensor (a CPU torch tensor of its own)."""
+    with TensorReader() as r:
+        return r.read(st)
 
 
 def read_checkpoint(source: Path) -> tuple[dict, dict]:
     """``(config, {name: tensor})`` of a checkpoint folder, every file checked as above."""
     source = Path(source)
     config = read_config(source)
-    return config, {n: read_tensor(st) for n, st in read_headers(source).items()}
+    with TensorReader() as r:
+        return config, {n: r.read(st) for n, st in read_headers(source).items()}

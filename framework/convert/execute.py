@@ -19,7 +19,7 @@ from ...transforms.base import Context, TransformError
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp, step_point
-from .checkpoint import read_tensor
+from .checkpoint import TensorReader
 from .plan import Group, Plan
 from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
 
@@ -47,10 +47,12 @@ def _finite(t: torch.Tensor) -> bool:
     """No NaN or Inf in ``t`` (a min/max reduction propagates both: one fast pass)."""
     if t.numel() == 0:
         return True
-    if t.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
-        lo, hi = torch.aminmax(t)
-        return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
-    return bool(torch.isfinite(t.float()).all())
+    if t.dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        return bool(torch.isfinite(t.float()).all())
+    if t.numel() < 1 << 16:  # small: one elementwise pass costs less than two reductions
+        return bool(torch.isfinite(t).all())
+    lo, hi = torch.aminmax(t)
+    return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
 
 
 def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
@@ -85,10 +87,12 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
     writers = [ShardWriter(tmp / n, s, meta) for n, s in zip(names, shards)]
     where = {t: w for w in writers for t in w.metas}
 
+    reader = TensorReader()  # one open file per shard; reads by offset, nothing mapped
+
     def source(name: str) -> torch.Tensor:
-        """Read one source tensor into memory of its own. The file is mapped only for
-        the copy, so mapped pages never pile up in RSS across the checkpoint."""
-        return read_tensor(plan.sources[name])
+        """Read one source tensor into memory of its own (``pread`` at its header offset:
+        no mapped pages pile up in RSS across the checkpoint)."""
+        return reader.read(plan.sources[name])
 
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="convert", disable=None if progress else True, leave=False)
     done = 0
@@ -101,13 +105,16 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
                 queue.put(where[name], name, t)
                 bar.update(plan.outputs[name].nbytes)
                 done += 1
-            bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}")
+            if not bar.disable:
+                bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}", refresh=False)
             del outs
     except BaseException:
         queue.close(check=False)  # drain first: the original error is the one to report
         for w in writers:
             w.abort()
         raise
+    finally:
+        reader.close()
     queue.close()
     bar.close()
     for w in writers:

@@ -13,6 +13,7 @@ from ...transforms.base import Binding, Context, TensorMeta, Transform, Transfor
 
 from .checkpoint import SourceTensor, read_config, read_headers
 from ..errors import UserError
+from ..io.gc_pause import paused_gc
 from ..layer_ranges import format_ranges
 
 
@@ -78,13 +79,14 @@ class Plan:
         (the checkpoint folder for a tensor that no file holds); past ``limit`` problems one
         closing line counts the rest by status. Linear in tensor count: names are looked up
         by the whole tokens of a problem's text, never by scanning."""
-        by_new: dict[str, list[str]] = {}
+        shown = [(p, set(_TOKEN.findall(f"{p.name} {p.detail}"))) for p in self.problems[:limit]]
+        wanted = set().union(*(tokens for _, tokens in shown))
+        by_new: dict[str, list[str]] = {}  # renamed name -> source names, for the shown tokens only
         for s, r in self.renamed.items():
-            by_new.setdefault(r, []).append(s)
+            if r in wanted:
+                by_new.setdefault(r, []).append(s)
         out = []
-        for p in self.problems[:limit]:
-            text = f"{p.name} {p.detail}"
-            tokens = set(_TOKEN.findall(text))
+        for p, tokens in shown:
             srcs = sorted({s for t in tokens for s in by_new.get(t, ())}) or sorted(
                 t for t in tokens if t in self.sources)
             files = sorted({str(self.sources[s].file) for s in srcs})
@@ -139,8 +141,9 @@ def build_plan(adapter, source: Path, raw_config: dict | None = None, headers: d
         Context(cfg).dtype
     except ValueError as e:
         raise UserError(f"{source / 'config.json'}: torch_dtype: {e}") from None
-    sources = headers if headers is not None else read_headers(source)
-    return plan_from_metas(adapter, cfg, sources, source)
+    with paused_gc():  # hundreds of thousands of live objects for a big header
+        sources = headers if headers is not None else read_headers(source)
+        return plan_from_metas(adapter, cfg, sources, source)
 
 
 def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None) -> Plan:

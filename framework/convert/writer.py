@@ -8,6 +8,7 @@ Layout (the safetensors format): 8-byte little-endian header length, the JSON he
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -31,30 +32,34 @@ class ShardWriter:
         raw += b" " * (-len(raw) % 8)
         self.data_start = 8 + len(raw)
         self.size = self.data_start + offset
-        self.f = open(path, "wb")
-        self.f.write(len(raw).to_bytes(8, "little"))
-        self.f.write(raw)
-        self.f.truncate(self.size)
+        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
+        self._pwrite(len(raw).to_bytes(8, "little") + raw, 0)
+        os.ftruncate(self.fd, self.size)
         self.written: set[str] = set()
 
+    def _pwrite(self, data, pos: int) -> None:
+        view, done = memoryview(data).cast("B"), 0
+        while done < len(view):  # one write takes at most ~2 GiB on Linux
+            done += os.pwrite(self.fd, view[done:], pos + done)
+
     def write(self, name: str, t: torch.Tensor) -> None:
+        """Write ``name``'s bytes at its offset (positional: safe from several threads)."""
         m = self.metas[name]
         if tuple(t.shape) != m.shape or t.dtype != m.dtype:
             raise RuntimeError(f"internal: {name} is {tuple(t.shape)} {t.dtype}, planned {m}")
         data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-        self.f.seek(self.data_start + self.offsets[name])
-        self.f.write(memoryview(data))
+        self._pwrite(data, self.data_start + self.offsets[name])
         self.written.add(name)
 
     def abort(self) -> None:
         """Close the file without the completeness check (the caller discards it)."""
-        if not self.f.closed:
-            self.f.close()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def close(self) -> None:
         missing = set(self.metas) - self.written
-        self.f.flush()
-        self.f.close()
+        self.abort()
         if missing:
             raise RuntimeError(f"internal: {self.path.name}: tensors never written: {sorted(missing)[:3]}")
 
@@ -115,6 +120,10 @@ class ShardedSaver:
             (self.folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
+#: tensors smaller than this are written by the caller, not the writer thread
+INLINE_BYTES = 1 << 20
+
+
 class WriteQueue:
     """Writes ``(ShardWriter, name, tensor)`` items on one background thread, so that file
     I/O overlaps the next group's conversion; at most ``depth`` items wait (bounded memory).
@@ -142,8 +151,16 @@ class WriteQueue:
                     self.error = e
 
     def put(self, writer: ShardWriter, name: str, t: torch.Tensor) -> None:
+        """Queue ``t`` for writing; a tensor under :data:`INLINE_BYTES` is written here and
+        now (handing it to the thread would cost more than the write; writes are positional,
+        so both threads may write one file)."""
         if self.error is not None:
             raise self.error
+        if t.numel() * t.element_size() < INLINE_BYTES:
+            writer.write(name, t)
+            if self.after_write:
+                self.after_write()
+            return
         self.q.put((writer, name, t))
 
     def close(self, check: bool = True) -> None:

@@ -91,13 +91,26 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
 def _depth(text: str) -> int:
-    """Deepest bracket nesting of JSON text, strings skipped (linear, no recursion)."""
+    """Deepest bracket nesting of JSON text, strings skipped (linear, no recursion).
+
+    Without a backslash no string holds a quote, so splitting on ``"`` leaves the text
+    outside strings at even positions (fast path, C loops); otherwise strings are removed
+    by a regex. Only the brackets are then walked."""
+    if "\\" not in text:
+        outside = "".join(text.split('"')[::2]).encode("utf-8", "surrogatepass")
+        brackets = outside.translate(None, _NOT_BRACKET).decode("ascii")
+    else:
+        brackets = "".join(_BRACKET.findall(_STRING.sub("", text)))
     depth = best = 0
-    for ch in _BRACKET.findall(_STRING.sub("", text)):
-        if ch in "[{":
+    for ch in brackets:
+        if ch == "[" or ch == "{":
             depth += 1
-            best = max(best, depth)
+            if depth > best:
+                best = depth
         else:
             depth -= 1
     return best
