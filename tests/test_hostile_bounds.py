@@ -343,6 +343,71 @@ def test_index_deep_nesting_and_escape(base, tmp_path):
     record("bounds", "index: deep nesting; shard ../x.safetensors", "exit 2, one line")
 
 
+INDEX = "model.safetensors.index.json"
+
+
+def _wm(src: Path) -> dict[str, str]:
+    """A valid weight_map for the single-shard source: every tensor in model.safetensors."""
+    f = src / "model.safetensors"
+    n = int.from_bytes(f.read_bytes()[:8], "little")
+    return {k: "model.safetensors" for k in json.loads(f.read_bytes()[8:8 + n]) if k != "__metadata__"}
+
+
+def _with_meta(wm, meta_json: str) -> str:
+    return '{"metadata": ' + meta_json + ', "weight_map": ' + json.dumps(wm) + "}"
+
+
+#: model.safetensors.index.json attacks (the index of a source; draft's converted index:
+#: tests/test_hostile_draft.py): name -> index text from a valid weight_map
+INDEX_ATTACKS = {
+    "5000-digit integer (total_size)": lambda wm: _with_meta(wm, '{"total_size": ' + "9" * 5000 + "}"),
+    "5000-digit integer (shard name)": lambda wm: json.dumps({"weight_map": wm})[:-2] + ', "zz": ' + "9" * 5000 + "}}",
+    "deep nesting (metadata)": lambda wm: _with_meta(wm, "[" * 100000 + "]" * 100000),
+    "deep nesting (weight_map)": lambda wm: '{"weight_map": ' + "[" * 100000 + "]" * 100000 + "}",
+    "Infinity total_size": lambda wm: _with_meta(wm, '{"total_size": Infinity}'),
+    "1e400 total_size": lambda wm: _with_meta(wm, '{"total_size": 1e400}'),
+    "NaN total_size": lambda wm: _with_meta(wm, '{"total_size": NaN}'),
+    "string total_size": lambda wm: _with_meta(wm, '{"total_size": "123"}'),
+    "negative total_size": lambda wm: _with_meta(wm, '{"total_size": -3}'),
+    "fractional total_size": lambda wm: _with_meta(wm, '{"total_size": 2.5}'),
+    "metadata a list": lambda wm: _with_meta(wm, "[1]"),
+    "weight_map a list": lambda wm: json.dumps({"weight_map": list(wm)}),
+    "weight_map empty": lambda wm: json.dumps({"metadata": {}, "weight_map": {}}),
+    "shard name an integer": lambda wm: json.dumps({"weight_map": {**wm, next(iter(wm)): 3}}),
+    "shard name null": lambda wm: json.dumps({"weight_map": {**wm, next(iter(wm)): None}}),
+    "top level a list": lambda wm: json.dumps([wm]),
+    "a tensor of the shard not listed": lambda wm: json.dumps({"weight_map": dict(list(wm.items())[1:])}),
+    "not UTF-8": lambda wm: b'{"weight_map": {"\xff": 1}}',
+}
+
+
+@pytest.mark.parametrize("attack", sorted(INDEX_ATTACKS))
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+def test_index_attacks(attack, command, base, tmp_path):
+    """Each: one ``error:`` line naming the index, exit 2, no traceback, nothing written."""
+    src = clone(base, tmp_path)
+    text = INDEX_ATTACKS[attack](_wm(src))
+    idx = src / INDEX
+    idx.write_bytes(text if isinstance(text, bytes) else text.encode())
+    out = tmp_path / "o"
+    args = [command, "adapter=minimax_dspark", f"source={src}"] + ([f"out={out}"] if command == "convert" else [])
+    err = refused(args, str(idx), seconds=5.0)
+    assert len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+    record("bounds", f"index: {attack} ({command})", "exit 2, one line naming the index")
+
+
+@pytest.mark.parametrize("meta", ['{"total_size": 0}', '{"total_size": 16060522496.0}', "{}"])
+def test_index_total_size_not_used(meta, base, tmp_path):
+    """The control: ``total_size`` is not used (writers differ in what they count), so a zero,
+    a float-spelt whole number or none at all converts like the checkpoint without an index."""
+    src = clone(base, tmp_path)
+    (src / INDEX).write_text(_with_meta(_wm(src), meta))
+    rc, out, err, _ = run(["convert", "adapter=minimax_dspark", f"source={src}", f"out={tmp_path / 'o'}", "progress=false"])
+    assert rc == 0, err
+    record("bounds", f"index: total_size {meta} (not used)", "accepted, converts")
+
+
 def test_spec_nested_80_levels(base, tmp_path):
     ad = tmp_path / "adapters"
     ad.mkdir()

@@ -137,6 +137,56 @@ def test_index_escaping_the_folder(made, tmp_path):
     record("draft", "converted index pointing at ../x.safetensors", "exit 2, nothing read outside")
 
 
+def _converted_wm(conv: Path) -> dict[str, str]:
+    return {n: f.name for f in _shards(conv) for n in load_file(str(f))}
+
+
+#: the converted checkpoint's index as ``draft`` reads it (the source's: test_hostile_bounds.py)
+CONVERTED_INDEX_ATTACKS = {
+    "5000-digit integer": lambda wm: '{"metadata": {"total_size": ' + "9" * 5000 + '}, "weight_map": ' + json.dumps(wm) + "}",
+    "deep nesting": lambda wm: '{"metadata": ' + "[" * 100000 + "]" * 100000 + ', "weight_map": ' + json.dumps(wm) + "}",
+    "Infinity": lambda wm: '{"metadata": {"total_size": Infinity}, "weight_map": ' + json.dumps(wm) + "}",
+    "string total_size": lambda wm: json.dumps({"metadata": {"total_size": "big"}, "weight_map": wm}),
+    "weight_map a list": lambda wm: json.dumps({"weight_map": list(wm)}),
+    "weight_map empty": lambda wm: json.dumps({"weight_map": {}}),
+    "shard name an integer": lambda wm: json.dumps({"weight_map": {**wm, next(iter(wm)): 7}}),
+    "a tensor not listed": lambda wm: json.dumps({"weight_map": dict(list(wm.items())[1:])}),
+    "a listed tensor no shard holds": lambda wm: json.dumps({"weight_map": {**wm, "layers.0.ghost.weight": next(iter(wm.values()))}}),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(CONVERTED_INDEX_ATTACKS))
+def test_converted_index_attacks(attack, made, tmp_path):
+    conv, target = clone(made, "minimax_dspark", tmp_path)
+    idx = conv / "model.safetensors.index.json"
+    idx.write_text(CONVERTED_INDEX_ATTACKS[attack](_converted_wm(conv)))
+    err = refused(conv, target, str(idx))
+    assert len(err.strip().splitlines()) == 1, err
+    record("draft", f"converted index: {attack}", "exit 2, one line naming the index")
+
+
+@pytest.mark.parametrize("key,value", [("heads", 0), ("kv_heads", 0), ("heads", "4"), ("kv_heads", 3), ("heads", 2**30),
+                                       ("heads", 10**40)])
+def test_converted_head_counts(key, value, made, tmp_path):
+    """Zero, string, non-dividing or absurd head counts in the converted config: one line."""
+    conv, target = clone(made, "minimax_dspark", tmp_path)
+    cfg = json.loads((conv / "config.json").read_text())
+    cfg["draftsmith"]["dims"][key] = value
+    (conv / "config.json").write_text(json.dumps(cfg))
+    err = refused(conv, target, "config.json")
+    assert len(err.strip().splitlines()) == 1, err
+    record("draft", f"converted config: draftsmith.dims.{key} = {value!r}", "exit 2, one line")
+
+
+def test_converted_config_5000_digit_integer(made, tmp_path):
+    conv, target = clone(made, "minimax_dspark", tmp_path)
+    text = (conv / "config.json").read_text().rstrip()
+    (conv / "config.json").write_text(text[:-1] + ', "zz": ' + "7" * 5000 + "}")
+    err = refused(conv, target, "config.json", "not valid JSON")
+    assert len(err.strip().splitlines()) == 1, err
+    record("draft", "converted config.json: a 5000-digit integer", "exit 2, one line")
+
+
 def test_truncated_converted_shard(made, tmp_path):
     conv, target = clone(made, "minimax_dspark", tmp_path)
     f = _shards(conv)[0]

@@ -80,19 +80,23 @@ class Mlp(_Frozen):
     limit: Optional[float] = Field(None, description="``swiglu_limit``, the clamp (swiglu_oai only)")
 
 
+#: the largest size any dimension may have (a tensor shape is int64; sizes multiply)
+MAX_DIM = 2**31 - 1
+
+
 class Dims(_Frozen):
     """Sizes (all in elements)."""
 
-    hidden: int = Field(description="``hidden_size``", gt=0, strict=True)
-    heads: int = Field(description="``num_attention_heads``", gt=0, strict=True)
-    kv_heads: int = Field(description="``num_key_value_heads``", gt=0, strict=True)
-    head_dim: int = Field(description="``head_dim``", gt=0, strict=True)
-    rotary_dim: int = Field(description="``rotary_dim``: leading dims of each head that are roped", gt=0, strict=True)
-    intermediate: int = Field(description="``intermediate_size`` of the MLP", gt=0, strict=True)
-    vocab: int = Field(description="``vocab_size``", gt=0, strict=True)
-    num_layers: int = Field(description="``num_hidden_layers`` of the drafter", gt=0, strict=True)
-    target_hidden: int = Field(description="``target_hidden_size``: hidden size of the target model", gt=0, strict=True)
-    num_target_layers: int = Field(description="how many target layers feed ``fc`` (``len(target_layer_ids)``)", gt=0, strict=True)
+    hidden: int = Field(description="``hidden_size``", gt=0, le=MAX_DIM, strict=True)
+    heads: int = Field(description="``num_attention_heads``", gt=0, le=MAX_DIM, strict=True)
+    kv_heads: int = Field(description="``num_key_value_heads``", gt=0, le=MAX_DIM, strict=True)
+    head_dim: int = Field(description="``head_dim``", gt=0, le=MAX_DIM, strict=True)
+    rotary_dim: int = Field(description="``rotary_dim``: leading dims of each head that are roped", gt=0, le=MAX_DIM, strict=True)
+    intermediate: int = Field(description="``intermediate_size`` of the MLP", gt=0, le=MAX_DIM, strict=True)
+    vocab: int = Field(description="``vocab_size``", gt=0, le=MAX_DIM, strict=True)
+    num_layers: int = Field(description="``num_hidden_layers`` of the drafter", gt=0, le=MAX_DIM, strict=True)
+    target_hidden: int = Field(description="``target_hidden_size``: hidden size of the target model", gt=0, le=MAX_DIM, strict=True)
+    num_target_layers: int = Field(description="how many target layers feed ``fc`` (``len(target_layer_ids)``)", gt=0, le=MAX_DIM, strict=True)
     dtype: Literal["bfloat16", "float16", "float32"] = Field(description="``torch_dtype`` of the weights")
 
     @model_validator(mode="after")

@@ -69,6 +69,17 @@ def read_index(source: Path) -> dict[str, str] | None:
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict):
         raise UserError(f"{index}: not a safetensors index (no weight_map object)")
+    if not weight_map:
+        raise UserError(f"{index}: weight_map is empty (the index lists no tensor)")
+    meta = data.get("metadata", {})
+    if not isinstance(meta, dict):
+        raise UserError(f"{index}: metadata: expected a JSON object, found {type(meta).__name__}")
+    # not used by draftsmith (writers differ in what they count; some write it as 1.6e10),
+    # but a value that is no byte count at all means this is not the index it claims to be
+    size = meta.get("total_size", 0)
+    if type(size) not in (int, float) or size < 0 or size != int(size):
+        raise UserError(f"{index}: metadata.total_size: expected a non-negative whole number of bytes, "
+                        f"found {str(size)[:40]!r}")
     for k, v in weight_map.items():
         if not (isinstance(v, str) and v and "/" not in v and "\\" not in v and v not in (".", "..")
                 and "\0" not in v):
@@ -182,6 +193,10 @@ def read_headers(source: Path) -> dict[str, SourceTensor]:
                 raise UserError(f"{index}: tensor {name}: listed in {shard}, which does not hold it")
             if tensors[name].file.name != shard:
                 raise UserError(f"{index}: tensor {name}: listed in {shard} but found in {tensors[name].file.name}")
+        if len(tensors) != len(weight_map):  # a shard holds tensors the index does not list
+            extra = sorted(set(tensors) - set(weight_map))
+            raise UserError(f"{index}: {len(extra)} tensor(s) of the shards are not listed "
+                            f"({', '.join(f'{n} in {tensors[n].file.name}' for n in extra[:3])}{', ...' if len(extra) > 3 else ''})")
     return tensors
 
 

@@ -26,7 +26,7 @@ from torch import nn
 
 from ...lowering.base import device_class
 from ..compile.resolved import ResolvedDrafter
-from . import fused
+from . import fused, memory
 from .heads import ConfidenceHead, MarkovHead
 from .kv_cache import PagedKVCache
 from .layers import DFlashDecoderLayer, LayerShape
@@ -77,6 +77,12 @@ class DFlashDraftModel(nn.Module):
             self.confidence_head = (
                 ConfidenceHead(s.hidden, h.markov_rank, h.confidence_with_markov) if h.confidence else None
             )
+        # sizes come from the config: refuse weights that cannot fit before allocating them
+        need = sum(p.numel() for p in self.parameters()) * self.dtype.itemsize
+        free = memory.free_bytes(str(self.device))
+        if free is not None and need > free:
+            raise ValueError(f"config.json: the drafter's sizes (draftsmith.dims) need {need / 2**30:.2f} GiB of "
+                             f"weights, {free / 2**30:.2f} GiB free on {self.device}")
         self.to(self.dtype).to_empty(device=self.device)
         for layer in self.layers:
             layer.stack_weights()
