@@ -10,6 +10,7 @@ derivation).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
@@ -171,7 +172,9 @@ class ResolvedDrafter(_Frozen):
     heads: Heads = Field(description="Markov and confidence heads")
     layers: tuple[LayerPlan, ...] = Field(description="per layer: mask and lowering per device class")
     sources: dict[str, str] = Field(description="for every math-bearing field (dotted path): where its value came "
-                                                "from, a checkpoint key or a spec/family default")
+                                                "from, a checkpoint key or a spec/family default; plus "
+                                                "``config.<key>`` for each other flattened key that took a spec "
+                                                "default (source text ending `` value=<JSON>``)")
 
     @model_validator(mode="before")
     @classmethod
@@ -281,13 +284,43 @@ class ResolvedDrafter(_Frozen):
         return [get_lowering(n) for n in table.lowerings]
 
 
-def dump_sources(resolved: ResolvedDrafter) -> str:
-    """The loading report's lines: ``field = value  (source)``, one per math-bearing field."""
+#: how a source names a value taken from the spec's ``default:`` (or ``config.default_dtype``)
+SPEC_DEFAULT = "spec default"
+#: ``sources`` key prefix of a flattened config key outside the resolved fields that took a
+#: spec default (its source text ends with ``VALUE_MARK`` and the value as JSON)
+CONFIG_PREFIX = "config."
+VALUE_MARK = " value="
+
+
+def source_rows(resolved: ResolvedDrafter) -> list[tuple[str, Any, str]]:
+    """``(field, value, source)`` for every entry of ``resolved.sources``, sorted by field."""
     flat = resolved.model_dump(mode="json")
-    out = []
+    rows = []
     for key, src in sorted(resolved.sources.items()):
+        if key.startswith(CONFIG_PREFIX):
+            src, _, text = src.partition(VALUE_MARK)
+            rows.append((key, json.loads(text), src))
+            continue
         value: Any = flat
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        out.append(f"{key} = {value}  ({src})")
-    return "\n".join(out)
+        rows.append((key, value, src))
+    return rows
+
+
+def is_default(source: str) -> bool:
+    """Whether a source names a spec or family default (not a checkpoint key, not a derivation)."""
+    return not source.startswith("config.json") and "default" in source
+
+
+def defaulted(resolved: ResolvedDrafter) -> list[tuple[str, Any, str]]:
+    """The loading report's defaults: ``(field, value, source)`` for every field whose value
+    came from the spec's ``default:`` or a family default, not from the checkpoint."""
+    return [row for row in source_rows(resolved) if is_default(row[2])]
+
+
+def dump_sources(resolved: ResolvedDrafter, rows: list[tuple[str, Any, str]] | None = None) -> str:
+    """The loading report's lines: ``field = value  (source)``, one per math-bearing field
+    (``rows``: a selection of :func:`source_rows`, default all)."""
+    rows = source_rows(resolved) if rows is None else rows
+    return "\n".join(f"{key} = {value}  ({src})" for key, value, src in rows)
