@@ -194,10 +194,22 @@ def attach_target(m, t: dict) -> None:
         m.verifier_lm_head.weight.copy_(t["lm_head.weight"])
 
 
-@pytest.mark.parametrize("kind", ["dflash", "dspark"])
-def test_speculators_saved_drafts_like_speculators_forward(kind, tmp_path, monkeypatch):
+ROPES = {  # transformers-5 rope_parameters as speculators saves them; scaled ones run through
+    # transformers' own ROPE_INIT_FUNCTIONS inside speculators' Qwen3RotaryEmbedding
+    "default": {"rope_type": "default", "rope_theta": 54321.0},
+    "yarn": {"rope_type": "yarn", "rope_theta": 54321.0, "factor": 4.0, "original_max_position_embeddings": 16},
+    "llama3": {"rope_type": "llama3", "rope_theta": 54321.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+}
+
+
+@pytest.mark.parametrize("kind, rope", [("dflash", "default"), ("dspark", "default"), ("dflash", "yarn"),
+                                        ("dspark", "llama3")])
+def test_speculators_saved_drafts_like_speculators_forward(kind, rope, tmp_path, monkeypatch):
     t = write_target(tmp_path / "target", seed=8)
-    m = build(kind, {"rope_type": "default", "rope_theta": 54321.0}, seed=7, verifier=tmp_path / "target")
+    m = build(kind, dict(ROPES[rope]), seed=7, verifier=tmp_path / "target")
+    if rope != "default":  # the scaling reached speculators' rotary embedding
+        assert m.rotary_emb.rope_type == rope
     m.save_pretrained(str(tmp_path / "S"))
     attach_target(m, t)
     assert main(["convert", f"source={tmp_path / 'S'}", f"out={tmp_path / 'T'}"]) == 0

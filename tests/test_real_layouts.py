@@ -110,10 +110,10 @@ def flat(adapter_name: str, edit) -> dict:
     return a.flatten_config(raw)
 
 
-@pytest.mark.parametrize("scaling", [
-    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
-    {"type": "linear", "factor": 2.0},
-    {"rope_type": "llama3", "factor": 8.0},
+@pytest.mark.parametrize("scaling", [  # yarn, llama3, linear: implemented (tests/test_rope_scaling.py)
+    {"rope_type": "dynamic", "factor": 4.0},
+    {"type": "longrope", "factor": 2.0, "short_factor": [1.0], "long_factor": [2.0]},
+    {"rope_type": "su", "factor": 8.0},
 ])
 def test_unsupported_rope_scaling_refused(scaling):
     def edit(raw):

@@ -186,8 +186,9 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
     src = {field: sources[key] for field, key in MATH_KEYS.items()}
     if kind == "swiglu_oai":
         src.update({field: sources[key] for field, key in SWIGLU_KEYS.items()})
-    rope_type, scaling = rope_of(out)
+    rope_type, scaling, scaling_sources = adapter.family.rope_scaling(out)
     src["rope.type"] = src["rope.scaling"] = sources["rope_type"]
+    src.update({f"rope.scaling.{k}": v for k, v in scaling_sources.items()})
     src["norms"] = "spec: weights.transforms (norm_fold_gemma modes)"
     src["layers"] = "config.json: layer_types, sliding_window, is_causal + spec: attention"
     read = {*MATH_KEYS.values(), *SWIGLU_KEYS.values(), "rope_type"}
@@ -227,18 +228,3 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
             return MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted) or dotted or "config"
 
         raise UserError(*(f"{where}: {key(x['loc'])}: {x['msg']}" for x in e.errors())) from None
-
-
-def rope_of(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(rope type, its scaling parameters)`` of a completed flattened config, from
-    ``rope_scaling`` or ``rope_parameters`` (``default`` and {} without any). The family has
-    already refused types it does not implement and contradicting spellings."""
-    params: dict[str, Any] = {}
-    rope_type = "default"
-    for key in ("rope_parameters", "rope_scaling"):
-        block = cfg.get(key)
-        if isinstance(block, dict):
-            rope_type = str(block.get("rope_type") or block.get("type") or rope_type)
-            params.update({k: v for k, v in block.items()
-                           if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")})
-    return rope_type, params

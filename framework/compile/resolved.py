@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from ...lowering.base import DEVICE_CLASSES, DeviceClass, LoweringInfo, MaskSpec, get_lowering
 from ...transforms.base import dtype_from_name
 from ..errors import UserError
+from .rope import read_scaling
 
 #: Version of the ``draftsmith`` section this code writes and reads.
 RESOLVED_VERSION = 1
@@ -66,9 +67,21 @@ class Rope(_Frozen):
     """Rotary position embedding (partial NeoX over the first ``rotary_dim`` dims of a head)."""
 
     theta: float = Field(description="RoPE base (``rope_theta``)", gt=0, strict=True, allow_inf_nan=False)
-    type: str = Field(description="RoPE type (``rope_type``); the host implements ``default`` only")
+    type: str = Field(description="RoPE type (``rope_type``): ``default``, ``linear``, ``yarn`` or ``llama3``")
     scaling: dict[str, Any] = Field(default_factory=dict,
-                                    description="the rope type's scaling parameters, as read (empty for ``default``)")
+                                    description="the rope type's complete scaling parameters: as read, plus "
+                                                "transformers' documented defaults and YaRN's derived "
+                                                "``attention_factor`` (empty for ``default``)")
+
+    @model_validator(mode="after")
+    def _complete(self):
+        """The scaling parameters are exactly what ``compile/rope.py`` reads for the type
+        (a stored set with a missing or foreign key is refused)."""
+        params, filled = read_scaling(self.type, self.scaling, "draftsmith.rope.scaling")
+        if filled or params != self.scaling:
+            raise ValueError(f"rope.scaling {self.scaling!r} is not the complete parameter set of rope_type "
+                             f"{self.type!r} (missing: {', '.join(sorted(set(params) - set(self.scaling)))})")
+        return self
 
 
 class Mlp(_Frozen):

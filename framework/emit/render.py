@@ -253,6 +253,14 @@ def check_engine_norms(r: ResolvedDrafter, where: str) -> None:
                         "(fold them with norm_fold_gemma mode: fold)")
 
 
+def check_engine_rope(r: ResolvedDrafter, where: str) -> None:
+    """The generated backbone builds ``RopeParams(dim, theta, max_positions)`` only: a scaled
+    RoPE (linear, yarn, llama3) would be served unscaled, so it is refused."""
+    if r.rope.type != "default":
+        raise UserError(f"{where}: rope_type {r.rope.type!r} (RoPE scaling) is not passed to TensorRT-LLM's "
+                        "RopeParams by the emitted package; the reference host (draftsmith draft) implements it")
+
+
 def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
     """Layers whose mask TensorRT-LLM's built-in classes cannot resolve from the converted config
     (a worker process builds those; CONTRACT.md R2): causal full layers (only DFlash 2 honours
@@ -284,6 +292,7 @@ def write_package(
     max_draft_len, reason = resolve_max_draft_len(flat, explicit_max_draft_len)
     resolved = ResolvedDrafter.from_config(flat)
     check_engine_norms(resolved, f"adapter {adapter.name}")
+    check_engine_rope(resolved, f"adapter {adapter.name}")
     architecture = adapter.architectures[0]
     package = package or f"draftsmith_{re.sub(r'[^0-9a-zA-Z_]', '_', adapter.name)}"
     if not package.isidentifier():
