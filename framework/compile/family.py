@@ -131,7 +131,8 @@ class GQADFlash:
                 {k: v for k, v in rs.items() if k not in NOT_SCALING}:
             raise UserError("config: rope_parameters and rope_scaling give different scaling parameters")
         name, block = scaled[0] if scaled else ((where or "rope_parameters").split(".")[0], {})
-        params, sources = read_scaling(rtype, block, name, cfg.get("original_max_position_embeddings"))
+        params, sources = read_scaling(rtype, block, name, cfg.get("original_max_position_embeddings"),
+                                       cfg.get("rope_theta"))
         return rtype, params, sources
 
     def mirror(self, cfg: dict[str, Any]) -> None:

@@ -77,7 +77,7 @@ class Rope(_Frozen):
     def _complete(self):
         """The scaling parameters are exactly what ``compile/rope.py`` reads for the type
         (a stored set with a missing or foreign key is refused)."""
-        params, filled = read_scaling(self.type, self.scaling, "draftsmith.rope.scaling")
+        params, filled = read_scaling(self.type, self.scaling, "draftsmith.rope.scaling", theta=self.theta)
         if filled or params != self.scaling:
             raise ValueError(f"rope.scaling {self.scaling!r} is not the complete parameter set of rope_type "
                              f"{self.type!r} (missing: {', '.join(sorted(set(params) - set(self.scaling)))})")

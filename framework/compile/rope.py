@@ -49,12 +49,19 @@ OPTIONAL = {
 NOT_SCALING = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 SUPPORTED = tuple(REQUIRED)
 DEFAULT_SOURCE = "transformers 5.19 modeling_rope_utils documented default"
+#: largest original context accepted (positions stay exact in float64 far beyond any model)
+MAX_POSITIONS = 2**40
 
 
 def _number(where: str, key: str, v: Any, positive: bool = True) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and not v > 0):
-        raise UserError(f"config: {where}.{key} must be a {'positive ' if positive else ''}number, found {v!r}")
-    return float(v)
+    try:
+        f = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    except OverflowError:  # an integer beyond float range
+        f = math.nan
+    if not math.isfinite(f) or (positive and not f > 0):
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
+        raise UserError(f"config: {where}.{key} must be a {'positive ' if positive else ''}number, found {shown}")
+    return f
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -62,15 +69,15 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def read_scaling(rope_type: str, block: dict[str, Any], where: str,
-                 top_original: Any = None) -> tuple[dict[str, Any], dict[str, str]]:
+def read_scaling(rope_type: str, block: dict[str, Any], where: str, top_original: Any = None,
+                 theta: float | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """The complete scaling parameters of ``rope_type`` from the checkpoint's rope ``block``
     (``rope_parameters`` or ``rope_scaling``, spelled ``where``).
 
     Returns ``(params, sources)``: every parameter the math uses (documented defaults and the
     derived YaRN ``attention_factor`` filled in), and, for each parameter not read from the
     checkpoint, where it came from. Unknown keys, missing required keys and bad values are
-    refused in one line naming the key.
+    refused in one line naming the key. ``theta``: the RoPE base (YaRN needs it above 1).
     """
     if rope_type not in REQUIRED:
         raise UserError(f"config: {where}.rope_type {rope_type!r} is not supported (supported: "
@@ -95,19 +102,24 @@ def read_scaling(rope_type: str, block: dict[str, Any], where: str,
     params: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for key in REQUIRED[rope_type]:
-        params[key] = _number(where, key, given[key])
+        if key != "original_max_position_embeddings":
+            params[key] = _number(where, key, given[key])
     if rope_type in ("linear", "yarn", "llama3") and params["factor"] < 1:
         raise UserError(f"config: {where}.factor must be >= 1, found {given['factor']!r}")
-    if "original_max_position_embeddings" in params:
+    if "original_max_position_embeddings" in REQUIRED[rope_type]:
         o = given["original_max_position_embeddings"]
-        if isinstance(o, bool) or not isinstance(o, int) or o < 1:
-            raise UserError(f"config: {where}.original_max_position_embeddings must be a positive integer, "
-                            f"found {o!r}")
+        if isinstance(o, bool) or not isinstance(o, int) or not 1 <= o <= MAX_POSITIONS:
+            shown = repr(o) if len(repr(o)) <= 40 else repr(o)[:40] + "..."
+            raise UserError(f"config: {where}.original_max_position_embeddings must be an integer in "
+                            f"1..{MAX_POSITIONS}, found {shown}")
         params["original_max_position_embeddings"] = o
     if rope_type == "llama3" and not params["high_freq_factor"] > params["low_freq_factor"]:
         raise UserError(f"config: {where}.high_freq_factor {given['high_freq_factor']!r} must be greater than "
                         f"low_freq_factor {given['low_freq_factor']!r}")
     if rope_type == "yarn":
+        if theta is not None and not theta > 1:
+            raise UserError(f"config: rope_type 'yarn' needs rope_theta > 1 (its correction range divides by "
+                            f"ln(rope_theta)), found {theta!r}")
         for key in ("beta_fast", "beta_slow"):
             if key in given:
                 params[key] = _number(where, key, given[key])
