@@ -309,3 +309,14 @@ def test_emit_refuses_a_scaled_drafter(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rope_type 'llama3'" in err[0] and "RopeParams" in err[0], err
     assert not (tmp_path / "pkg").exists() or not any((tmp_path / "pkg").iterdir())
+
+
+def test_packaged_drafter_refuses_a_scaled_checkpoint(tmp_path):
+    """A package emitted for an unscaled drafter, bound at serve time to a scaled checkpoint."""
+    from draftsmith.framework.emit.binding import PackagedDrafter
+
+    assert main(["emit", "adapter=zlab_dflash", "target=trtllm", f"out={tmp_path / 'pkg'}"]) == 0
+    packaged = PackagedDrafter.from_package(tmp_path / "pkg" / "draftsmith_zlab_dflash")
+    assert packaged.bind(flat({"rope_type": "default"}, "transformers5")).resolved.rope.type == "default"
+    with pytest.raises(ValueError, match="rope_type 'yarn' .*RopeParams"):
+        packaged.bind(flat(CASES["yarn"], "transformers5"))

@@ -63,6 +63,15 @@ def config_dict(config: Any) -> dict:
     return dict(vars(config))
 
 
+def rope_scaling_problem(r: ResolvedDrafter) -> Optional[str]:
+    """Why TensorRT-LLM would serve ``r`` with the wrong positions, or None: the generated
+    backbone passes only ``dim``/``theta`` to ``RopeParams``, so a scaled RoPE would run unscaled."""
+    if r.rope.type == "default":
+        return None
+    return (f"rope_type {r.rope.type!r} (RoPE scaling) is not passed to TensorRT-LLM's RopeParams by the "
+            "emitted package; the reference host (draftsmith draft) implements it")
+
+
 class PackagedDrafter:
     """The resolved drafter an emitted package carries, and the run-time rules on it."""
 
@@ -83,6 +92,9 @@ class PackagedDrafter:
         if r.adapter != self.adapter:
             raise ValueError(f"speculative_model was converted with adapter {r.adapter}; this package serves "
                              f"adapter {self.adapter} (emit {r.adapter})")
+        problem = rope_scaling_problem(r)
+        if problem:
+            raise ValueError(f"speculative_model: {problem}")
         return BoundDrafter(self.adapter, r)
 
     # -- config ---------------------------------------------------------------------------

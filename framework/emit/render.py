@@ -35,7 +35,7 @@ from ..layer_ranges import format_ranges
 from ..io.publish import atomic_dir, publish, remove_temp
 from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
-from .binding import PACKAGE_DATA
+from .binding import PACKAGE_DATA, rope_scaling_problem
 
 #: The TensorRT-LLM release the emitted package needs at least (the draft-model registry and
 #: the modeling_dspark split; tests/conformance/trtllm/CONTRACT.md, "Pinned minimum").
@@ -254,11 +254,11 @@ def check_engine_norms(r: ResolvedDrafter, where: str) -> None:
 
 
 def check_engine_rope(r: ResolvedDrafter, where: str) -> None:
-    """The generated backbone builds ``RopeParams(dim, theta, max_positions)`` only: a scaled
-    RoPE (linear, yarn, llama3) would be served unscaled, so it is refused."""
-    if r.rope.type != "default":
-        raise UserError(f"{where}: rope_type {r.rope.type!r} (RoPE scaling) is not passed to TensorRT-LLM's "
-                        "RopeParams by the emitted package; the reference host (draftsmith draft) implements it")
+    """A scaled RoPE is refused at emit time (and again when a package binds a checkpoint):
+    see :func:`~.binding.rope_scaling_problem`."""
+    problem = rope_scaling_problem(r)
+    if problem:
+        raise UserError(f"{where}: {problem}")
 
 
 def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
