@@ -320,3 +320,38 @@ def test_packaged_drafter_refuses_a_scaled_checkpoint(tmp_path):
     assert packaged.bind(flat({"rope_type": "default"}, "transformers5")).resolved.rope.type == "default"
     with pytest.raises(ValueError, match="rope_type 'yarn' .*RopeParams"):
         packaged.bind(flat(CASES["yarn"], "transformers5"))
+
+
+def test_fused_path_applies_the_scaled_frequencies_and_factor(monkeypatch):
+    """On CUDA the layer calls ``fused.norm_rope`` (norm + rotation by the given ``inv_freq``)
+    and then scales the rotated dims by the attention factor. Here the kernel is replaced by
+    a float64 stand-in of its contract, so the wiring is checked on CPU: the fused branch
+    equals the eager one for a YaRN drafter."""
+    from draftsmith.framework.runtime import layers as layers_mod
+    from draftsmith.framework.runtime.layers import DFlashAttention, LayerShape
+
+    def kernel(x, weight, eps, gemma, pos, inv_freq, rot):  # fused.norm_rope's contract
+        xd = x.double()
+        y = xd / torch.sqrt((xd * xd).mean(-1, keepdim=True) + eps) * (weight.double() + (1.0 if gemma else 0.0))
+        ang = pos.double()[..., None, None] * inv_freq.double()
+        c, s_ = ang.cos(), ang.sin()
+        h = rot // 2
+        a, b = y[..., :h], y[..., h:rot]
+        return torch.cat([a * c - b * s_, b * c + a * s_, y[..., rot:]], -1).to(x.dtype)
+
+    scaling = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1.0, truncate=True,
+                   attention_factor=1.3)
+    rope = PartialNeoxRope(16, 8, 1e4, rope_type="yarn", scaling=scaling)
+    s = LayerShape(hidden=32, heads=2, kv_heads=1, head_dim=16, rotary_dim=8, rope_theta=1e4, eps=1e-6,
+                   inter=8, mlp="swiglu", alpha=0.0, limit=0.0)
+    attn = DFlashAttention(s, False, False, rope)
+    with torch.no_grad():
+        attn.q_norm.weight.copy_(1 + 0.1 * torch.randn(16))
+    x = torch.randn(5, 2, 16, dtype=torch.float64)
+    pos = torch.arange(20, 25)
+    eager = attn.norm_rope(attn.q_norm.double(), x, pos)
+    monkeypatch.setattr(layers_mod.fused, "enabled", lambda t: True)
+    monkeypatch.setattr(layers_mod.fused, "norm_rope", kernel)
+    fused_out = attn.norm_rope(attn.q_norm, x, pos)
+    torch.testing.assert_close(fused_out, eager, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(fused_out[..., :8], kernel(x, attn.q_norm.weight, 1e-6, False, pos, rope.inv_freq, 8)[..., :8])
