@@ -18,7 +18,7 @@ from ..speculative.dflash_attention import (
     get_dflash_xqa_decode,
 )
 from ..speculative.interface import SpeculativeDecodingMode
-from ..modules.rotary_embedding import RotaryEmbedding
+from ..attention.rotary_embedding import RotaryEmbedding
 from .modeling_utils import get_model_architecture
 
 if not OLD:
