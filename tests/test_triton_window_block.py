@@ -178,7 +178,7 @@ def test_tma_rows_address_every_key(layout):
                 r = pg * tp + h * th + slot
                 assert torch.equal(rows[r, h * tc: h * tc + d], pages[pg, slot, h])
     with pytest.raises(ValueError, match="tma tiles need"):
-        tma_rows(pages[:, :, :2])
+        tma_rows(pages[..., :8])  # rows of D no longer contiguous runs
 
 
 def test_gluon_gated_on_triton_release_and_device(monkeypatch):

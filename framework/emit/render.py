@@ -407,7 +407,10 @@ from tensorrt_llm._torch.modules.embedding import Embedding  # noqa: E402
 from tensorrt_llm._torch.modules.gated_mlp import GatedMLP  # noqa: E402
 from tensorrt_llm._torch.modules.linear import Linear  # noqa: E402
 from tensorrt_llm._torch.modules.rms_norm import RMSNorm  # noqa: E402
-from tensorrt_llm._torch.modules.rotary_embedding import RopeParams, RotaryEmbedding  # noqa: E402
+# RotaryEmbedding(rope_params, *, head_dim, is_neox) lives here in the pinned version (amukkara
+# modeling_dflash.py @ d70a2287 imports it from this module), which also imports RopeParams
+# (NVIDIA attention/rotary_embedding.py @ 047098b7 and @ b744e0a5; tests/conformance/trtllm/CONTRACT.md).
+from tensorrt_llm._torch.attention.rotary_embedding import RopeParams, RotaryEmbedding  # noqa: E402
 
 
 def _norm(r, kind, size):
