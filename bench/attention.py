@@ -153,12 +153,17 @@ def copy_bandwidth():
 
 def make_inputs(n, ctx, seed=0, layout="nhd"):
     """``layout``: page storage ``nhd`` = ``[pages, P, Hkv, D]``, ``hnd`` = ``[pages, Hkv, P, D]``
-    (TensorRT-LLM's per-block layout), passed as its ``[pages, P, Hkv, D]`` view."""
+    (TensorRT-LLM's per-block layout), ``trtllm`` = one ``[pages, 2, Hkv, P, D]`` pool with K at
+    ``[:, 0]`` and V at ``[:, 1]`` (TensorRT-LLM's paged DFlash context pool, read in place),
+    each passed as its ``[pages, P, Hkv, D]`` view."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     ring = math.ceil((W - 1) / PAGE) + 1
     total = n * ring
     kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-    if layout == "hnd":
+    if layout == "trtllm":
+        pool = torch.randn(total, 2, HKV, PAGE, D, **kw)
+        k_pages, v_pages = pool[:, 0].transpose(1, 2), pool[:, 1].transpose(1, 2)
+    elif layout == "hnd":
         k_pages = torch.randn(total, HKV, PAGE, D, **kw).transpose(1, 2)
         v_pages = torch.randn(total, HKV, PAGE, D, **kw).transpose(1, 2)
     else:
@@ -316,7 +321,7 @@ def rel_err(a, ref):
 
 
 def main():
-    global WARM_L2, D
+    global WARM_L2, D, PAGE
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--ctx", type=int, default=32768)
@@ -331,14 +336,17 @@ def main():
                     help="do not flush the L2 between timings (a diagnostic; the table's method flushes). "
                          "Compare kernel-time rows only: without the flush kernel ahead of it, a replay's "
                          "time includes the host's launch of it (H200: 11 us launch floor instead of 4.7)")
-    ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd",
-                    help="K/V page storage: [pages, P, Hkv, D] (nhd) or [pages, Hkv, P, D] (hnd)")
+    ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd",
+                    help="K/V page storage: [pages, P, Hkv, D] (nhd), [pages, Hkv, P, D] (hnd), or TensorRT-LLM's "
+                         "paged DFlash pool [pages, 2, Hkv, P, D] (trtllm)")
+    ap.add_argument("--page", type=int, default=PAGE, help="tokens per page of the ring cache (FA4 keeps 128)")
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     ap.add_argument("--head-dim", type=int, default=D, help="head dimension (MiniMax: 128)")
     ap.add_argument("--no-fa4", action="store_true", help="skip the FlashAttention-4 row")
     args = ap.parse_args()
     WARM_L2 = args.warm_l2
     D = args.head_dim
+    PAGE = args.page
     mask = MaskSpec(causal=False, window=W)
     scale = D ** -0.5
     log = open(args.log, "w") if args.log else None
@@ -358,7 +366,7 @@ def main():
     emit({"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
           "page_layout": args.layout, "l2": "warm (not flushed)" if WARM_L2 else "flushed before each timing",
           "torch": torch.__version__, "triton": __import__("triton").__version__,
-          "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE},
+          "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout},
           "fa4": _fa4_version() if fa4_varlen_func is not None else f"not importable: {FA4_MISSING}"})
     table = {}
     for n in [int(x) for x in args.batches.split(",")]:
