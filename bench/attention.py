@@ -35,7 +35,14 @@ try:
 except Exception:  # noqa: BLE001 - another team's module; the row is skipped without it
     window_decode_merge = None
 
-HQ, HKV, D, B, W, PAGE = 64, 4, 128, 7, 4096, 64
+try:  # FlashAttention-4 (flash-attn-4, CuTe DSL): the peer; its row is skipped with a note without it
+    from flash_attn.cute.interface import flash_attn_varlen_func as fa4_varlen_func
+    FA4_MISSING = None
+except Exception as _e:  # noqa: BLE001
+    fa4_varlen_func, FA4_MISSING = None, repr(_e)[:200]
+
+HQ, HKV, D, B, W, PAGE = 64, 4, 128, 7, 4096, 64  # D: --head-dim
+FA4_PAGE = 128  # FA4's page size: whole 128-key tiles per page, so its TMA path is taken
 
 
 def bench(fn, rep=100, warmup=25):
@@ -146,12 +153,17 @@ def copy_bandwidth():
 
 def make_inputs(n, ctx, seed=0, layout="nhd"):
     """``layout``: page storage ``nhd`` = ``[pages, P, Hkv, D]``, ``hnd`` = ``[pages, Hkv, P, D]``
-    (TensorRT-LLM's per-block layout), passed as its ``[pages, P, Hkv, D]`` view."""
+    (TensorRT-LLM's per-block layout), ``trtllm`` = one ``[pages, 2, Hkv, P, D]`` pool with K at
+    ``[:, 0]`` and V at ``[:, 1]`` (TensorRT-LLM's paged DFlash context pool, read in place),
+    each passed as its ``[pages, P, Hkv, D]`` view."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     ring = math.ceil((W - 1) / PAGE) + 1
     total = n * ring
     kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-    if layout == "hnd":
+    if layout == "trtllm":
+        pool = torch.randn(total, 2, HKV, PAGE, D, **kw)
+        k_pages, v_pages = pool[:, 0].transpose(1, 2), pool[:, 1].transpose(1, 2)
+    elif layout == "hnd":
         k_pages = torch.randn(total, HKV, PAGE, D, **kw).transpose(1, 2)
         v_pages = torch.randn(total, HKV, PAGE, D, **kw).transpose(1, 2)
     else:
@@ -242,6 +254,64 @@ def make_flex(dense):
     return run
 
 
+def make_fa4(dense, q):
+    """FlashAttention-4's paged call on the same K/V values as the other rows.
+
+    FA4 addresses absolute positions (page ``t // 128`` of a sequence's page table), not a
+    ring, so each sequence gets pages for the positions from its window's first page to
+    ``ctx + B - 1``: the stored context keys, then the block's own keys appended (its
+    ``seqused_k = ctx + B``). Page table entries before the window point at one shared page of
+    zeros: FA4 reads at least one tile it then masks, and a NaN there would reach its output.
+    The window is FA4's bottom-right aligned ``(W - 1, W - 1)``: query ``j`` sits at key
+    ``ctx + j``, the two-sided window of the drafter's mask.
+    """
+    n, ctx = dense.n, dense.ctx
+    per = -(-(ctx + B) // FA4_PAGE)
+    first = max(0, ctx - (W - 1)) // FA4_PAGE
+    own = per - first
+    kw = dict(device="cuda", dtype=q.dtype)
+    k4 = torch.zeros(1 + n * own, FA4_PAGE, HKV, D, **kw)
+    v4 = torch.zeros_like(k4)
+    table = torch.zeros(n, per, dtype=torch.int32, device="cuda")
+    table[:, first:] = 1 + torch.arange(n * own, dtype=torch.int32, device="cuda").view(n, own)
+    sel = (dense.kpos >= first * FA4_PAGE).nonzero().flatten()
+    pos = dense.kpos[sel]
+    pages = table.long()[:, pos // FA4_PAGE]  # [N, L]
+    slots = (pos % FA4_PAGE)[None, :].expand(n, -1)
+    k4[pages, slots] = dense.k[:, :, sel].transpose(1, 2)
+    v4[pages, slots] = dense.v[:, :, sel].transpose(1, 2)
+    seqused = torch.full((n,), ctx + B, dtype=torch.int32, device="cuda")
+
+    def run():
+        out = fa4_varlen_func(q, k4, v4, seqused_k=seqused, page_table=table, softmax_scale=D ** -0.5,
+                              causal=False, window_size=(W - 1, W - 1), pack_gqa=True,
+                              max_seqlen_q=B, max_seqlen_k=per * FA4_PAGE)
+        return out[0] if isinstance(out, tuple) else out
+
+    return run
+
+
+def oracle_error(out, dense, rows=4):
+    """Largest relative error of ``out [N, B, Hq, D]`` against a float64 attention written here
+    (softmax over the two-sided window of the stored + block keys), over the first ``rows``
+    sequences."""
+    worst = 0.0
+    for i in range(min(rows, dense.n)):
+        k = dense.k[i].double()  # [Hkv, L, D]
+        v = dense.v[i].double()
+        qi = dense.q[i].double().permute(1, 0, 2)  # [Hq, B, D]
+        kh = k.repeat_interleave(HQ // HKV, 0)
+        vh = v.repeat_interleave(HQ // HKV, 0)
+        s = qi @ kh.transpose(1, 2) * D ** -0.5  # [Hq, B, L]
+        qpos = dense.ctx + torch.arange(B, device="cuda")
+        ok = (qpos[:, None] - dense.kpos[None, :]).abs() <= W - 1
+        s = s.masked_fill(~ok[None], float("-inf"))
+        ref = (torch.softmax(s, -1) @ vh).permute(1, 0, 2)  # [B, Hq, D]
+        err = ((out[i].double() - ref).norm() / ref.norm()).item()
+        worst = max(worst, err)
+    return worst
+
+
 def needed_bytes(n):
     return n * ((W - 1 + B) * HKV * D * 2 * 2 + 2 * B * HQ * D * 2)
 
@@ -251,6 +321,7 @@ def rel_err(a, ref):
 
 
 def main():
+    global WARM_L2, D, PAGE
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--ctx", type=int, default=32768)
@@ -265,12 +336,17 @@ def main():
                     help="do not flush the L2 between timings (a diagnostic; the table's method flushes). "
                          "Compare kernel-time rows only: without the flush kernel ahead of it, a replay's "
                          "time includes the host's launch of it (H200: 11 us launch floor instead of 4.7)")
-    ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd",
-                    help="K/V page storage: [pages, P, Hkv, D] (nhd) or [pages, Hkv, P, D] (hnd)")
+    ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd",
+                    help="K/V page storage: [pages, P, Hkv, D] (nhd), [pages, Hkv, P, D] (hnd), or TensorRT-LLM's "
+                         "paged DFlash pool [pages, 2, Hkv, P, D] (trtllm)")
+    ap.add_argument("--page", type=int, default=PAGE, help="tokens per page of the ring cache (FA4 keeps 128)")
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
+    ap.add_argument("--head-dim", type=int, default=D, help="head dimension (MiniMax: 128)")
+    ap.add_argument("--no-fa4", action="store_true", help="skip the FlashAttention-4 row")
     args = ap.parse_args()
-    global WARM_L2
     WARM_L2 = args.warm_l2
+    D = args.head_dim
+    PAGE = args.page
     mask = MaskSpec(causal=False, window=W)
     scale = D ** -0.5
     log = open(args.log, "w") if args.log else None
@@ -289,7 +365,9 @@ def main():
     emit({"launch_floor_us": launch_us, "what": "CUDA-graph replay of one 1-element kernel, L2 flushed"})
     emit({"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
           "page_layout": args.layout, "l2": "warm (not flushed)" if WARM_L2 else "flushed before each timing",
-          "torch": torch.__version__, "triton": __import__("triton").__version__})
+          "torch": torch.__version__, "triton": __import__("triton").__version__,
+          "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout},
+          "fa4": _fa4_version() if fa4_varlen_func is not None else f"not importable: {FA4_MISSING}"})
     table = {}
     for n in [int(x) for x in args.batches.split(",")]:
         q, cache, kb, vb = make_inputs(n, args.ctx, seed=n, layout=args.layout)
@@ -301,6 +379,11 @@ def main():
             "sdpa_dense_mask (gather+sdpa, GQA packed)": dense.end_to_end,
             "sdpa_dense_mask (pre-gathered K/V)": dense.pregathered,
         }
+        if fa4_varlen_func is not None and not args.no_fa4:
+            try:
+                rows["FlashAttention-4 (paged, P 128, window (W-1, W-1), pack_gqa)"] = make_fa4(dense, q)
+            except Exception as e:  # noqa: BLE001
+                emit({"batch": n, "method": "FlashAttention-4", "error": repr(e)[:300]})
         if window_decode_merge is not None:
             rows["window_decode_merge"] = lambda: window_decode_merge(q, cache, kb, vb, mask, scale)
         if not args.no_flex:
@@ -309,10 +392,12 @@ def main():
             except Exception as e:  # noqa: BLE001
                 emit({"batch": n, "method": "flex_attention", "error": repr(e)[:300]})
         if args.only_triton:
-            rows = {k: v for k, v in rows.items() if k == "triton_window_block"}
+            rows = {k: v for k, v in rows.items() if k == "triton_window_block" or k.startswith("FlashAttention-4")}
         for name, fn in rows.items():
             try:
-                err = rel_err(fn(), ref)
+                out = fn()
+                err = rel_err(out, ref)
+                oerr = oracle_error(out, dense)
                 ms, how = timed(fn)
             except Exception as e:  # noqa: BLE001
                 emit({"batch": n, "method": name, "error": repr(e)[:300]})
@@ -320,7 +405,7 @@ def main():
             tbs = needed_bytes(n) / (ms * 1e-3) / 1e12
             table[(name, n)] = (ms * 1e3, tbs, tbs / copy_tbs, how)
             emit({"batch": n, "method": name, "us": ms * 1e3, "TBps": tbs, "frac_copy": tbs / copy_tbs,
-                  "rel_err_vs_sdpa": err, "timing": how})
+                  "rel_err_vs_sdpa": err, "rel_err_vs_float64_oracle": oerr, "timing": how})
             kus = kernel_us(fn) if name == "triton_window_block" else 0.0
             if kus > 0:  # 0 when another profiler (ncu) holds CUPTI
                 ktbs = needed_bytes(n) / (kus * 1e-6) / 1e12
@@ -339,6 +424,14 @@ def main():
     print_table(table, copy_tbs, gpu, [int(x) for x in args.batches.split(",")])
     print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us; "
           f"K/V pages: {args.layout}; L2 {'WARM (not flushed: a diagnostic)' if WARM_L2 else 'flushed'}")
+
+
+def _fa4_version():
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("flash-attn-4")
+    except PackageNotFoundError:
+        return "importable (version unknown)"
 
 
 def sweep(n, q, cache, kb, vb, mask, scale, ref, cfg, emit):
@@ -406,6 +499,12 @@ def print_table(table, copy_tbs, gpu, batches):
                 cells.append("n/a")
         print(f"| {name} | " + " | ".join(cells) + " |")
     sd = "sdpa_dense_mask (pre-gathered K/V)"
+    fa4 = next((k for k in names if k.startswith("FlashAttention-4")), None)
+    for n in batches:
+        if fa4 and ("triton_window_block", n) in table and (fa4, n) in table:
+            ratio = table[(fa4, n)][0] / table[("triton_window_block", n)][0]
+            print(f"batch {n}: triton_window_block {table[('triton_window_block', n)][0]:.1f} us vs FlashAttention-4 "
+                  f"{table[(fa4, n)][0]:.1f} us: {'FASTER' if ratio > 1 else 'slower'} ({ratio:.2f}x)")
     for n in batches:
         if ("triton_window_block", n) in table and (sd, n) in table:
             print(f"batch {n}: triton_window_block is {table[(sd, n)][0] / table[('triton_window_block', n)][0]:.1f}x "

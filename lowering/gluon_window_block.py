@@ -109,9 +109,13 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel():
-    """The Gluon kernel, decorated on first use (never under the interpreter)."""
+def _kernel(overlap: bool = True):
+    """The Gluon kernel, decorated on first use (never under the interpreter). ``overlap``: the
+    consumers issue the next ring tile's Q K^T before this tile's softmax, and run the softmax
+    while this tile's P @ V is in flight (FA3's intra-warpgroup overlap); otherwise each MMA is
+    waited for before the softmax that follows it."""
     BN = gl.constexpr(TILE)
+    OVERLAP = gl.constexpr(overlap)
     BM = gl.constexpr(TILE)
     # Timer slots (TIMER_SLOTS' order).
     (T_NS_ENTRY, T_ENTRY, T_CONSUMER, T_Q, T_FIRST_TILE, T_INTERIOR_DONE, T_FIRST_PRIVATE, T_PRIVATE_DONE, T_STORED,
@@ -177,6 +181,17 @@ def _kernel():
         acc = warpgroup_mma(gl.convert_layout(p.to(v_buf.dtype), p_l), v_buf, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         return m_new, l_i, acc
+
+    @gluon.jit
+    def scores_step(s, m_i, l_i, o_l: gl.constexpr, p_l: gl.constexpr, dtype: gl.constexpr):
+        """The softmax half of an unmasked online-softmax update: ``(m_new, l_new, p, alpha)``
+        with ``p`` in P @ V's operand layout and ``alpha`` (the rescale of the accumulator) in
+        its row layout; the caller issues the MMA and rescales."""
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        return m_new, l_i, gl.convert_layout(p.to(dtype), p_l), gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
 
     @gluon.jit
     def fetch_private(f, e, n_edge, kq, vq, keys, dims):
@@ -252,15 +267,45 @@ def _kernel():
             fetch_private(f, 0, n_edge, kq, vq, keys, dims)
 
         # Interior tiles from the producer's ring: no mask.
-        for i in range(mid_end - n_pre):
-            idx = i % NB
-            mbarrier.wait(ready.index(idx), (i // NB) & 1)
-            stamp(t_ptr, T_FIRST_TILE, T0, when=i == 0)
-            s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
-                              use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
-            m_i, l_i, acc = softmax_step(s, s > 0, m_i, l_i, acc, v_bufs.index(idx), p_l, o_l, False)
-            mbarrier.arrive(empty.index(idx), count=1)
+        n_ring = mid_end - n_pre
+        if OVERLAP:
+            # Tile i's P @ V and tile i + 1's Q K^T are in flight while tile i + 1's softmax runs.
+            dt: gl.constexpr = v_bufs.dtype
+            p = gl.zeros([BM, BN], dt, layout=p_l)
+            if n_ring > 0:
+                mbarrier.wait(ready.index(0), 0)
+                stamp(t_ptr, T_FIRST_TILE, T0)
+                s = warpgroup_mma(q_s, k_bufs.index(0).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
+                                  use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, o_l, p_l, dt)
+            for i in range(n_ring - 1):
+                idx = i % NB
+                nxt = (i + 1) % NB
+                mbarrier.wait(ready.index(nxt), ((i + 1) // NB) & 1)
+                s = warpgroup_mma(q_s, k_bufs.index(nxt).permute((1, 0)),
+                                  gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
+                acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, )) * qk_scale
+                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, o_l, p_l, dt)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                mbarrier.arrive(empty.index(idx), count=1)
+                acc = acc * alpha[:, None]
+            if n_ring > 0:
+                last = (n_ring - 1) % NB
+                acc = warpgroup_mma(p, v_bufs.index(last), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                mbarrier.arrive(empty.index(last), count=1)
+        else:
+            for i in range(n_ring):
+                idx = i % NB
+                mbarrier.wait(ready.index(idx), (i // NB) & 1)
+                stamp(t_ptr, T_FIRST_TILE, T0, when=i == 0)
+                s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)),
+                                  gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+                m_i, l_i, acc = softmax_step(s, s > 0, m_i, l_i, acc, v_bufs.index(idx), p_l, o_l, False)
+                mbarrier.arrive(empty.index(idx), count=1)
         stamp(t_ptr, T_INTERIOR_DONE, T0)
 
         for e in range(n_priv):
@@ -395,7 +440,7 @@ def _kernel():
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
            num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS,
-           timer: Optional[torch.Tensor] = None):
+           timer: Optional[torch.Tensor] = None, overlap: bool = True):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
     ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
@@ -426,7 +471,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
                               or not timer.is_contiguous()):
         raise ValueError(f"timer: an int64 contiguous [{n * hkv}, {num_splits}, {len(TIMER_SLOTS)}] tensor, "
                          f"got {timer.dtype} {tuple(timer.shape)}")
-    _kernel()[(n * hkv, num_splits)](
+    _kernel(overlap)[(n * hkv, num_splits)](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
@@ -444,7 +489,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
-                     producer_regs: int = PRODUCER_REGS, timed: bool = False) -> Optional[dict]:
+                     producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = True) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton); returns the
     kernel's shared memory and warps, or None without Gluon."""
     if gluon is None:
@@ -462,10 +507,10 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
              "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
     sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
-           for k in _kernel().arg_names}
+           for k in _kernel(overlap).arg_names}
     # Pointers 16-byte aligned (launches specialize on it; fits() requires it), no integer hints.
     aligned = {(i, ): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    src = GluonASTSource(_kernel(), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
+    src = GluonASTSource(_kernel(overlap), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})

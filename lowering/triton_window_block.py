@@ -291,7 +291,7 @@ def choose_config(
     ``R * P`` for full attention), a static bound; ``ctx_lens`` itself is never read here.
     ``tma_ok``: the caller has checked that tensor-descriptor tiles fit (see
     :func:`tma_fits`); then tiles are 64 rows x 64 keys, 4 warps, 5 stages, interior tiles
-    through TMA. Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
+    through TMA (head dim 256: 32 keys, 3 stages, which fit the shared memory). Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
     64 when a batch is too small to give every multiprocessor a program. Splits: about two
     programs per multiprocessor, at most 64, none shorter than 160 keys (320 with TMA).
     ``gluon_ok``: the caller has checked :func:`.gluon_window_block.fits`; then the
@@ -310,9 +310,9 @@ def choose_config(
         return Config(64, 64, num_splits, 4, 1, tma=True, gluon=True)
     if tma_ok:
         block_m = block_m or min(64, max(16, next_pow2(rows)))
-        block_n = block_n or 64
+        block_n = block_n or (32 if d_pad >= 256 else 64)  # D 256: 1.9x the gathered 64x64 tiles (H200)
         num_warps = num_warps or 4
-        num_stages = num_stages or 5
+        num_stages = num_stages or (3 if d_pad >= 256 else 5)
     if block_m is None:
         block_m = min(max(16, next_pow2(rows)), 64 if d_pad >= 256 else 128)
         if block_m == 128 and n * hkv * -(-rows // 128) < sms:
@@ -333,14 +333,14 @@ def choose_config(
 
 
 def tma_fits(q: torch.Tensor, cache: PagedKV) -> bool:
-    """Tensor-descriptor (TMA) tiles of 64 keys apply: a Hopper-or-newer GPU, a power-of-2
-    head dim of at most 128, pages of at least 64 tokens, K and V pages both in one
+    """Tensor-descriptor (TMA) tiles apply: a Hopper-or-newer GPU, a power-of-2
+    head dim of at most 256 (a TMA box row), pages of at least 64 tokens, K and V pages both in one
     :func:`page_layout`."""
     kp, vp = cache.k_pages, cache.v_pages
     d = q.shape[-1]
     layout = page_layout(kp)
     return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9 and d == next_pow2(d)
-            and 16 <= d <= 128 and kp.shape[1] >= 64 and layout is not None and layout == page_layout(vp))
+            and 16 <= d <= 256 and kp.shape[1] >= 64 and layout is not None and layout == page_layout(vp))
 
 
 # --------------------------------------------------------------------------------------

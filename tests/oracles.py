@@ -107,13 +107,15 @@ def dspark_heads(config: dict) -> dict:
                                            "confidence_head_with_markov": False, "sample_from_anchor": False}
 
 
-def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: int, ctx_start: int = 0):
+def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: int, ctx_start: int = 0,
+                 rope_freqs=None):
     """One greedy draft step of one sequence in float64, straight from the reference text.
 
     ``w``: the drafter's tensors by converted name; ``tgt``: the target's
     ``model.embed_tokens.weight`` and ``lm_head.weight``. ``hidden [T, n*TGT_H]`` are the target states at positions ``ctx_start..C-1`` (positions
     before ``ctx_start`` must be invisible to every layer). Returns (tokens [K], logits [K, V],
-    conf [K] or None).
+    conf [K] or None). ``rope_freqs``: ``(inv_freq [rot/2] float64, attention_factor)`` of a
+    scaled RoPE, computed by the caller's own formula (default: ``theta^(-2i/rot)``, factor 1).
     """
     f = lambda t: t.double()  # noqa: E731
     w = {k: f(v) for k, v in w.items()}
@@ -128,9 +130,10 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
 
     def rope(x, pos):  # x [T, H, D]
         half = rot // 2
-        inv = theta ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
+        inv, m = rope_freqs if rope_freqs is not None else (
+            theta ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot), 1.0)
         ang = pos.double()[:, None] * inv[None, :]
-        cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+        cos, sin = m * torch.cos(ang)[:, None, :], m * torch.sin(ang)[:, None, :]
         x1, x2 = x[..., :half], x[..., half:rot]
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., rot:]], -1)
 

@@ -34,7 +34,9 @@ from oracles import draft_oracle  # noqa: E402
 THETA = 123457.0
 
 
-def saved_by_speculators(folder, seed: int) -> DFlashDraftModel:
+def saved_by_speculators(folder, seed: int, verifier) -> DFlashDraftModel:
+    """``verifier``: a local folder (speculators resolves the verifier's final-norm style from
+    it when the model is built; a hub id costs ~25 s of network retries where none is reachable)."""
     tl = Qwen3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                      intermediate_size=128, vocab_size=256, rope_theta=THETA, max_position_embeddings=512)
     cfg = DFlashSpeculatorConfig(
@@ -43,7 +45,7 @@ def saved_by_speculators(folder, seed: int) -> DFlashDraftModel:
         speculators_config=SpeculatorsConfig(
             algorithm="dflash", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
             default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path="org/verifier", architectures=["Qwen3ForCausalLM"])))
+            verifier=VerifierConfig(name_or_path=str(verifier), architectures=["Qwen3ForCausalLM"])))
     torch.manual_seed(seed)
     m = DFlashDraftModel(cfg)
     with torch.no_grad():  # weights at scales where every stage moves the output (norms off 1)
@@ -57,7 +59,10 @@ def saved_by_speculators(folder, seed: int) -> DFlashDraftModel:
 
 
 def test_speculators_saved_converts_and_drafts(tmp_path):
-    m = saved_by_speculators(tmp_path / "S", seed=3)
+    tgt_dir = tmp_path / "target"
+    tgt_dir.mkdir()
+    (tgt_dir / "config.json").write_text(json.dumps({"hidden_size": 64, "vocab_size": 256, "torch_dtype": "float32"}))
+    m = saved_by_speculators(tmp_path / "S", seed=3, verifier=tgt_dir)
     raw = json.loads((tmp_path / "S" / "config.json").read_text())
     assert raw["architectures"] == ["DFlashDraftModel"] and "rope_theta" not in raw["transformer_layer_config"]
     adapter = route(raw)
@@ -71,13 +76,10 @@ def test_speculators_saved_converts_and_drafts(tmp_path):
     for k in w:
         assert torch.equal(w[k], sd[k].to(w[k].dtype)), k
     # a draft step against the float64 oracle run with the base speculators saved
-    tgt_dir = tmp_path / "target"
-    tgt_dir.mkdir()
     g = torch.Generator().manual_seed(5)
     from safetensors.torch import save_file
     save_file({"model.embed_tokens.weight": torch.randn(256, 64, generator=g),
                "lm_head.weight": torch.randn(256, 64, generator=g) * 0.5}, str(tgt_dir / "model.safetensors"))
-    (tgt_dir / "config.json").write_text(json.dumps({"hidden_size": 64, "vocab_size": 256, "torch_dtype": "float32"}))
     dump = tmp_path / "d.safetensors"
     run_draft(tmp_path / "T", tgt_dir, context=21, seed=2, dtype="float32", dump=dump)
     d = load_file(dump)

@@ -110,10 +110,10 @@ def flat(adapter_name: str, edit) -> dict:
     return a.flatten_config(raw)
 
 
-@pytest.mark.parametrize("scaling", [
-    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
-    {"type": "linear", "factor": 2.0},
-    {"rope_type": "llama3", "factor": 8.0},
+@pytest.mark.parametrize("scaling", [  # yarn, llama3, linear: implemented (tests/test_rope_scaling.py)
+    {"rope_type": "dynamic", "factor": 4.0},
+    {"type": "longrope", "factor": 2.0, "short_factor": [1.0], "long_factor": [2.0]},
+    {"rope_type": "su", "factor": 8.0},
 ])
 def test_unsupported_rope_scaling_refused(scaling):
     def edit(raw):
@@ -232,3 +232,45 @@ def test_inspect_lists_defaults(tmp_path, capsys):
     assert "sample_from_anchor = False  (spec default (config.fields.dspark_config.sample_from_anchor.default))" in block
     assert "rope.type = default  (family gqa_dflash default)" in block
     assert "rope_theta" not in block and "rope.theta" not in block  # from config.json
+
+
+def test_convert_lists_defaults(tmp_path, capsys):
+    """``convert`` (text and ``format=json``, to=dflash and exports) lists every field that took
+    a spec or family default: a math field (the RoPE base, removed from the checkpoint) and a
+    flattened key outside the resolved fields (``sliding_window``) given a spec ``default:``."""
+    assert main(["synth", "adapter=zlab_dflash", f"out={tmp_path / 's'}"]) == 0
+    rewrite_config(tmp_path / "s", lambda raw: (raw.pop("rope_theta"), raw.pop("sliding_window")))
+    text = (ADAPTER_DIR / "zlab_dflash.yaml").read_text().replace("name: zlab_dflash", "name: with_defaults")
+    rule = "    dspark_config.sample_from_anchor: {default: false}"
+    assert rule in text
+    text = text.replace(rule, rule + "\n    rope_theta: {from: [rope_theta], default: 500000}"
+                                     "\n    sliding_window: {from: [sliding_window], default: 24}", 1)
+    spec = tmp_path / "with_defaults.yaml"
+    spec.write_text(text)
+    want = {
+        "rope.theta": (500000.0, "spec default (config.fields.rope_theta.default)"),
+        "config.sliding_window": (24, "spec default (config.fields.sliding_window.default)"),
+        "sample_from_anchor": (False, "spec default (config.fields.dspark_config.sample_from_anchor.default)"),
+        "heads.markov_rank": (0, "family gqa_dflash default"),
+        "rope.type": ("default", "family gqa_dflash default"),
+    }
+    capsys.readouterr()
+    assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 't'}"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("defaults (not in config.json): ", 1)[1]
+    count, *lines = block.strip().splitlines()
+    assert int(count) == len(lines) == 9  # the five above, confidence(_with_markov), markov_head_type, rope.scaling
+    for field, (value, source) in want.items():
+        assert f"  {field} = {value}  ({source})" in lines, field
+    assert not any(l.strip().startswith(("dims.", "block_size", "rms_norm_eps")) for l in lines)  # from config.json
+    assert ResolvedDrafter.from_config(json.loads((tmp_path / "t" / "config.json").read_text())).rope.theta == 500000
+    for extra in ([], ["to=speculators", "verifier=org/verifier"]):
+        assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 'j'}",
+                     "format=json", "overwrite=true", *extra]) == 0
+        rows = {r["field"]: (r["value"], r["source"]) for r in json.loads(capsys.readouterr().out)["defaults"]}
+        assert len(rows) == 9 and all(rows[k] == v for k, v in want.items()), rows
+    # a checkpoint that states every value: nothing defaulted but the family's absent heads
+    rewrite_config(tmp_path / "s", lambda raw: raw.update(rope_theta=1e6, sliding_window=24))
+    assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 'u'}", "format=json"]) == 0
+    rows = {r["field"] for r in json.loads(capsys.readouterr().out)["defaults"]}
+    assert "rope.theta" not in rows and "config.sliding_window" not in rows and "sample_from_anchor" in rows

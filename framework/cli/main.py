@@ -19,7 +19,7 @@ import torch
 from ... import __version__
 from .. import docs
 from ..compile.engine import compile_spec, route
-from ..compile.resolved import ResolvedDrafter, dump_sources
+from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
 from ..convert.checkpoint import drafter_subfolder_hint, read_config
 from ..convert.execute import execute
 from ..convert.locate import converted_by, locate
@@ -103,9 +103,7 @@ def describe_plan(plan) -> str:
         mask = "full" if l.mask.window is None else f"window {l.mask.window}"
         low = ", ".join(f"{k}={v}" for k, v in l.lowering.items())
         lines.append(f"  {i}: {'causal' if l.mask.causal else 'non-causal'} {mask}  [{low}]")
-    defaulted = {k: v for k, v in r.sources.items() if "default" in v and not v.startswith("config.json")}
-    lines.append(f"defaults (not in config.json): {len(defaulted)}")
-    lines += ["  " + line for line in dump_sources(r).splitlines() if line.split(" =", 1)[0] in defaulted]
+    lines += defaults_lines(r)
     lines.append("values (source):")
     lines += ["  " + line for line in dump_sources(r).splitlines() if not line.startswith(("layers =", "norms ="))]
     lines.append("tensors (target <- source, transforms):")
@@ -114,6 +112,17 @@ def describe_plan(plan) -> str:
     rows = [Problem(o, "<-", f"{', '.join(by_out[o][0])} [{by_out[o][1]}]") for o in plan.outputs if o in by_out]
     lines += ["  " + r.replace(" | <- | ", " <- ", 1) for r in format_plan_rows(rows).splitlines()]
     return "\n".join(lines)
+
+
+def defaults_lines(r: ResolvedDrafter) -> list[str]:
+    """The loading report's defaults block: every field that took a spec or family default."""
+    rows = defaulted(r)
+    return [f"defaults (not in config.json): {len(rows)}"] + ["  " + l for l in dump_sources(r, rows).splitlines()]
+
+
+def defaults_json(r: ResolvedDrafter) -> list[dict]:
+    """:func:`defaults_lines` as JSON-ready rows ``{field, value, source}``."""
+    return [{"field": k, "value": v, "source": s} for k, v, s in defaulted(r)]
 
 
 def _tensor_rows(plan) -> dict[str, tuple[list[str], str]]:
@@ -137,7 +146,7 @@ def plan_dict(plan) -> dict:
         "outputs": {o: {"shape": list(m.shape), "dtype": str(m.dtype).replace("torch.", ""),
                         "from": rows.get(o, ([], ""))[0], "transforms": rows.get(o, ([], ""))[1]}
                     for o, m in plan.outputs.items()},
-        "dropped": list(plan.dropped), "ignored": list(plan.ignored),
+        "defaults": defaults_json(r), "dropped": list(plan.dropped), "ignored": list(plan.ignored),
         "complete": plan.complete, "problems": plan.report().splitlines() if not plan.complete else [],
     }
 
@@ -179,11 +188,14 @@ def cmd_convert(opts, spec, path):
     if opts["to"] != "dflash":
         export(adapter, source, out, opts["to"], overwrite=opts["overwrite"], adapter_dir=opts.get("adapter_dir"),
                progress=opts["progress"], verifier=opts.get("verifier"))
+        # the source's defaults (the export wrote them into the target format's config)
+        r = ResolvedDrafter.from_config(adapter.flatten_config(read_config(source)))
         if quiet:
             print(json.dumps({"source": str(source), "adapter": adapter.name, "to": opts["to"], "out": str(out),
-                              "files": _written(out)}))
+                              "defaults": defaults_json(r), "files": _written(out)}))
         else:
             print(f"wrote {opts['to']} checkpoint to {out}")
+            print("\n".join(defaults_lines(r)))
         return 0
     plan = adapter.plan(source)
     execute(plan, out, overwrite=opts["overwrite"], progress=opts["progress"])
@@ -191,6 +203,7 @@ def cmd_convert(opts, spec, path):
         print(json.dumps({**plan_dict(plan), "out": str(out), "files": _written(out)}))
     else:
         print(f"converted {source} with adapter {adapter.name}: {len(plan.outputs)} tensors -> {out}")
+        print("\n".join(defaults_lines(ResolvedDrafter.from_config(plan.config))))
     return 0
 
 

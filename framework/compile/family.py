@@ -16,6 +16,7 @@ from ...transforms.base import TensorMeta, dtype_from_name
 from ...registry import Registry
 from ..errors import UserError
 from .dotted import get_dotted
+from .rope import NOT_SCALING, SUPPORTED as ROPE_SUPPORTED, read_scaling
 
 
 class GQADFlash:
@@ -75,48 +76,30 @@ class GQADFlash:
         if not 0 < cfg["rotary_dim"] <= d or cfg["rotary_dim"] % 2:
             raise UserError(f"config: rotary_dim {cfg['rotary_dim']} must be even and in 1..head_dim ({d})")
 
-    #: rope types the host and the lowerings implement
-    rope_types = ("default",)
+    #: rope types the host implements (``compile/rope.py`` lists what each needs)
+    rope_types = ROPE_SUPPORTED
 
     def complete_rope(self, cfg: dict[str, Any]) -> None:
-        """RoPE base, type and rotary dim from either config layout, refusing what is unsupported.
+        """RoPE base, type, scaling and rotary dim from either config layout, refusing what is unsupported.
 
         transformers 4 writes top-level ``rope_theta`` / ``rope_scaling`` /
         ``partial_rotary_factor``; transformers 5 (and speculators 0.9) write
         ``rope_parameters.{rope_theta, rope_type, partial_rotary_factor, ...}``. Both are read;
         two different values for one quantity are refused. The flattened config carries
-        ``rope_theta`` at the top level.
+        ``rope_theta`` at the top level; the scaling parameters are checked here
+        (:meth:`rope_scaling`) and read again by the resolver.
         """
-        rp = cfg.get("rope_parameters")
-        rs = cfg.get("rope_scaling")
-        for key, v in (("rope_parameters", rp), ("rope_scaling", rs)):
-            if v is not None and not isinstance(v, dict):
-                raise UserError(f"config: {key} must be a mapping, found {type(v).__name__}")
-        rp, rs = rp or {}, rs or {}
-
-        def one(key: str, *spellings: tuple[str, Any]):
-            found = [(where, v) for where, v in spellings if v is not None]
-            if len({repr(v) for _, v in found}) > 1:
-                raise UserError(f"config: {key} is given twice with different values: "
-                                + ", ".join(f"{w}={v!r}" for w, v in found))
-            return found[0] if found else (None, None)
-
-        where, theta = one("rope_theta", ("rope_theta", cfg.get("rope_theta")),
-                           ("rope_parameters.rope_theta", rp.get("rope_theta")))
+        rp, rs = _rope_blocks(cfg)
+        where, theta = _one("rope_theta", ("rope_theta", cfg.get("rope_theta")),
+                            ("rope_parameters.rope_theta", rp.get("rope_theta")))
         if theta is None:
             raise UserError("config: rope_theta is not set (neither rope_theta nor rope_parameters.rope_theta; "
                             "give it as a `default:` in the spec's config.fields if the drafter's trainer fixed it)")
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise UserError(f"config: {where} must be a positive number, found {theta!r}")
         cfg["rope_theta"] = float(theta)
-        where, rtype = one("rope_type", ("rope_scaling.rope_type", rs.get("rope_type")),
-                           ("rope_scaling.type", rs.get("type")), ("rope_parameters.rope_type", rp.get("rope_type")))
-        if rtype is None and rs:
-            raise UserError(f"config: rope_scaling {rs!r} has no rope_type")
-        if rtype is not None and rtype not in self.rope_types:
-            raise UserError(f"config: {where} {rtype!r} is not supported (supported: {', '.join(self.rope_types)}); "
-                            "converting it would change the drafter's positions")
-        where, factor = one("partial_rotary_factor", ("partial_rotary_factor", cfg.get("partial_rotary_factor")),
+        self.rope_scaling(cfg)
+        where, factor = _one("partial_rotary_factor", ("partial_rotary_factor", cfg.get("partial_rotary_factor")),
                             ("rope_parameters.partial_rotary_factor", rp.get("partial_rotary_factor")))
         d = cfg["head_dim"]
         if cfg.get("rotary_dim") is None:
@@ -125,6 +108,32 @@ class GQADFlash:
             cfg["rotary_dim"] = int(d * factor) if factor is not None else d
         elif factor is not None and int(d * factor) != cfg["rotary_dim"]:
             raise UserError(f"config: rotary_dim {cfg['rotary_dim']} contradicts {where} {factor} (head_dim {d})")
+
+    def rope_scaling(self, cfg: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """``(rope_type, scaling parameters, their sources)`` of a config (``default``, {}, {}
+        without scaling). The type comes from ``rope_scaling.rope_type|type`` or
+        ``rope_parameters.rope_type`` (contradicting spellings refused); the parameters from the
+        block that states a scaled type (both blocks with different parameters: refused).
+        ``sources`` names, per parameter not read from the checkpoint, its documented default
+        or derivation (see ``compile/rope.py``)."""
+        rp, rs = _rope_blocks(cfg)
+        where, rtype = _one("rope_type", ("rope_scaling.rope_type", rs.get("rope_type")),
+                            ("rope_scaling.type", rs.get("type")), ("rope_parameters.rope_type", rp.get("rope_type")))
+        if rtype is None and rs:
+            raise UserError(f"config: rope_scaling {rs!r} has no rope_type")
+        rtype = "default" if rtype is None else rtype
+        if rtype not in self.rope_types:
+            raise UserError(f"config: {where} {rtype!r} is not supported (supported: {', '.join(self.rope_types)}); "
+                            "converting it would change the drafter's positions")
+        scaled = [(name, b) for name, b in (("rope_parameters", rp), ("rope_scaling", rs))
+                  if any(k not in NOT_SCALING for k in b)]
+        if len(scaled) == 2 and {k: v for k, v in rp.items() if k not in NOT_SCALING} != \
+                {k: v for k, v in rs.items() if k not in NOT_SCALING}:
+            raise UserError("config: rope_parameters and rope_scaling give different scaling parameters")
+        name, block = scaled[0] if scaled else ((where or "rope_parameters").split(".")[0], {})
+        params, sources = read_scaling(rtype, block, name, cfg.get("original_max_position_embeddings"),
+                                       cfg.get("rope_theta"))
+        return rtype, params, sources
 
     def mirror(self, cfg: dict[str, Any]) -> None:
         """Copies TensorRT-LLM's DFlash loader reads at the top level (``block_size``)."""
@@ -176,6 +185,25 @@ class GQADFlash:
         dt = dtype_from_name(cfg.get("torch_dtype", "bfloat16"))
         v, ht = cfg["vocab_size"], cfg["hidden_size"]
         return {"model.embed_tokens.weight": TensorMeta((v, ht), dt), "lm_head.weight": TensorMeta((v, ht), dt)}
+
+
+def _rope_blocks(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(rope_parameters, rope_scaling)`` of a config, each ``{}`` when absent or null."""
+    rp, rs = cfg.get("rope_parameters"), cfg.get("rope_scaling")
+    for key, v in (("rope_parameters", rp), ("rope_scaling", rs)):
+        if v is not None and not isinstance(v, dict):
+            raise UserError(f"config: {key} must be a mapping, found {type(v).__name__}")
+    return rp or {}, rs or {}
+
+
+def _one(key: str, *spellings: tuple[str, Any]):
+    """``(where, value)`` of the one value ``spellings`` give for ``key`` (``(None, None)``
+    without any); different values are refused."""
+    found = [(where, v) for where, v in spellings if v is not None]
+    if len({repr(v) for _, v in found}) > 1:
+        raise UserError(f"config: {key} is given twice with different values: "
+                        + ", ".join(f"{w}={v!r}" for w, v in found))
+    return found[0] if found else (None, None)
 
 
 FAMILIES: Registry[GQADFlash] = Registry("family")

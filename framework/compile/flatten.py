@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,7 +13,7 @@ from ..errors import UserError
 from .attention import resolve_layers, write_back
 from .config_types import check_config_types
 from .dotted import get_dotted, pop_dotted, set_dotted
-from .resolved import ResolvedDrafter
+from .resolved import CONFIG_PREFIX, SPEC_DEFAULT, VALUE_MARK, ResolvedDrafter
 
 
 def mlp_kind(hidden_act: str) -> str:
@@ -49,6 +50,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
 
     # aliases and defaults
     sources: dict[str, str] = {}  # flattened key -> where its value came from
+    taken: dict[str, Any] = {}  # flattened key -> the spec default it took (as taken)
     for key, rule in cs.fields.items():
         value, found = None, None
         for alias in rule.from_:
@@ -61,7 +63,8 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
                 raise UserError(f"{where}: none of {', '.join(rule.from_) or key} is set (needed for {key})")
             value = copy.deepcopy(rule.default)
             if value is not None:
-                sources[key] = f"spec default (config.fields.{key}.default)"
+                sources[key] = f"{SPEC_DEFAULT} (config.fields.{key}.default)"
+                taken[key] = copy.deepcopy(value)
         else:
             sources[key] = f"config.json: {_qualified(raw, cs.sections, found)}"
         for alias in rule.from_:
@@ -74,7 +77,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     dtype_key = next((k for k in cs.dtype_keys if merged.get(k) is not None), None)
     dtype = merged[dtype_key] if dtype_key else cs.default_dtype
     sources["torch_dtype"] = (f"config.json: {_qualified(raw, cs.sections, dtype_key)}" if dtype_key
-                              else "spec default (config.default_dtype)")
+                              else f"{SPEC_DEFAULT} (config.default_dtype)")
     for k in cs.dtype_keys:
         out.pop(k, None)
     out["torch_dtype"] = str(dtype).removeprefix("torch.")
@@ -110,7 +113,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
             sources[key] = _source(adapter, raw, merged, cs.sections, key)
     if spec.target_layer_ids == "input":
         sources["dflash_config.target_layer_ids"] += " (input convention, shifted by -1)"
-    resolved = resolve(adapter, out, layers, sources, where)
+    resolved = resolve(adapter, out, layers, sources, where, taken)
     if spec.max_draft_len is not None and spec.max_draft_len != resolved.max_draft_len:
         raise UserError(
             f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {resolved.max_draft_len} "
@@ -173,17 +176,25 @@ def _source(adapter, raw, merged, sections, key: str) -> str:
     return f"derived: {derived}" if derived else f"family {adapter.family.name} default"
 
 
-def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where: str) -> ResolvedDrafter:
-    """The :class:`ResolvedDrafter` of a completed flattened config ``out``."""
+def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where: str,
+            taken: dict[str, Any] | None = None) -> ResolvedDrafter:
+    """The :class:`ResolvedDrafter` of a completed flattened config ``out``. ``taken``: the
+    spec defaults flattening took (key -> value); those outside the resolved fields are
+    recorded in ``sources`` as ``config.<key>`` with their value."""
     dc, ds = out["dflash_config"], out["dspark_config"]
     kind = mlp_kind(out["hidden_act"])
     src = {field: sources[key] for field, key in MATH_KEYS.items()}
     if kind == "swiglu_oai":
         src.update({field: sources[key] for field, key in SWIGLU_KEYS.items()})
-    rope_type, scaling = rope_of(out)
+    rope_type, scaling, scaling_sources = adapter.family.rope_scaling(out)
     src["rope.type"] = src["rope.scaling"] = sources["rope_type"]
+    src.update({f"rope.scaling.{k}": v for k, v in scaling_sources.items()})
     src["norms"] = "spec: weights.transforms (norm_fold_gemma modes)"
     src["layers"] = "config.json: layer_types, sliding_window, is_causal + spec: attention"
+    read = {*MATH_KEYS.values(), *SWIGLU_KEYS.values(), "rope_type"}
+    for key, value in (taken or {}).items():  # spec defaults of keys outside the fields above
+        if key not in read:
+            src[f"{CONFIG_PREFIX}{key}"] = f"{sources[key]}{VALUE_MARK}{json.dumps(value)}"
     try:
         return ResolvedDrafter.model_validate(dict(
             adapter=adapter.spec.name,
@@ -217,18 +228,3 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
             return MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted) or dotted or "config"
 
         raise UserError(*(f"{where}: {key(x['loc'])}: {x['msg']}" for x in e.errors())) from None
-
-
-def rope_of(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(rope type, its scaling parameters)`` of a completed flattened config, from
-    ``rope_scaling`` or ``rope_parameters`` (``default`` and {} without any). The family has
-    already refused types it does not implement and contradicting spellings."""
-    params: dict[str, Any] = {}
-    rope_type = "default"
-    for key in ("rope_parameters", "rope_scaling"):
-        block = cfg.get(key)
-        if isinstance(block, dict):
-            rope_type = str(block.get("rope_type") or block.get("type") or rope_type)
-            params.update({k: v for k, v in block.items()
-                           if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")})
-    return rope_type, params

@@ -10,6 +10,7 @@ derivation).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from ...lowering.base import DEVICE_CLASSES, DeviceClass, LoweringInfo, MaskSpec, get_lowering
 from ...transforms.base import dtype_from_name
 from ..errors import UserError
+from .rope import read_scaling
 
 #: Version of the ``draftsmith`` section this code writes and reads.
 RESOLVED_VERSION = 1
@@ -65,9 +67,21 @@ class Rope(_Frozen):
     """Rotary position embedding (partial NeoX over the first ``rotary_dim`` dims of a head)."""
 
     theta: float = Field(description="RoPE base (``rope_theta``)", gt=0, strict=True, allow_inf_nan=False)
-    type: str = Field(description="RoPE type (``rope_type``); the host implements ``default`` only")
+    type: str = Field(description="RoPE type (``rope_type``): ``default``, ``linear``, ``yarn`` or ``llama3``")
     scaling: dict[str, Any] = Field(default_factory=dict,
-                                    description="the rope type's scaling parameters, as read (empty for ``default``)")
+                                    description="the rope type's complete scaling parameters: as read, plus "
+                                                "transformers' documented defaults and YaRN's derived "
+                                                "``attention_factor`` (empty for ``default``)")
+
+    @model_validator(mode="after")
+    def _complete(self):
+        """The scaling parameters are exactly what ``compile/rope.py`` reads for the type
+        (a stored set with a missing or foreign key is refused)."""
+        params, filled = read_scaling(self.type, self.scaling, "draftsmith.rope.scaling", theta=self.theta)
+        if filled or params != self.scaling:
+            raise ValueError(f"rope.scaling {self.scaling!r} is not the complete parameter set of rope_type "
+                             f"{self.type!r} (missing: {', '.join(sorted(set(params) - set(self.scaling)))})")
+        return self
 
 
 class Mlp(_Frozen):
@@ -175,7 +189,9 @@ class ResolvedDrafter(_Frozen):
     heads: Heads = Field(description="Markov and confidence heads")
     layers: tuple[LayerPlan, ...] = Field(description="per layer: mask and lowering per device class")
     sources: dict[str, str] = Field(description="for every math-bearing field (dotted path): where its value came "
-                                                "from, a checkpoint key or a spec/family default")
+                                                "from, a checkpoint key or a spec/family default; plus "
+                                                "``config.<key>`` for each other flattened key that took a spec "
+                                                "default (source text ending `` value=<JSON>``)")
 
     @model_validator(mode="before")
     @classmethod
@@ -285,13 +301,43 @@ class ResolvedDrafter(_Frozen):
         return [get_lowering(n) for n in table.lowerings]
 
 
-def dump_sources(resolved: ResolvedDrafter) -> str:
-    """The loading report's lines: ``field = value  (source)``, one per math-bearing field."""
+#: how a source names a value taken from the spec's ``default:`` (or ``config.default_dtype``)
+SPEC_DEFAULT = "spec default"
+#: ``sources`` key prefix of a flattened config key outside the resolved fields that took a
+#: spec default (its source text ends with ``VALUE_MARK`` and the value as JSON)
+CONFIG_PREFIX = "config."
+VALUE_MARK = " value="
+
+
+def source_rows(resolved: ResolvedDrafter) -> list[tuple[str, Any, str]]:
+    """``(field, value, source)`` for every entry of ``resolved.sources``, sorted by field."""
     flat = resolved.model_dump(mode="json")
-    out = []
+    rows = []
     for key, src in sorted(resolved.sources.items()):
+        if key.startswith(CONFIG_PREFIX):
+            src, _, text = src.partition(VALUE_MARK)
+            rows.append((key, json.loads(text), src))
+            continue
         value: Any = flat
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        out.append(f"{key} = {value}  ({src})")
-    return "\n".join(out)
+        rows.append((key, value, src))
+    return rows
+
+
+def is_default(source: str) -> bool:
+    """Whether a source names a spec or family default (not a checkpoint key, not a derivation)."""
+    return not source.startswith("config.json") and "default" in source
+
+
+def defaulted(resolved: ResolvedDrafter) -> list[tuple[str, Any, str]]:
+    """The loading report's defaults: ``(field, value, source)`` for every field whose value
+    came from the spec's ``default:`` or a family default, not from the checkpoint."""
+    return [row for row in source_rows(resolved) if is_default(row[2])]
+
+
+def dump_sources(resolved: ResolvedDrafter, rows: list[tuple[str, Any, str]] | None = None) -> str:
+    """The loading report's lines: ``field = value  (source)``, one per math-bearing field
+    (``rows``: a selection of :func:`source_rows`, default all)."""
+    rows = source_rows(resolved) if rows is None else rows
+    return "\n".join(f"{key} = {value}  ({src})" for key, value, src in rows)

@@ -63,6 +63,15 @@ def config_dict(config: Any) -> dict:
     return dict(vars(config))
 
 
+def rope_scaling_problem(r: ResolvedDrafter) -> Optional[str]:
+    """Why TensorRT-LLM would serve ``r`` with the wrong positions, or None: the generated
+    backbone passes only ``dim``/``theta`` to ``RopeParams``, so a scaled RoPE would run unscaled."""
+    if r.rope.type == "default":
+        return None
+    return (f"rope_type {r.rope.type!r} (RoPE scaling) is not passed to TensorRT-LLM's RopeParams by the "
+            "emitted package; the reference host (draftsmith draft) implements it")
+
+
 class PackagedDrafter:
     """The resolved drafter an emitted package carries, and the run-time rules on it."""
 
@@ -83,6 +92,9 @@ class PackagedDrafter:
         if r.adapter != self.adapter:
             raise ValueError(f"speculative_model was converted with adapter {r.adapter}; this package serves "
                              f"adapter {self.adapter} (emit {r.adapter})")
+        problem = rope_scaling_problem(r)
+        if problem:
+            raise ValueError(f"speculative_model: {problem}")
         return BoundDrafter(self.adapter, r)
 
     # -- config ---------------------------------------------------------------------------
@@ -145,13 +157,20 @@ class BoundDrafter:
         """``DFlashForCausalLM.dflash_forward`` (d70a2287, generic branch: per-layer q/k norm
         modules, RoPE from layer 0's cache) with each layer's attention through its lowering.
 
-        The pool ``ctx_k_cache`` / ``ctx_v_cache`` ``[slots, L, capacity, nkv, hd]`` is read in
-        place as a :class:`PagedKV` with one page per slot; the block K/V is written at
-        ``ctx_len + j`` as TensorRT-LLM does. Returns ``[B * block, hidden]``.
+        Reads TensorRT-LLM's context pool in place (no copy) as one :class:`PagedKV` per layer
+        and writes the block K/V at positions ``ctx_len + j`` as TensorRT-LLM does:
+
+        - dense pool (VANILLA): ``ctx_k_cache`` / ``ctx_v_cache`` ``[slots, L, capacity, nkv, hd]``,
+          one page per slot (:func:`dense_layer_cache`);
+        - paged pool (TRTLLM, FA4, XQA): ``ctx_kv_cache`` (``[L, pages, 2, nkv, P, hd]`` or a
+          per-layer list of ``[pages, 2, nkv, P, hd]`` views) and ``ctx_page_table``
+          (:func:`paged_layer_cache`).
+
+        Returns ``[B * block, hidden]``.
         """
-        if ctx_kv_cache is not None or ctx_page_table is not None:
-            raise ValueError(f"{self.adapter}: draftsmith lowerings read the contiguous DFlash context pool; the "
-                             "paged TRTLLM pool is not wired (use attention_backend VANILLA)")
+        paged = ctx_kv_cache is not None or ctx_page_table is not None
+        if paged and (ctx_kv_cache is None or ctx_page_table is None):
+            raise ValueError(f"{self.adapter}: a paged context cache needs both ctx_kv_cache and ctx_page_table")
         fns = [get_lowering(n).fn for n in self.lowerings(device)]
         if model._fused_kv_weight is None:
             model._build_fused_kv_buffers()
@@ -160,10 +179,9 @@ class BoundDrafter:
         q_size, kv_size, hd = a0.q_size, a0.kv_size, a0.head_dim
         nh, nkv = a0.num_heads, a0.num_key_value_heads
         b, blk = noise_embedding.shape[:2]
-        ctx = num_ctx_per_req[:b].long()
-        slots = ctx_cache_batch_idx[:b].long()
-        cols = ctx[:, None] + torch.arange(blk, device=ctx.device)[None, :]
-        table = slots.view(-1, 1).to(torch.int32)
+        ctx = num_ctx_per_req[:b].to(torch.int32)
+        rows = ctx_cache_batch_idx[:b].long()
+        table = ctx_page_table.index_select(0, rows).to(torch.int32) if paged else rows.view(-1, 1).to(torch.int32)
         scale = hd ** -0.5
         hidden, residual = noise_embedding.reshape(b * blk, -1), None
         for li, layer in enumerate(layers):
@@ -181,16 +199,63 @@ class BoundDrafter:
             q = model._rope(q.reshape(b, blk, nh, hd), query_positions)
             k = model._rope(k.reshape(b, blk, nkv, hd), query_positions)
             v = v.reshape(b, blk, nkv, hd)
-            kp, vp = ctx_k_cache[:, li], ctx_v_cache[:, li]  # views [slots, capacity, nkv, hd]
-            kp[slots[:, None], cols] = k.to(kp.dtype)
-            vp[slots[:, None], cols] = v.to(vp.dtype)
-            cache = PagedKV(kp, vp, table, ctx.to(torch.int32))
+            if paged:
+                cache = paged_layer_cache(ctx_kv_cache[li], table, ctx, nkv, hd)
+            else:
+                cache = dense_layer_cache(ctx_k_cache[:, li], ctx_v_cache[:, li], table, ctx)
+            write_block(cache, k, v)
+            kp, vp = cache.k_pages, cache.v_pages
             out = fns[li](q.to(kp.dtype), cache, k.to(kp.dtype), v.to(vp.dtype), self.masks[li], scale)
             h = attn.o_proj(out.reshape(b * blk, q_size))
             h, residual = layer.post_attention_layernorm(h, residual)
             hidden = layer.mlp(h)
         out, _ = model.model.norm(hidden, residual)
         return out
+
+
+def dense_layer_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                      ctx_lens: torch.Tensor) -> PagedKV:
+    """One layer of TensorRT-LLM's dense DFlash pool (VANILLA; ``ctx_k_cache[:, layer]``
+    ``[slots, capacity, nkv, hd]``) as a :class:`PagedKV` with one page per slot: ``slots``
+    ``[N, 1]`` int32 is each sequence's slot. A view, no copy."""
+    return PagedKV(k_cache, v_cache, slots, ctx_lens)
+
+
+def paged_layer_cache(layer_cache: torch.Tensor, block_table: torch.Tensor, ctx_lens: torch.Tensor,
+                      kv_heads: int, head_dim: int) -> PagedKV:
+    """One layer of TensorRT-LLM's paged DFlash pool as a :class:`PagedKV`, in place.
+
+    ``layer_cache`` ``[pages, 2, nkv, P, hd]`` is ``ctx_kv_cache[layer]``: the HND block of
+    ``DFlashWorker._lazy_init_ctx_buffers`` (private arena ``[L, pages, 2, nkv, P, hd]``) or
+    ``KVCacheManager.get_buffers(layer, kv_layout="HND")`` (a strided view over a page-major pool
+    of every layer); K is ``[:, 0]``, V ``[:, 1]`` (amukkara/TensorRT-LLM @ d70a2287,
+    modeling_dflash.py ``dflash_forward``: ``kv_cache=(layer_cache[:, 0], layer_cache[:, 1])``,
+    ``kv_layout="HND"``). ``block_table`` ``[N, pages_per_seq]`` int32 is
+    ``ctx_page_table.index_select(0, ctx_cache_batch_idx)``: token ``t`` of sequence ``n`` is slot
+    ``t % P`` of page ``block_table[n, t // P]``. ``PagedKV`` reads pages modulo the table width,
+    which is the same page while ``ctx + block <= width * P`` (TensorRT-LLM sizes the arena to
+    ``max_ctx + block`` and clamps a managed request's ``ctx`` to its pages minus ``block``)."""
+    if layer_cache.dim() != 5 or layer_cache.shape[1] != 2 or layer_cache.shape[2] != kv_heads \
+            or layer_cache.shape[4] != head_dim or layer_cache.stride(-1) != 1:
+        raise ValueError(f"ctx_kv_cache layer must be [pages, 2, {kv_heads}, page_size, {head_dim}] (HND, K and V per "
+                         f"block) with a contiguous last dim; got {tuple(layer_cache.shape)} strides "
+                         f"{tuple(layer_cache.stride())}")
+    k_pages = layer_cache[:, 0].transpose(1, 2)  # [pages, P, nkv, hd], views
+    v_pages = layer_cache[:, 1].transpose(1, 2)
+    return PagedKV(k_pages, v_pages, block_table, ctx_lens)
+
+
+def write_block(cache: PagedKV, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Write the block's K/V ``[N, B, nkv, hd]`` at positions ``ctx_lens[n] + j`` into the
+    cache's pages, in place (TensorRT-LLM's block append: the VANILLA index put, the paged
+    backends' ``append_paged_kv_cache``)."""
+    n, blk = k.shape[:2]
+    pos = cache.ctx_lens.long()[:, None] + torch.arange(blk, device=k.device)[None, :]
+    page_size, ring = cache.page_size, cache.ring_pages
+    pages = cache.block_table.long().gather(1, (pos // page_size) % ring)
+    slots = pos % page_size
+    cache.k_pages[pages, slots] = k.to(cache.k_pages.dtype)
+    cache.v_pages[pages, slots] = v.to(cache.v_pages.dtype)
 
 
 def device_class_of(module: torch.nn.Module) -> str:

@@ -35,7 +35,7 @@ from ..layer_ranges import format_ranges
 from ..io.publish import atomic_dir, publish, remove_temp
 from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
-from .binding import PACKAGE_DATA
+from .binding import PACKAGE_DATA, rope_scaling_problem
 
 #: The TensorRT-LLM release the emitted package needs at least (the draft-model registry and
 #: the modeling_dspark split; tests/conformance/trtllm/CONTRACT.md, "Pinned minimum").
@@ -253,6 +253,14 @@ def check_engine_norms(r: ResolvedDrafter, where: str) -> None:
                         "(fold them with norm_fold_gemma mode: fold)")
 
 
+def check_engine_rope(r: ResolvedDrafter, where: str) -> None:
+    """A scaled RoPE is refused at emit time (and again when a package binds a checkpoint):
+    see :func:`~.binding.rope_scaling_problem`."""
+    problem = rope_scaling_problem(r)
+    if problem:
+        raise UserError(f"{where}: {problem}")
+
+
 def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
     """Layers whose mask TensorRT-LLM's built-in classes cannot resolve from the converted config
     (a worker process builds those; CONTRACT.md R2): causal full layers (only DFlash 2 honours
@@ -284,6 +292,7 @@ def write_package(
     max_draft_len, reason = resolve_max_draft_len(flat, explicit_max_draft_len)
     resolved = ResolvedDrafter.from_config(flat)
     check_engine_norms(resolved, f"adapter {adapter.name}")
+    check_engine_rope(resolved, f"adapter {adapter.name}")
     architecture = adapter.architectures[0]
     package = package or f"draftsmith_{re.sub(r'[^0-9a-zA-Z_]', '_', adapter.name)}"
     if not package.isidentifier():
@@ -398,7 +407,10 @@ from tensorrt_llm._torch.modules.embedding import Embedding  # noqa: E402
 from tensorrt_llm._torch.modules.gated_mlp import GatedMLP  # noqa: E402
 from tensorrt_llm._torch.modules.linear import Linear  # noqa: E402
 from tensorrt_llm._torch.modules.rms_norm import RMSNorm  # noqa: E402
-from tensorrt_llm._torch.modules.rotary_embedding import RopeParams, RotaryEmbedding  # noqa: E402
+# RotaryEmbedding(rope_params, *, head_dim, is_neox) lives here in the pinned version (amukkara
+# modeling_dflash.py @ d70a2287 imports it from this module), which also imports RopeParams
+# (NVIDIA attention/rotary_embedding.py @ 047098b7 and @ b744e0a5; tests/conformance/trtllm/CONTRACT.md).
+from tensorrt_llm._torch.attention.rotary_embedding import RopeParams, RotaryEmbedding  # noqa: E402
 
 
 def _norm(r, kind, size):

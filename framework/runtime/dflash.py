@@ -66,7 +66,7 @@ class DFlashDraftModel(nn.Module):
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype or cfg.torch_dtype
-        rope = PartialNeoxRope(s.head_dim, s.rotary_dim, s.rope_theta, self.device)
+        rope = PartialNeoxRope(s.head_dim, s.rotary_dim, s.rope_theta, self.device, cfg.rope.type, cfg.rope.scaling)
         with torch.device("meta"):
             self.fc = nn.Linear(cfg.dims.num_target_layers * cfg.dims.target_hidden, s.hidden, bias=False)
             self.hidden_norm = RMSNorm(s.hidden, s.eps, cfg.norms["hidden_norm"] == "gemma")

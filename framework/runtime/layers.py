@@ -94,8 +94,11 @@ class DFlashAttention(nn.Module):
     def norm_rope(self, norm: RMSNorm, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """``rope(norm(x), pos)`` for ``x [..., T, H, D]``, as one kernel on CUDA."""
         if fused.enabled(x):
-            return fused.norm_rope(x, norm.weight, norm.eps, norm.gemma, pos.expand(x.shape[:-2]),
-                                   self.rope.inv_freq, self.rope.rotary_dim)
+            out = fused.norm_rope(x, norm.weight, norm.eps, norm.gemma, pos.expand(x.shape[:-2]),
+                                  self.rope.inv_freq, self.rope.rotary_dim)
+            if self.rope.attention_factor != 1.0:  # YaRN: cos and sin scaled, the pass-through dims not
+                out[..., : self.rope.rotary_dim] *= self.rope.attention_factor
+            return out
         return self.rope(norm(x), pos)
 
     def forward(self, y: torch.Tensor, pos: torch.Tensor, cache: PagedKV, mask: MaskSpec, lowering) -> torch.Tensor:

@@ -12,6 +12,7 @@ from torch import nn
 
 from ...transforms.norm_fold import gemma_multiplier
 from . import fused
+from .rope import rope_frequencies
 
 
 class RMSNorm(nn.Module):
@@ -42,22 +43,27 @@ class PartialNeoxRope:
     """NeoX rotary embedding (rotate halves) on the first ``rotary_dim`` dims of each head.
 
     ``rope(x [..., T, H, D], pos [..., T] int) -> [..., T, H, D]``; dims ``rotary_dim..D-1``
-    pass through. Angles ``pos * theta^(-2i/rotary_dim)`` are formed in float64 (exact for
-    long contexts), cos/sin applied in float32. Holds no parameters (shared by all layers).
+    pass through. Angles ``pos * inv_freq`` are formed in float64 (exact for long contexts),
+    cos/sin applied in float32. ``rope_type``/``scaling``: the drafter's RoPE scaling
+    (``runtime/rope.py``); ``attention_factor`` multiplies cos and sin (YaRN). Holds no
+    parameters (shared by all layers).
     """
 
-    def __init__(self, head_dim: int, rotary_dim: int, theta: float, device: torch.device | str = "cpu"):
+    def __init__(self, head_dim: int, rotary_dim: int, theta: float, device: torch.device | str = "cpu",
+                 rope_type: str = "default", scaling: dict | None = None):
         if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
             raise ValueError(f"rotary_dim must be even and in 1..head_dim={head_dim}, got {rotary_dim}")
         self.rotary_dim = rotary_dim
         self.theta = float(theta)
-        exps = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
-        self.inv_freq = (self.theta ** (-exps)).to(device)
+        inv_freq, self.attention_factor = rope_frequencies(self.theta, rotary_dim, rope_type, scaling or {})
+        self.inv_freq = inv_freq.to(device)
 
     def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin ``[..., T, 1, rotary_dim/2]`` float32 for integer positions ``pos [..., T]``."""
+        """cos, sin ``[..., T, 1, rotary_dim/2]`` float32 for integer positions ``pos [..., T]``
+        (times the attention factor)."""
         ang = pos.to(torch.float64).unsqueeze(-1) * self.inv_freq
-        return ang.cos().float().unsqueeze(-2), ang.sin().float().unsqueeze(-2)
+        m = self.attention_factor
+        return (ang.cos() * m).float().unsqueeze(-2), (ang.sin() * m).float().unsqueeze(-2)
 
     def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         cos, sin = self.cos_sin(pos)

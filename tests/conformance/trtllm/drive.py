@@ -76,6 +76,19 @@ def kv_agreement(dm):
     return diffs
 
 
+MANAGER_TOKENS_PER_BLOCK = 8  # several pages per request at the suite's context length
+
+
+def draft_kv_cache_manager(dm):
+    """A V1 draft KV cache manager sized for the drafter (every layer in one page-major pool)."""
+    from tensorrt_llm._torch.pyexecutor.resource_manager import KVCacheManager
+
+    a0 = dm.model.layers[0].self_attn
+    return KVCacheManager(num_layers=len(dm.model.layers), num_kv_heads=a0.num_key_value_heads,
+                          head_dim=a0.head_dim, tokens_per_block=MANAGER_TOKENS_PER_BLOCK, max_num_pages=24,
+                          max_blocks_per_seq=8, generator=torch.Generator().manual_seed(99))
+
+
 def main(args):
     res = {"mode": args["mode"]}
     import tensorrt_llm
@@ -126,11 +139,17 @@ def main(args):
     data = torch.load(args["inputs"])
     tgt = target_model(args["target"])
     res["backends"] = {}
-    for backend in args.get("backends", ["VANILLA", "TRTLLM"]):
-        out = res["backends"][backend] = {}
+    for run in args.get("backends") or ["VANILLA", "TRTLLM"]:
+        # "NAME" or "NAME:arena": the paged backends bind the draft KV cache manager's pool unless
+        # ":arena" (no manager: the worker's private arena); FA4 always uses the arena.
+        backend, _, pool = run.partition(":")
+        out = res["backends"][run] = {}
         RECORDS.clear()
         try:
-            spec = SpecConfig.from_snippet({**snippet, "attention_backend": backend})
+            snip = {**snippet, "attention_backend": backend}
+            # FA4 / XQA: DFlashForCausalLM @ d70a2287 runs them (its _supported_attention_backends);
+            # whether the LLM-API config accepts them is not verified (CONTRACT.md, "Unverified").
+            spec = SpecConfig(**snip) if backend in ("FA4", "XQA") else SpecConfig.from_snippet(snip)
             spec.spec_dec_mode = SpeculativeDecodingMode.from_decoding_type(spec.decoding_type)
             mc = ModelConfig(pretrained_config=None, spec_config=spec)
             dc = build_draft_config(mc)
@@ -164,11 +183,15 @@ def main(args):
             out["load"] = err(e)
             continue
         try:
-            worker = DFlashWorker(spec, spec.spec_dec_mode is SpeculativeDecodingMode.DSPARK)
+            manager = None if pool == "arena" else draft_kv_cache_manager(dm)
+            worker = DFlashWorker(spec, spec.spec_dec_mode is SpeculativeDecodingMode.DSPARK, manager,
+                                  pool or "managed")
             worker.prepare(dm)
             before = len(dflash_attention.ENGINE_ATTENTION_CALLS)
-            toks, logits, slots = worker.draft(dm, data["hidden"], int(data["anchor"]))
+            with torch.no_grad():  # TensorRT-LLM's executor runs the forward without autograd
+                toks, logits, slots = worker.draft(dm, data["hidden"], int(data["anchor"]))
             out["engine_attention_calls"] = len(dflash_attention.ENGINE_ATTENTION_CALLS) - before
+            out["pool"] = worker.layout
             out["tokens"], out["logits"], out["slots"] = toks.tolist(), logits.tolist(), slots.tolist()
         except BaseException as e:  # noqa: BLE001
             out["decode"] = err(e)

@@ -152,16 +152,19 @@ class Case:
         return [{**l["mask"], "lowering": l["lowering"]} for l in self.config["draftsmith"]["layers"]]
 
     def drive(self, mode: str, checkpoint: Optional[Path] = None, env: Optional[dict] = None,
-              package: Optional[Path] = None, arch_modules: Optional[dict] = None) -> dict:
-        """Run drive.py in a fresh process (cached by arguments)."""
+              package: Optional[Path] = None, arch_modules: Optional[dict] = None,
+              backends: Optional[list] = None) -> dict:
+        """Run drive.py in a fresh process (cached by arguments). ``backends``: drive.py's runs
+        (default ``VANILLA``, ``TRTLLM``; ``NAME:arena`` for a paged backend on the private arena)."""
         pkg = package or (self.root if mode == "config" else self.package())
-        key = (mode, str(checkpoint), json.dumps(env, sort_keys=True), str(pkg), json.dumps(arch_modules))
+        key = (mode, str(checkpoint), json.dumps(env, sort_keys=True), str(pkg), json.dumps(arch_modules),
+               json.dumps(backends))
         if key in self.runs:
             return self.runs[key]
         n = len(self.runs)
         args = {"mode": mode, "package_dir": str(pkg), "checkpoint": str(checkpoint or self.converted),
                 "target": str(self.target), "inputs": str(self.inputs), "arch_modules": arch_modules,
-                "result": str(self.root / f"result{n}.json")}
+                "backends": backends, "result": str(self.root / f"result{n}.json")}
         (self.root / f"args{n}.json").write_text(json.dumps(args))
         import os
 

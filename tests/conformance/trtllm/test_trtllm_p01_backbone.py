@@ -5,7 +5,9 @@ from harness import stage_error
 
 
 def test_backbone_builds_and_context_keys_equal_block_keys(case):
-    out = case.serve()["backends"]["VANILLA"]
+    res = case.serve()
+    assert res["import"] == {"ok": True}, f"{case.adapter}: the package does not import: {res['import'].get('error')}"
+    out = res["backends"]["VANILLA"]
     problem = stage_error({k: v for k, v in out.items() if k in ("build", "load")})
     assert problem is None, f"{case.adapter}: the drafter does not build/load in the serving process: {problem}"
     worst = max(out["kv_agreement"])

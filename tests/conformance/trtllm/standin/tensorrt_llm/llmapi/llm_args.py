@@ -6,6 +6,13 @@ and drafter-reference.md section 4 (TensorRT-LLM 1.4.0rc1: ``AUTO|VANILLA|TRTLLM
 unset ``block_size``, ``mask_token_id``, ``target_layer_ids``, ``markov_rank`` fall back to the
 drafter config's ``dspark_block_size``, ``dspark_noise_token_id``, ``dspark_target_layer_ids``,
 ``dspark_markov_rank``). See CONTRACT.md "Unverified".
+
+Read since (NVIDIA/TensorRT-LLM ``tensorrt_llm/llmapi/llm_args.py`` @
+``0004396720054fd8e205cbf616f21f0b57c6b412``, a commit whose release number is unknown):
+``attention_backend: Literal["VANILLA", "TRTLLM"]`` (default ``VANILLA``) on both classes; the
+DSpark fallbacks above plus ``markov_head_type`` <- ``dspark_markov_head_type``; no
+``block_size`` field on ``DFlashDecodingConfig``. Not adopted here: it cannot be tied to the
+pinned release (CONTRACT.md).
 """
 
 from dataclasses import dataclass, field

@@ -10,9 +10,15 @@ from tensorrt_llm.logger import logger
 
 from ..pinned_gate import OLD
 from ..pyexecutor.config_utils import _is_sliding_attention_layer, get_layer_attention_window
-from ..speculative.dflash_attention import get_dflash_flash_attention, get_dflash_trtllm_gen_ops
+from ..speculative.dflash_attention import (
+    get_dflash_fa4_fwd,
+    get_dflash_flash_attention,
+    get_dflash_paged_append,
+    get_dflash_trtllm_gen_ops,
+    get_dflash_xqa_decode,
+)
 from ..speculative.interface import SpeculativeDecodingMode
-from ..modules.rotary_embedding import RotaryEmbedding
+from ..attention.rotary_embedding import RotaryEmbedding
 from .modeling_utils import get_model_architecture
 
 if not OLD:
@@ -33,8 +39,8 @@ def dspark_layer_window_size(use_swa, swa_window, layer_types, layer_idx):
 class DFlashForCausalLM(nn.Module):
     """Reproduces modeling_dflash.py @ d70a2287 ``DFlashForCausalLM``: ``__init__`` (backbone from
     the registry with the model_type-derived fallback name, ``dflash_config`` reads,
-    ``AUTO`` -> ``VANILLA``, backends ``VANILLA|TRTLLM|FA4|XQA`` of which this stand-in runs the
-    first two, ``_layer_windows``, ``_warn_inferred_attention_windows``), ``load_weights``,
+    ``AUTO`` -> ``VANILLA``, backends ``VANILLA|TRTLLM|FA4|XQA`` (each loading only its own ops;
+    no device checks), ``_layer_windows``, ``_warn_inferred_attention_windows``), ``load_weights``,
     ``load_weights_from_target_model``, ``precompute_context_kv`` (one fused K/V GEMM, k_norm
     applied PLAINLY as ``rms(k) * w`` from the stacked weights, whatever the layer's k_norm
     flag), ``_get_attention_mask_args``, ``_resolve_block_attention``,
@@ -43,7 +49,6 @@ class DFlashForCausalLM(nn.Module):
     """
 
     _supported_attention_backends = ("VANILLA", "TRTLLM", "FA4", "XQA")
-    _runnable_here = ("VANILLA", "TRTLLM")
     WRAPPER_OWNED_WEIGHTS = ("fc.weight", "hidden_norm.weight")
 
     def __init__(self, draft_config, *, dflash_attention_backend: str = "AUTO"):
@@ -75,11 +80,12 @@ class DFlashForCausalLM(nn.Module):
         if dflash_attention_backend not in self._supported_attention_backends:
             raise ValueError(f"{type(self).__name__} attention backend must be one of "
                              f"{list(self._supported_attention_backends)}, got {dflash_attention_backend!r}.")
-        if dflash_attention_backend not in self._runnable_here:
-            raise NotImplementedError(f"stand-in runs VANILLA and TRTLLM only, not {dflash_attention_backend}")
-        self.dflash_attention_backend = dflash_attention_backend
-        self._dflash_flash_attention = get_dflash_flash_attention() if dflash_attention_backend == "VANILLA" else None
-        self._dflash_trtllm_gen_ops = get_dflash_trtllm_gen_ops() if dflash_attention_backend == "TRTLLM" else None
+        self.dflash_attention_backend = b = dflash_attention_backend
+        self._dflash_flash_attention = get_dflash_flash_attention() if b == "VANILLA" else None
+        self._dflash_trtllm_gen_ops = get_dflash_trtllm_gen_ops() if b == "TRTLLM" else None
+        self._dflash_fa4_fwd = get_dflash_fa4_fwd() if b == "FA4" else None
+        self._dflash_xqa_decode = get_dflash_xqa_decode() if b == "XQA" else None
+        self._dflash_paged_append = get_dflash_paged_append() if b in ("FA4", "XQA") else None
         self._use_swa = bool(dcfg.get("use_swa", False))
         self._swa_window = int(dcfg.get("swa_window_size", 0) or 0)
         if self._use_swa and self._swa_window < 1:
@@ -231,11 +237,25 @@ class DFlashForCausalLM(nn.Module):
                              "sliding-window attention. Use attention_backend=VANILLA or FA4.")
 
     # -- the block decode ---------------------------------------------------------------
+    def _check_xqa_windows(self, block_size):
+        """``_prepare_dflash_xqa_buffers``' refusal: a non-causal layer needs a right window of at
+        least ``block_size - 1`` (XQA drops the right bound)."""
+        for idx in range(len(self._layer_windows)):
+            causal, window = self._resolve_block_attention(idx)
+            if not causal and 0 <= window[1] < block_size - 1:
+                raise RuntimeError(f"DFlash XQA attention needs a right-hand window of at least block_size - 1 "
+                                   f"({block_size - 1}) on non-causal layers, but draft layer {idx} configures {window[1]}.")
+
     def dflash_forward(self, noise_embedding, query_positions, num_ctx_per_req, ctx_k_cache, ctx_v_cache,
                        ctx_cache_batch_idx, ctx_kv_cache=None, ctx_page_table=None):
-        """Returns [B * block, hidden]. The pool caches are dense
-        ``[slots, L, capacity, nkv, hd]`` for both backends here (the TRTLLM paged pool is not
-        reproduced; its kernels' mask semantics are)."""
+        """Returns [B * block, hidden]. VANILLA: dense ``ctx_k_cache``/``ctx_v_cache``
+        ``[slots, L, capacity, nkv, hd]`` indexed by ``ctx_cache_batch_idx``. TRTLLM/FA4/XQA:
+        ``ctx_kv_cache[layer]`` ``[pages, 2, nkv, P, hd]`` (HND) and ``ctx_page_table`` whose rows
+        ``ctx_cache_batch_idx`` selects (``block_tables``)."""
+        backend = self.dflash_attention_backend
+        is_paged = backend in ("TRTLLM", "FA4", "XQA")
+        if is_paged and (ctx_kv_cache is None or ctx_page_table is None):
+            raise RuntimeError(f"DFlash {backend} requires a paged context cache and page table.")
         if self._fused_kv_weight is None:
             self._build_fused_kv_buffers()
         a0 = self.model.layers[0].self_attn
@@ -243,7 +263,18 @@ class DFlashForCausalLM(nn.Module):
         nh, nkv = a0.num_heads, a0.num_key_value_heads
         B, blk = noise_embedding.shape[:2]
         hidden = noise_embedding.float()
-        seqlen0 = num_ctx_per_req[:B].long()
+        seqlen0 = num_ctx_per_req[:B].to(torch.int32)
+        seq_after = seqlen0 + blk
+        if is_paged:
+            if backend == "XQA":
+                self._check_xqa_windows(blk)
+            block_tables = ctx_page_table.index_select(0, ctx_cache_batch_idx.long())
+            pages_per_slot, page_size = block_tables.size(1), ctx_kv_cache[0].size(-2)
+            kv_indices = block_tables.flatten()
+            kv_indptr = torch.arange(0, (B + 1) * pages_per_slot, pages_per_slot, dtype=torch.int32)
+            kv_last_page_len = ((seq_after - 1) % page_size) + 1
+            append_batch = torch.arange(B, dtype=torch.int32).view(-1, 1).expand(-1, blk).reshape(-1)
+            append_pos = (seqlen0.view(-1, 1) + torch.arange(blk, dtype=torch.int32)).reshape(-1)
         residual = None
         for li, layer in enumerate(self.model.layers):
             attn = layer.self_attn
@@ -263,21 +294,44 @@ class DFlashForCausalLM(nn.Module):
             k = self._rope(k.reshape(B, blk, nkv, hd), query_positions)
             v = v.reshape(B, blk, nkv, hd)
             causal, window = self._resolve_block_attention(li)
-            outs = []
-            for bi in range(B):
-                slot, c = int(ctx_cache_batch_idx[bi]), int(seqlen0[bi])
-                ctx_k_cache[slot, li, c:c + blk] = k[bi]
-                ctx_v_cache[slot, li, c:c + blk] = v[bi]
-            if self.dflash_attention_backend == "TRTLLM":
-                ops = self._dflash_trtllm_gen_ops
-                for bi in range(B):
-                    slot, s = int(ctx_cache_batch_idx[bi]), int(seqlen0[bi]) + blk
-                    kk, vv = ctx_k_cache[slot, li], ctx_v_cache[slot, li]
-                    o = ops.decode(q[bi], kk, vv, s, window[0]) if causal else ops.context(q[bi], kk, vv, s, window[0])
-                    outs.append(o)
-                out = torch.stack(outs)
+            if is_paged:
+                layer_cache = ctx_kv_cache[li]
+                append = self._dflash_trtllm_gen_ops.append_paged_kv_cache if backend == "TRTLLM" \
+                    else self._dflash_paged_append
+                append(k.reshape(-1, nkv, hd), v.reshape(-1, nkv, hd), append_batch, append_pos, layer_cache,
+                       kv_indices, kv_indptr, kv_last_page_len, kv_layout="HND")
+                kv = (layer_cache[:, 0], layer_cache[:, 1])
+                q_flat = q.reshape(-1, nh, hd)
+                if backend == "TRTLLM":
+                    out = torch.empty_like(q_flat)
+                    ops = self._dflash_trtllm_gen_ops
+                    if causal:
+                        ops.batch_decode_with_kv_cache(query=q_flat, kv_cache=kv, block_tables=block_tables,
+                                                       seq_lens=seq_after, window_left=window[0], out=out,
+                                                       q_len_per_req=blk, kv_layout="HND")
+                    else:
+                        cum_q = torch.arange(0, (B + 1) * blk, blk, dtype=torch.int32)
+                        ops.batch_context_with_kv_cache(query=q_flat, kv_cache=kv, block_tables=block_tables,
+                                                        seq_lens=seq_after, window_left=window[0], out=out,
+                                                        cum_seq_lens_q=cum_q, causal=False, kv_layout="HND")
+                elif backend == "FA4":
+                    left, right = window
+                    out, _ = self._dflash_fa4_fwd(q, layer_cache[:, 0].transpose(1, 2), layer_cache[:, 1].transpose(1, 2),
+                                                  seqused_k=seq_after, page_table=block_tables, softmax_scale=hd ** -0.5,
+                                                  causal=causal, window_size_left=None if left < 0 else left,
+                                                  window_size_right=None if right < 0 else right)
+                else:  # XQA: the draft mask is causal-prefix or whole-block
+                    mask = torch.tensor([[[(1 << (i + 1)) - 1 if causal else (1 << blk) - 1] for i in range(blk)]])
+                    out = self._dflash_xqa_decode(query=q_flat, kv_cache=kv, block_tables=block_tables,
+                                                  seq_lens=seq_after, window_left=window[0], q_len_per_req=blk,
+                                                  mask=mask, kv_layout="HND")
+                out = out.reshape(B, blk, nh, hd)
             else:
-                out = self._dflash_flash_attention(q, ctx_k_cache[:, li], ctx_v_cache[:, li], seqlen0 + blk,
+                for bi in range(B):
+                    slot, c = int(ctx_cache_batch_idx[bi]), int(seqlen0[bi])
+                    ctx_k_cache[slot, li, c:c + blk] = k[bi]
+                    ctx_v_cache[slot, li, c:c + blk] = v[bi]
+                out = self._dflash_flash_attention(q, ctx_k_cache[:, li], ctx_v_cache[:, li], seq_after,
                                                    ctx_cache_batch_idx, causal, window)
             h = attn.o_proj(out.reshape(B * blk, q_size))
             h, rf = layer.post_attention_layernorm(h, residual.reshape(-1, residual.shape[-1]))

@@ -17,7 +17,7 @@ from ..modules.attention import Attention
 from ..modules.decoder_model import DecoderModelForCausalLM, Embedding
 from ..modules.gated_mlp import GatedMLP
 from ..modules.rms_norm import RMSNorm
-from ..modules.rotary_embedding import RopeParams
+from ..attention.backends.interface import RopeParams
 from .modeling_utils import register_auto_model
 
 

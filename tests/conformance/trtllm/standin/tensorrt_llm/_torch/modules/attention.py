@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from torch import nn
 
 from .linear import Linear
-from .rotary_embedding import RopeParams, RotaryEmbedding
+from ..attention.rotary_embedding import RopeParams, RotaryEmbedding
 
 
 class Attention(nn.Module):
@@ -30,7 +30,7 @@ class Attention(nn.Module):
         self.o_proj = Linear(self.q_size, hidden_size, bias=False)
         rope = pos_embd_params.rope if pos_embd_params is not None else None
         if rope is not None:
-            rope = RopeParams(rope.dim, rope.theta, max_position_embeddings)
+            rope = RopeParams(dim=rope.dim, theta=rope.theta, max_positions=max_position_embeddings)
             self.pos_embd_params = SimpleNamespace(rope=rope, is_neox=True)
             self.rotary_emb = RotaryEmbedding(rope, head_dim=hd, is_neox=True)
         else:

@@ -9,11 +9,19 @@ from .linear import Linear
 
 
 class Embedding(nn.Module):
-    """Reproduces ``tensorrt_llm._torch.modules.embedding.Embedding`` (lookup of ``weight`` rows)."""
+    """Reproduces NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch/modules/embedding.py`` @
+    ``06d0733f493698c0855bfed9c3fc00dd198e279c``, ``Embedding``: the constructor signature
+    ``(num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
+    gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False)``
+    and a ``weight`` of ``[num_embeddings, embedding_dim]`` looked up by id (no tensor parallelism)."""
 
-    def __init__(self, num_embeddings, embedding_dim, **_):
+    def __init__(self, num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
+                 gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim), requires_grad=False)
+        if mapping is not None and getattr(mapping, "tp_size", 1) != 1:
+            raise NotImplementedError("stand-in: no tensor parallelism")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, dtype=dtype), requires_grad=False)
 
     def forward(self, ids):
         return self.weight[ids].float()

@@ -1,0 +1,46 @@
+"""A/B of the Gluon kernel's build options at the MiniMax shape (one CUDA GPU, SM90, triton 3.6).
+
+Times ``gluon_window_block.launch`` with ``overlap=False`` and ``overlap=True`` (FA3's
+intra-warpgroup overlap in the consumers), alternating, at the default split count, each
+output checked against the float64 oracle of ``bench/attention.py``. Same timing method as
+that bench (CUDA-graph replay, L2 flushed, median). Prints one line per measurement and a
+summary per batch.
+"""
+
+import argparse
+
+import attention as A
+from draftsmith.lowering import gluon_window_block as g
+from draftsmith.lowering.base import MaskSpec
+from draftsmith.lowering.triton_window_block import choose_config
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="1,16,64,256")
+    ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    mask = MaskSpec(causal=False, window=A.W)
+    scale = A.D ** -0.5
+    for n in [int(x) for x in args.batches.split(",")]:
+        q, cache, kb, vb = A.make_inputs(n, args.ctx, seed=n)
+        dense = A.Dense(q, cache, kb, vb, args.ctx)
+        cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, A.W - 1, q.device, gluon_ok=True)
+        res = {}
+        for _ in range(args.rounds):
+            for overlap in (False, True):
+                def fn(overlap=overlap):
+                    return g.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits, overlap=overlap)
+                out = fn()
+                err = A.oracle_error(out, dense)
+                us = A.bench_graph(fn) * 1e3
+                res.setdefault(overlap, []).append(us)
+                print(f"batch {n} splits {cfg.num_splits} overlap={overlap}: {us:.1f} us, "
+                      f"{A.needed_bytes(n) / (us * 1e-6) / 1e12:.2f} TB/s, oracle err {err:.2e}", flush=True)
+        print(f"batch {n}: overlap off {[round(x, 1) for x in res[False]]} on {[round(x, 1) for x in res[True]]}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
