@@ -239,8 +239,8 @@ class TensorReader:
         n = st.meta.nbytes
         if st.offset < 0:
             raise UserError(f"{st.name}: not a tensor of a file")
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
+        flat = torch.empty(n, dtype=torch.uint8)  # not zero-filled: every byte is read into it
+        view, got = memoryview(flat.numpy()), 0
         try:
             while got < n:  # one read returns at most ~2 GiB on Linux
                 k = os.preadv(f.fileno(), [view[got:]], st.offset + got)
@@ -249,7 +249,6 @@ class TensorReader:
                 got += k
         except OSError as e:
             raise UserError(f"{st.file}: tensor {st.name}: cannot be read ({e.strerror or e})") from None
-        flat = torch.frombuffer(buf, dtype=torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
         return flat.view(st.meta.dtype).reshape(st.meta.shape)
 
     def close(self) -> None:
