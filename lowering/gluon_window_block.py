@@ -109,11 +109,13 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(overlap: bool = True):
+def _kernel(overlap: bool = False):
     """The Gluon kernel, decorated on first use (never under the interpreter). ``overlap``: the
     consumers issue the next ring tile's Q K^T before this tile's softmax, and run the softmax
-    while this tile's P @ V is in flight (FA3's intra-warpgroup overlap); otherwise each MMA is
-    waited for before the softmax that follows it."""
+    while this tile's P @ V is in flight (FA3's intra-warpgroup overlap); otherwise (the
+    default) each MMA is waited for before the softmax that follows it. An A/B build option
+    (``bench/gluon_ab.py``): on the H200 the two were within run-to-run noise (2026-11-30,
+    docs/benchmarks.md, ninth measurement), so the default stays the build measured longest."""
     BN = gl.constexpr(TILE)
     OVERLAP = gl.constexpr(overlap)
     BM = gl.constexpr(TILE)
@@ -440,7 +442,7 @@ def _kernel(overlap: bool = True):
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
            num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS,
-           timer: Optional[torch.Tensor] = None, overlap: bool = True):
+           timer: Optional[torch.Tensor] = None, overlap: bool = False):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
     ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
@@ -489,7 +491,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
-                     producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = True) -> Optional[dict]:
+                     producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = False) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton); returns the
     kernel's shared memory and warps, or None without Gluon."""
     if gluon is None:
