@@ -146,6 +146,10 @@ class Transform:
     Params: ClassVar[type[Params]] = Params
     #: the ``quantization_config.quant_method`` this transform dequantizes, if any
     quant_method: ClassVar[str | None] = None
+    #: ``forward`` works element by element (pairing elements of its inputs at equal
+    #: positions): on inputs stacked along a new leading dim it returns the stack of its
+    #: outputs, bit for bit. The converter then runs many small tensors in one call.
+    elementwise: ClassVar[bool] = False
 
     def __init__(self, params: Params, match: str):
         self.params = params

@@ -17,6 +17,7 @@ class CastParams(Params):
 @register_transform
 class Cast(Transform):
     name = "cast"
+    elementwise = True
     Params = CastParams
 
     def _dtype(self, ctx: Context) -> torch.dtype:

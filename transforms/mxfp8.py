@@ -105,6 +105,7 @@ def quantize(w: torch.Tensor, scale_dtype: torch.dtype) -> tuple[torch.Tensor, t
 @register_transform
 class DequantMXFP8(Transform):
     name = "dequant_mxfp8"
+    elementwise = True
     Params = MXFP8Params
     quant_method = "mxfp8"
 

@@ -38,6 +38,7 @@ class NormFoldParams(Params):
 @register_transform
 class NormFoldGemma(Transform):
     name = "norm_fold_gemma"
+    elementwise = True
     Params = NormFoldParams
 
     def meta(self, b: Binding, inputs: dict[str, TensorMeta], ctx: Context) -> dict[str, TensorMeta]:

@@ -18,7 +18,9 @@ from ...transforms.base import Context, TransformError
 
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
+from ..io.gc_pause import paused_gc
 from ..io.publish import atomic_dir, publish, remove_temp, step_point
+from .batch import convert_window, finite, windows
 from .checkpoint import TensorReader
 from .plan import Group, Plan
 from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
@@ -36,23 +38,11 @@ def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor],
             raise UserError(f"{', '.join(files)}: {e} (source tensors {', '.join(sorted(app.sources))})") from None
     for name in group.outputs:
         t = tensors[name]
-        if t.is_floating_point() and not _finite(t):
+        if t.is_floating_point() and not finite(t):
             srcs = ", ".join(group.sources)
             raise UserError(f"{name}: NaN or Inf after conversion (from {srcs} in {plan.sources[group.sources[0]].file})"
                             if plan.source else f"{name}: NaN or Inf after conversion")
     return {n: tensors[n] for n in group.outputs}
-
-
-def _finite(t: torch.Tensor) -> bool:
-    """No NaN or Inf in ``t`` (a min/max reduction propagates both: one fast pass)."""
-    if t.numel() == 0:
-        return True
-    if t.dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
-        return bool(torch.isfinite(t.float()).all())
-    if t.numel() < 1 << 16:  # small: one elementwise pass costs less than two reductions
-        return bool(torch.isfinite(t).all())
-    lo, hi = torch.aminmax(t)
-    return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
 
 
 def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
@@ -67,7 +57,9 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     # shares the cores with the writer thread, where OpenMP workers would spin and stall.
     torch.set_num_threads(1)
     try:
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="draftsmith-chunk") as pool:
+        # no cyclic GC passes over the plan's objects while 10^5 tensors' small objects come
+        # and go (tensors and buffers are freed by reference counting)
+        with paused_gc(), ThreadPoolExecutor(max_workers=threads, thread_name_prefix="draftsmith-chunk") as pool:
             _write(plan, tmp, progress, pool)
         publish(tmp, out, overwrite, protect)
     except BaseException:
@@ -98,16 +90,28 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
     done = 0
     order = {n: i for i, n in enumerate(plan.outputs)}
     queue = WriteQueue(depth=2, after_write=step_point)  # file writes overlap conversion
+
+    def one_by_one(g: Group) -> None:
+        outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)
+        for name, t in outs.items():
+            queue.put(where[name], name, t)
+
+    def advance(groups: list[Group]) -> None:
+        nonlocal done
+        bar.update(sum(plan.outputs[n].nbytes for g in groups for n in g.outputs))
+        done += sum(len(g.outputs) for g in groups)
+        if not bar.disable:
+            bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}", refresh=False)
+
     try:
-        for g in sorted(plan.groups, key=lambda g: order[g.outputs[0]]):
-            outs = run_group(plan, g, {s: source(s) for s in g.sources}, ctx)
-            for name, t in outs.items():
-                queue.put(where[name], name, t)
-                bar.update(plan.outputs[name].nbytes)
-                done += 1
-            if not bar.disable:
-                bar.set_postfix(tensors=f"{done}/{len(plan.outputs)}", refresh=False)
-            del outs
+        # runs of small groups convert stacked (framework/convert/batch.py), others alone
+        for window, big in windows(plan, sorted(plan.groups, key=lambda g: order[g.outputs[0]])):
+            if window:
+                convert_window(plan, window, reader, ctx, where, one_by_one, step_point)
+                advance([g for g, _ in window])
+            if big is not None:
+                one_by_one(big)
+                advance([big])
     except BaseException:
         queue.close(check=False)  # drain first: the original error is the one to report
         for w in writers:

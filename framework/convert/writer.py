@@ -51,6 +51,22 @@ class ShardWriter:
         self._pwrite(data, self.data_start + self.offsets[name])
         self.written.add(name)
 
+    def write_rows(self, names: list[str], rows: torch.Tensor, after_each=None) -> None:
+        """Write row ``i`` of ``rows`` (a ``[len(names), ...]`` stack of tensors of one planned
+        shape and dtype) as ``names[i]``: one conversion to bytes, then positional writes
+        (``after_each()`` called after each)."""
+        m = self.metas[names[0]]
+        if tuple(rows.shape) != (len(names), *m.shape) or rows.dtype != m.dtype:
+            raise RuntimeError(f"internal: {names[0]}...: stack is {tuple(rows.shape)} {rows.dtype}, planned {m}")
+        data = rows.detach().contiguous().view(torch.uint8).reshape(len(names), -1).numpy()
+        for name, row in zip(names, data):
+            if self.metas[name] != m:
+                raise RuntimeError(f"internal: {name} is planned {self.metas[name]}, stacked as {m}")
+            self._pwrite(row, self.data_start + self.offsets[name])
+            self.written.add(name)
+            if after_each is not None:
+                after_each()
+
     def abort(self) -> None:
         """Close the file without the completeness check (the caller discards it)."""
         if self.fd is not None:
