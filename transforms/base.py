@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .regex import compile_regex
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated, Any, ClassVar, Optional
 
 import torch
@@ -84,8 +85,9 @@ class TensorMeta:
     shape: tuple[int, ...]
     dtype: torch.dtype
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
+        """Bytes of the data (computed once: plans and writers ask for it per tensor)."""
         n = self.dtype.itemsize
         for s in self.shape:
             n *= s
@@ -161,7 +163,7 @@ class Transform:
 
         The default binds name-preserving one-to-one ops: ``{"x": name} -> (name,)``.
         """
-        if self.match.search(name):
+        if self.match.test(name):
             return Binding({"x": name}, (name,))
         return None
 

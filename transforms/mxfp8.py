@@ -110,7 +110,7 @@ class DequantMXFP8(Transform):
     quant_method = "mxfp8"
 
     def bind(self, name: str, names: set[str]) -> Binding | None:
-        if not self.match.search(name) or any(name.endswith(s) for s in self.params.scale_suffixes):
+        if not self.match.test(name) or any(name.endswith(s) for s in self.params.scale_suffixes):
             return None
         for suffix in self.params.scale_suffixes:
             if name + suffix in names:

@@ -46,11 +46,21 @@ class NameTemplate:
         m = self.regex.match(name)
         return m.groupdict() if m else None
 
+    @cached_property
+    def _pieces(self) -> tuple[tuple[str, str], ...]:
+        """(literal text, placeholder after it or "") pairs that spell the template."""
+        out, pos = [], 0
+        for m in _PLACEHOLDER.finditer(self.text):
+            out.append((self.text[pos : m.start()], m.group(1)))
+            pos = m.end()
+        out.append((self.text[pos:], ""))
+        return tuple(out)
+
     def format(self, values: dict[str, str]) -> str:
         missing = [p for p in self.placeholders if p not in values]
         if missing:
             raise ValueError(f"template {self.text!r} needs {missing}")
-        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], self.text)
+        return "".join(lit + (values[p] if p else "") for lit, p in self._pieces)
 
     def __repr__(self) -> str:
         return f"NameTemplate({self.text!r})"

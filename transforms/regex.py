@@ -55,6 +55,13 @@ class Regex:
     def search(self, text: str):
         return self._try(_UNANCHORED, text, self._rx.search)
 
+    def test(self, text: str) -> bool:
+        """``search(text) is not None``, without building a match object."""
+        if self._engine is None or not isinstance(text, str):
+            return self._rx.search(text) is not None
+        b = text.encode("utf-8")
+        return self._engine.Match(_UNANCHORED, b, 0, len(b))[0] != _NO_SPAN
+
     def match(self, text: str):
         return self._try(_ANCHOR_START, text, self._rx.match)
 
@@ -104,7 +111,8 @@ class AsciiMatch:
         return tuple(default if (v := self._one(i)) is None else v for i in range(1, len(self._spans)))
 
     def groupdict(self, default=None) -> dict:
-        return {n: default if (v := self._one(i)) is None else v for n, i in self._names.items()}
+        spans, text = self._spans, self.string
+        return {n: default if spans[i][0] == -1 else text[spans[i][0] : spans[i][1]] for n, i in self._names.items()}
 
 
 _NO_SPAN = (-1, -1)

@@ -164,7 +164,10 @@ def cmd_inspect(opts, spec, path):
         if not plan.complete:
             print(f"\nloading report: {len(plan.problems)} problem(s)")
             print(plan.report())
-            return 1
+        complete = plan.complete
+        del plan  # freed by reference counting: the collection that GC resumes with stays small
+    if not complete:
+        return 1
     print("\nloading report: complete (every target tensor accounted for)")
     return 0
 
@@ -207,6 +210,7 @@ def cmd_convert(opts, spec, path):
         else:
             print(f"converted {source} with adapter {adapter.name}: {len(plan.outputs)} tensors -> {out}")
             print("\n".join(defaults_lines(ResolvedDrafter.from_config(plan.config))))
+        del plan  # freed by reference counting: the collection that GC resumes with stays small
     return 0
 
 

@@ -1,7 +1,8 @@
 """Converting many small groups at once: groups whose transform chains are elementwise and
-whose sources have equal shapes and dtypes run as one stack (one read call per tensor into
-a shared buffer, one transform call, one finiteness check, one conversion to bytes per
-output), instead of ~10 torch operations per tensor.
+whose sources have equal shapes and dtypes run as one stack, instead of ~10 torch
+operations and two system calls per tensor. A window of consecutive small groups reads
+its sources' byte span in one call, runs one transform call and one finiteness check per
+stack, and writes each run of adjacent outputs in one call.
 
 Bit-identical to converting each group alone: an elementwise transform applied to inputs
 stacked along a new leading dim returns the stack of its outputs
@@ -12,14 +13,16 @@ in output order, word for word.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Iterable
 
+import numpy as np
 import torch
 
 from ...transforms.base import Context, TransformError
 
 from ..errors import UserError
-from .checkpoint import TensorReader
+from .checkpoint import SourceTensor, TensorReader
 from .plan import Group, Plan
 from .writer import ShardWriter
 
@@ -68,12 +71,53 @@ def windows(plan: Plan, groups: Iterable[Group]) -> Iterable[tuple[list[tuple[Gr
         yield window, None
 
 
-def run_stack(plan: Plan, groups: list[Group], reader: TensorReader, ctx: Context) -> list[torch.Tensor] | None:
+class WindowSources:
+    """The source bytes of one window: per shard file, the span from the window's first to
+    its last tensor, read in one call when it is dense (at most twice their bytes + 1 MiB);
+    stacks then copy their rows from memory. Other tensors are read one by one."""
+
+    def __init__(self, reader: TensorReader, tensors: list[SourceTensor]):
+        self.reader = reader
+        self.spans: dict[Path, tuple[int, np.ndarray]] = {}
+        by_file: dict[Path, list[SourceTensor]] = {}
+        for st in tensors:
+            by_file.setdefault(st.file, []).append(st)
+        for file, sts in by_file.items():
+            if any(st.offset < 0 for st in sts):
+                continue
+            lo = min(st.offset for st in sts)
+            hi = max(st.offset + st.meta.nbytes for st in sts)
+            if hi - lo > 2 * sum(st.meta.nbytes for st in sts) + (1 << 20):
+                continue
+            buf = np.empty(hi - lo, dtype=np.uint8)
+            try:
+                reader.read_span(file, lo, memoryview(buf), f"bytes {lo}..{hi}")
+            except UserError:  # the tensors' own reads name the one that fails
+                continue
+            self.spans[file] = (lo, buf)
+
+    def stacked(self, sts: list[SourceTensor]) -> torch.Tensor:
+        """``[len(sts), *shape]``: tensors of one shape and dtype, stacked."""
+        span = self.spans.get(sts[0].file)
+        file = sts[0].file
+        if span is None or any(st.file is not file and st.file != file for st in sts):
+            return self.reader.read_stacked(sts)
+        (lo, buf), meta = span, sts[0].meta
+        n = meta.nbytes
+        rows = np.empty((len(sts), n), dtype=np.uint8)
+        for row, st in zip(rows, sts):
+            if st.meta != meta:
+                raise RuntimeError(f"internal: {st.name} is {st.meta}, stacked with {meta}")
+            row[:] = buf[st.offset - lo : st.offset - lo + n]
+        return torch.from_numpy(rows).view(meta.dtype).reshape(len(sts), *meta.shape)
+
+
+def run_stack(plan: Plan, groups: list[Group], sources: WindowSources, ctx: Context) -> list[torch.Tensor] | None:
     """The outputs of ``groups`` (one stack key), output ``k`` of group ``j`` at ``[k][j]``;
     None when a read or a transform fails or an output is not finite (redo the groups one by one)."""
     g0 = groups[0]
     try:
-        tensors = {plan.renamed[s]: reader.read_stacked([plan.sources[g.sources[i]] for g in groups])
+        tensors = {plan.renamed[s]: sources.stacked([plan.sources[g.sources[i]] for g in groups])
                    for i, s in enumerate(g0.sources)}
         for a in g0.apps:
             inputs = {role: tensors.pop(name) for role, name in a.binding.inputs.items()}
@@ -104,27 +148,44 @@ def convert_window(plan: Plan, window: list[tuple[Group, tuple]], reader: Tensor
     by_key: dict[tuple, list[Group]] = {}
     for g, key in window:
         by_key.setdefault(key, []).append(g)
+    sources = WindowSources(reader, [plan.sources[s] for g, _ in window for s in g.sources])
     failed: set[int] = set()
+    done: dict[str, np.ndarray] = {}  # output name -> its bytes
     for groups in by_key.values():
-        outs = run_stack(plan, groups, reader, ctx)
+        outs = run_stack(plan, groups, sources, ctx)
         if outs is None:
             failed.update(id(g) for g in groups)
             continue
         for k, rows in enumerate(outs):
-            write_rows(where, [g.outputs[k] for g in groups], rows, after_write)
-        del outs
+            check_planned(plan, groups[0].outputs[k], rows)
+            data = rows.detach().contiguous().view(torch.uint8).reshape(len(groups), -1).numpy()
+            done.update(zip((g.outputs[k] for g in groups), data))
+    del sources
+    write_window(where, done, after_write)
     for g, _ in window:
         if id(g) in failed:
             one_by_one(g)
 
 
-def write_rows(where: dict[str, ShardWriter], names: list[str], rows: torch.Tensor,
-               after_write: Callable[[], None]) -> None:
-    """Write ``rows[i]`` as ``names[i]``, each to its shard (consecutive names of one shard
-    in one call), ``after_write()`` after each tensor."""
-    start = 0
-    for i in range(1, len(names) + 1):
-        if i == len(names) or where[names[i]] is not where[names[start]]:
-            where[names[start]].write_rows(names[start:i], rows[start:i], after_write)
-            start = i
+def check_planned(plan: Plan, name: str, rows: torch.Tensor) -> None:
+    """A stack of outputs must have the planned shape and dtype of each (equal by key)."""
+    m = plan.outputs[name]
+    if tuple(rows.shape[1:]) != m.shape or rows.dtype != m.dtype:
+        raise RuntimeError(f"internal: {name}: stacked as {tuple(rows.shape[1:])} {rows.dtype}, planned {m}")
 
+
+def write_window(where: dict[str, ShardWriter], done: dict[str, np.ndarray], after_write: Callable[[], None]) -> None:
+    """Write each tensor's bytes to its shard: runs of tensors adjacent in a shard in one
+    call each (their bytes gathered back to back), ``after_write()`` after each tensor."""
+    by_shard: dict[int, list[str]] = {}
+    for name in done:
+        by_shard.setdefault(id(where[name]), []).append(name)
+    for names in by_shard.values():
+        w = where[names[0]]
+        names.sort(key=w.offsets.__getitem__)
+        start = 0
+        for i in range(1, len(names) + 1):
+            if i == len(names) or w.offsets[names[i]] != w.offsets[names[i - 1]] + w.metas[names[i - 1]].nbytes:
+                run = names[start:i]
+                w.write_span(run, np.concatenate([done[n] for n in run]) if len(run) > 1 else done[run[0]], after_write)
+                start = i

@@ -251,20 +251,24 @@ class TensorReader:
 
     def _read_into(self, st: SourceTensor, view: memoryview) -> None:
         """Fill ``view`` (``st.meta.nbytes`` bytes) with ``st``'s data (``pread`` at its offset)."""
-        f = self._files.get(st.file)
-        if f is None:
-            f = self._files[st.file] = open_regular(st.file, "safetensors shard")
         if st.offset < 0:
             raise UserError(f"{st.name}: not a tensor of a file")
+        self.read_span(st.file, st.offset, view, f"tensor {st.name}")
+
+    def read_span(self, file: Path, offset: int, view: memoryview, what: str) -> None:
+        """Fill ``view`` with the bytes of ``file`` from ``offset`` on (``what``: for messages)."""
+        f = self._files.get(file)
+        if f is None:
+            f = self._files[file] = open_regular(file, "safetensors shard")
         n, got = len(view), 0
         try:
             while got < n:  # one read returns at most ~2 GiB on Linux
-                k = os.preadv(f.fileno(), [view[got:]], st.offset + got)
+                k = os.preadv(f.fileno(), [view[got:]], offset + got)
                 if k == 0:
-                    raise UserError(f"{st.file}: tensor {st.name}: truncated (the file changed after its header was read)")
+                    raise UserError(f"{file}: {what}: truncated (the file changed after its header was read)")
                 got += k
         except OSError as e:
-            raise UserError(f"{st.file}: tensor {st.name}: cannot be read ({e.strerror or e})") from None
+            raise UserError(f"{file}: {what}: cannot be read ({e.strerror or e})") from None
 
     def close(self) -> None:
         for f in self._files.values():

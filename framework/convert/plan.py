@@ -203,7 +203,8 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
                 problems.append(Problem(b.outputs[0], "INVALID", str(e)))
                 consumed.update(b.inputs.values())
                 continue
-            srcs = frozenset().union(*(nodes[n].sources for n in b.inputs.values()))
+            ins = tuple(b.inputs.values())
+            srcs = nodes[ins[0]].sources if len(ins) == 1 else frozenset().union(*(nodes[n].sources for n in ins))
             consumed.update(b.inputs.values())
             for o, m in out.items():
                 new_nodes[o] = Node(m, srcs)
@@ -245,9 +246,11 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
     for a in apps:
         apps_by_source.setdefault(min(a.sources), []).append(a)
     for srcs, outs in by_sources.items():
-        g_apps = [a for s in sorted(srcs) for a in apps_by_source.get(s, ()) if a.sources <= srcs]
-        g_apps.sort(key=lambda a: order[id(a)])
-        groups.append(Group(sorted(srcs), g_apps, outs, sum(sources[s].meta.nbytes for s in srcs)))
+        members = sorted(srcs)
+        g_apps = [a for s in members for a in apps_by_source.get(s, ()) if a.sources <= srcs]
+        if len(g_apps) > 1:
+            g_apps.sort(key=lambda a: order[id(a)])
+        groups.append(Group(members, g_apps, outs, sum(sources[s].meta.nbytes for s in members)))
     return Plan(source, cfg, sources, renamed, dropped, ignored, layout, groups, problems,
                 adapter.spec.weights.max_shard_bytes)
 

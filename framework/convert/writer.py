@@ -51,18 +51,15 @@ class ShardWriter:
         self._pwrite(data, self.data_start + self.offsets[name])
         self.written.add(name)
 
-    def write_rows(self, names: list[str], rows: torch.Tensor, after_each=None) -> None:
-        """Write row ``i`` of ``rows`` (a ``[len(names), ...]`` stack of tensors of one planned
-        shape and dtype) as ``names[i]``: one conversion to bytes, then positional writes
-        (``after_each()`` called after each)."""
-        m = self.metas[names[0]]
-        if tuple(rows.shape) != (len(names), *m.shape) or rows.dtype != m.dtype:
-            raise RuntimeError(f"internal: {names[0]}...: stack is {tuple(rows.shape)} {rows.dtype}, planned {m}")
-        data = rows.detach().contiguous().view(torch.uint8).reshape(len(names), -1).numpy()
-        for name, row in zip(names, data):
-            if self.metas[name] != m:
-                raise RuntimeError(f"internal: {name} is planned {self.metas[name]}, stacked as {m}")
-            self._pwrite(row, self.data_start + self.offsets[name])
+    def write_span(self, names: list[str], data, after_each=None) -> None:
+        """Write ``names`` (consecutive in this shard's layout) from ``data``: their bytes
+        back to back, exactly spanning them; one positional write."""
+        start = self.offsets[names[0]]
+        last = self.metas[names[-1]]
+        if len(data) != self.offsets[names[-1]] + last.nbytes - start:
+            raise RuntimeError(f"internal: {names[0]}..{names[-1]}: {len(data)} bytes do not span them")
+        self._pwrite(data, self.data_start + start)
+        for name in names:
             self.written.add(name)
             if after_each is not None:
                 after_each()
