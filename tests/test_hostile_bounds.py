@@ -160,9 +160,12 @@ def test_regex_fast_path_equals_google_re2():
             for how in ("search", "match", "fullmatch"):
                 a, b = getattr(ours, how)(text), getattr(theirs, how)(text)
                 assert (a is None) == (b is None), (pat, text, how)
+                if how == "search":
+                    assert ours.test(text) == (b is not None), (pat, text)
                 if a is not None:
                     assert [a.span(i) for i in range(theirs.groups + 1)] == [b.span(i) for i in range(theirs.groups + 1)]
                     assert (a.groups(), a.groupdict(), a.group()) == (b.groups(), b.groupdict(), b.group()), (pat, text)
+                    assert a.groupdict("-") == b.groupdict("-"), (pat, text)
 
 
 def test_json_depth_fast_path_equals_regex_path():
