@@ -29,7 +29,7 @@ from .writer import ShardWriter
 #: groups whose sources hold at most this many bytes are stacked (per-call overhead dominates)
 SMALL_GROUP_BYTES = 1 << 16
 #: source bytes of the groups collected into one window (bounds the memory of stacks)
-WINDOW_BYTES = 32 << 20
+WINDOW_BYTES = 16 << 20
 
 
 def stack_key(plan: Plan, g: Group) -> tuple | None:
