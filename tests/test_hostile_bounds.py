@@ -108,9 +108,10 @@ def test_many_tensor_header_in_seconds(base, tmp_path):
 
 def test_many_tensor_checkpoint_converts_in_seconds(tmp_path):
     """About 6 000 expected tensors (333 layers of MXFP8 linears + scales and norms) convert
-    in seconds: tensor data is read by header offset, once per tensor (a ``safe_open`` per
-    tensor parses the whole header each time: quadratic, ~60 s at this size). The output,
-    read back with safetensors' own loader, equals a float64 oracle on the last layer."""
+    in seconds: tensor data is read by header offset (a ``safe_open`` per tensor parses the
+    whole header each time: quadratic, ~60 s at this size) and small tensors convert stacked
+    (~0.6 s here; 3.1 s one by one, before framework/convert/batch.py). The output, read
+    back with safetensors' own loader, equals a float64 oracle on the last layer."""
     from safetensors.torch import load_file
 
     src, n = make_converting_source(tmp_path, 6000)
@@ -119,7 +120,7 @@ def test_many_tensor_checkpoint_converts_in_seconds(tmp_path):
     rc, _, err, dt = run(["convert", "adapter=minimax_dspark", f"source={src}", f"out={out}", "progress=false"])
     cpu = time.process_time() - cpu
     assert rc == 0, err[-1000:]
-    assert cpu < 8.0, f"{cpu:.1f} s of CPU for {n} tensors"
+    assert cpu < 3.0, f"{cpu:.1f} s of CPU for {n} tensors"
     got, raw = load_file(out / "model.safetensors"), load_file(src / "model.safetensors")
     last = json.loads((src / "config.json").read_text())["text_config"]["num_hidden_layers"] - 1
     assert len(got) == n - 7 * (last + 1)  # every MXFP8 scale is folded into its weight
@@ -133,7 +134,7 @@ def test_many_tensor_checkpoint_converts_in_seconds(tmp_path):
     assert torch.equal(got[f"layers.{last}.input_layernorm.weight"], norm)
     k_norm = (1.0 + raw[pre + "self_attn.k_norm.weight"].to(torch.float64)).to(torch.bfloat16)  # folded: 1 + w
     assert torch.equal(got[f"layers.{last}.self_attn.k_norm.weight"], k_norm)
-    record("bounds", "6 000-tensor checkpoint converts", f"exit 0 in < 8 s CPU, equal to a float64 oracle")
+    record("bounds", "6 000-tensor checkpoint converts", f"exit 0 in < 3 s CPU, equal to a float64 oracle")
 
 
 def test_regex_fast_path_equals_google_re2():
