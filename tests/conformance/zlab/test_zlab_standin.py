@@ -75,10 +75,16 @@ def assert_drafts_like(m, d: dict) -> None:
     assert rel(other, logits) > 1e-2
 
 
-@pytest.mark.parametrize("source", EXPORTABLE)
-def test_export_loads_and_drafts_in_zlab(source, tmp_path):
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+
+
+@pytest.mark.parametrize("source, scaling", [*((s, None) for s in EXPORTABLE), ("zlab_dflash", YARN)])
+def test_export_loads_and_drafts_in_zlab(source, scaling, tmp_path):
     adapter = load_adapter(source)
     synthesize(adapter, "tiny", tmp_path / "s", seed=6)
+    if scaling is not None:  # transformers-4 layout, as z-lab's pinned transformers 4.57.1 and its MLX loader read
+        raw = json.loads((tmp_path / "s" / "config.json").read_text())
+        (tmp_path / "s" / "config.json").write_text(json.dumps(dict(raw, rope_scaling=scaling)))
     target = tmp_path / "s" / "target"
     assert main(["convert", f"source={tmp_path / 's'}", f"out={tmp_path / 'c'}"]) == 0
     assert main(["convert", f"source={tmp_path / 's'}", f"out={tmp_path / 'x'}", "to=zlab_dflash"]) == 0
@@ -96,8 +102,13 @@ def test_export_loads_and_drafts_in_zlab(source, tmp_path):
     for k, t in exported.items():
         assert torch.equal(sd[k], t.float()), k
     assert m.block_size == raw["block_size"] and m.target_layer_ids == raw["dflash_config"]["target_layer_ids"]
+    assert raw.get("rope_scaling") == scaling  # top level: what z-lab's readers look at
+    if scaling is not None:  # transformers' own YaRN reached z-lab's rotary embedding
+        assert m.rotary_emb.rope_type == "yarn"
     d = draftsmith_step(tmp_path / "c", target, tmp_path, seed=3)
     assert_drafts_like(m, d)
+    if scaling is not None:
+        return  # the float64 YaRN formula is checked against the host in tests/test_rope_scaling.py
     # the float64 oracle (tests/oracles.py) on the export's own tensors and rope base
     from helpers import read_checkpoint
     cfg, w = read_checkpoint(tmp_path / "c")
@@ -164,3 +175,30 @@ def test_what_zlab_cannot_run_is_refused(source, tmp_path, capsys):
     assert len(err) == 1 and "to=zlab_dflash: the zlab_dflash format cannot express" in err[0]
     assert REFUSED[source] in err[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_other_target_width_is_refused(tmp_path, capsys):
+    """z-lab's ``fc`` is ``[h, len(ids) * hidden_size]``: its loader refuses a drafter whose target
+    is wider or narrower than the drafter (transformers: size mismatch), so the export is refused."""
+    synthesize(load_adapter("trtllm_dflash"), "tiny", tmp_path / "s", seed=2)
+    assert main(["convert", f"source={tmp_path / 's'}", f"out={tmp_path / 'x'}", "to=zlab_dflash"]) == 0
+    cfg_path, w_path = tmp_path / "s" / "config.json", tmp_path / "s" / "model.safetensors"
+    raw = json.loads(cfg_path.read_text())
+    h, n = raw["hidden_size"], len(raw["dflash_config"]["target_layer_ids"])
+    raw["target_hidden_size"] = h // 2
+    cfg_path.write_text(json.dumps(raw))
+    w = load_file(w_path)
+    w["fc.weight"] = torch.randn(h, n * h // 2).to(w["fc.weight"].dtype)
+    save_file(w, str(w_path))
+    # z-lab's own loader on such a checkpoint (the export above with the narrower fc): refused
+    x = load_file(tmp_path / "x" / "model.safetensors")
+    x["fc.weight"] = w["fc.weight"]
+    save_file(x, str(tmp_path / "x" / "model.safetensors"))
+    with pytest.raises(Z.LoadRefused, match="mismatch"):
+        Z.load(tmp_path / "x")
+    capsys.readouterr()
+    assert main(["convert", f"source={tmp_path / 's'}", f"out={tmp_path / 'y'}", "to=zlab_dflash"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: to=zlab_dflash: the zlab_dflash format cannot express a target hidden size ({h // 2}) "
+                   f"other than the drafter's hidden size ({h}) (export.unsupported: target_hidden)"]
+    assert not (tmp_path / "y").exists()
