@@ -194,7 +194,7 @@ def test_other_target_width_is_refused(tmp_path, capsys):
     x = load_file(tmp_path / "x" / "model.safetensors")
     x["fc.weight"] = w["fc.weight"]
     save_file(x, str(tmp_path / "x" / "model.safetensors"))
-    with pytest.raises(Z.LoadRefused, match="mismatch"):
+    with pytest.raises(Z.LoadRefused, match="from_pretrained"):  # size mismatch (wording varies by version)
         Z.load(tmp_path / "x")
     capsys.readouterr()
     assert main(["convert", f"source={tmp_path / 's'}", f"out={tmp_path / 'y'}", "to=zlab_dflash"]) == 2
@@ -202,3 +202,17 @@ def test_other_target_width_is_refused(tmp_path, capsys):
     assert err == [f"error: to=zlab_dflash: the zlab_dflash format cannot express a target hidden size ({h // 2}) "
                    f"other than the drafter's hidden size ({h}) (export.unsupported: target_hidden)"]
     assert not (tmp_path / "y").exists()
+
+
+def test_num_target_layers_is_read_even_with_ids():
+    """Why exports derive ``num_target_layers``: z-lab's ``__init__`` evaluates the default ids
+    (from ``num_target_layers``) before looking for ``dflash_config.target_layer_ids``."""
+    from transformers import Qwen3Config
+    cfg = Qwen3Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                      intermediate_size=64, vocab_size=64)
+    cfg.block_size, cfg.dflash_config = 4, {"target_layer_ids": [1], "mask_token_id": 3}
+    with pytest.raises(AttributeError, match="num_target_layers"):
+        Z.DFlashDraftModel(cfg)
+    cfg.num_target_layers = 4
+    assert Z.DFlashDraftModel(cfg).target_layer_ids == [1]
+    assert Z.config_problems({"block_size": 4}) and "num_target_layers: missing" in Z.config_problems({})

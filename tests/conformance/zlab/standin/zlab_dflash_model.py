@@ -16,7 +16,8 @@ its public source, read for facts and written anew here:
 Like z-lab's class, :class:`DFlashDraftModel` is a ``Qwen3PreTrainedModel`` with
 ``config_class = Qwen3Config`` built from transformers' own ``Qwen3RMSNorm``, ``Qwen3MLP``,
 ``Qwen3RotaryEmbedding`` and ``rotate_half`` (the installed transformers: the crosscheck pins
-5.19.0; z-lab pins 4.57.1 for its transformers backend), so its config reading, weight
+5.19.0; z-lab pins 4.57.1 for its transformers backend, and the suite passes on both -- see
+PROVENANCE.md), so its config reading, weight
 loading (``from_pretrained``) and saving (``save_pretrained``) are transformers' own.
 
 Attention. z-lab's attention is non-causal (``is_causal = False``; ``dflash_generate`` passes
