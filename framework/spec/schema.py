@@ -202,6 +202,14 @@ class AttentionSpec(Strict):
         description="Checkpoint metadata `is_causal: true` or `sliding_window_non_causal: false` overrides "
         "the family default (also for windows declared only through `use_swa`).",
     )
+    hf_window_switch: bool = Field(
+        False,
+        description="Windows as transformers' `Qwen3Config` reads them: a layer is windowed only when "
+        "`use_sliding_window` is true (absent: false) and its `layer_types` entry is `sliding_attention` "
+        "(`Qwen3Config` sets `sliding_window` to None otherwise, so those layers see every key); "
+        "`use_sliding_window: true` without `layer_types` is refused (`Qwen3Config` would derive them from "
+        "`max_window_layers`).",
+    )
     layers: dict[int, LayerOverride] = Field(default_factory=dict, description="Per-layer overrides by layer index.")
     lowering: dict[Literal["windowed", "full"], LoweringChoice] = Field(
         default_factory=lambda: {"windowed": LoweringChoice(), "full": LoweringChoice()},

@@ -140,16 +140,21 @@ def write_target(folder: Path, v: int, h: int, seed: int) -> None:
                                                     "hidden_size": h, "vocab_size": v, "torch_dtype": "float32"}))
 
 
-@pytest.mark.parametrize("layers", [("full_attention", "full_attention"), ("sliding_attention", "full_attention")])
-def test_zlab_saved_converts_and_drafts(layers, tmp_path):
+@pytest.mark.parametrize("layers, switch", [(("full_attention", "full_attention"), True),
+                                            (("sliding_attention", "full_attention"), True),
+                                            (("sliding_attention", "full_attention"), False)])
+def test_zlab_saved_converts_and_drafts(layers, switch, tmp_path):
     """A drafter in z-lab's own layout: the stand-in's class (z-lab's module names) saved by
     transformers' ``save_pretrained`` in bf16, with a non-default rope base, as z-lab's
-    class saves; its config routes to zlab_dflash without ``adapter=``."""
+    class saves; its config routes to zlab_dflash without ``adapter=``. ``switch`` false: the
+    saved config is then edited to ``sliding_window: 8`` with ``use_sliding_window: false``
+    (a hand-written config): ``Qwen3Config`` drops the window, so z-lab's sliding layer sees
+    every key, and so must draftsmith (``attention.hf_window_switch``)."""
     from transformers import Qwen3Config
     v, h = 256, 64
     cfg = Qwen3Config(hidden_size=h, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                       intermediate_size=128, vocab_size=v, max_position_embeddings=4096, rms_norm_eps=1e-6,
-                      rope_theta=54321.0, use_sliding_window="sliding_attention" in layers, sliding_window=8,
+                      rope_theta=54321.0, use_sliding_window=switch and "sliding_attention" in layers, sliding_window=8,
                       layer_types=list(layers))
     cfg.block_size, cfg.num_target_layers = 8, 8
     cfg.dflash_config = {"target_layer_ids": [1, 3, 5], "mask_token_id": 250}
@@ -159,10 +164,14 @@ def test_zlab_saved_converts_and_drafts(layers, tmp_path):
     m.to(torch.bfloat16).save_pretrained(str(tmp_path / "S"))
     raw = json.loads((tmp_path / "S" / "config.json").read_text())
     assert raw["architectures"] == ["DFlashDraftModel"] and route(raw).name == "zlab_dflash"
+    if not switch:
+        assert raw["use_sliding_window"] is False
+        (tmp_path / "S" / "config.json").write_text(json.dumps(dict(raw, sliding_window=8)))
     write_target(tmp_path / "target", v, h, seed=12)
     assert main(["convert", f"source={tmp_path / 'S'}", f"out={tmp_path / 'T'}"]) == 0
     d = draftsmith_step(tmp_path / "T", tmp_path / "target", tmp_path, seed=4)
     loaded = Z.load(tmp_path / "S")
+    assert loaded.layers[0].self_attn.sliding_window == (8 if switch and "sliding_attention" in layers else None)
     assert loaded.rotary_emb.inv_freq[1].item() == pytest.approx(54321.0 ** (-2 / 16), rel=1e-6)
     assert_drafts_like(loaded, d)
 
