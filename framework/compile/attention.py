@@ -34,6 +34,13 @@ def resolve_layers(att: AttentionSpec, cfg: dict[str, Any], where: str = "config
         windowed = [t == "sliding_attention" for t in layer_types]
     else:
         windowed = [bool(use_swa)] * n
+    if att.hf_window_switch:  # Qwen3Config: no window unless use_sliding_window (spec field docs)
+        if cfg.get("use_sliding_window") is True and layer_types is None:
+            raise UserError(f"{where}: use_sliding_window is true but layer_types is missing "
+                            "(transformers would derive it from max_window_layers); give layer_types")
+        if cfg.get("use_sliding_window") is not True:
+            windowed = [False] * n
+            layer_types, use_swa = None, False
 
     causal = [att.windowed_causal if w else att.full_causal for w in windowed]
     if att.explicit_causality_wins:

@@ -137,6 +137,9 @@ _FEATURES = {
                        lambda r: "causal sliding-window layers"),
     "heads": (lambda r: bool(r.heads.markov_rank) or r.heads.confidence,
               lambda r: f"the Markov (rank {r.heads.markov_rank}) / confidence ({r.heads.confidence}) heads"),
+    "target_hidden": (lambda r: r.dims.target_hidden != r.dims.hidden,
+                      lambda r: f"a target hidden size ({r.dims.target_hidden}) other than the drafter's "
+                                f"hidden size ({r.dims.hidden})"),
 }
 
 

@@ -202,6 +202,14 @@ class AttentionSpec(Strict):
         description="Checkpoint metadata `is_causal: true` or `sliding_window_non_causal: false` overrides "
         "the family default (also for windows declared only through `use_swa`).",
     )
+    hf_window_switch: bool = Field(
+        False,
+        description="Windows as transformers' `Qwen3Config` reads them: a layer is windowed only when "
+        "`use_sliding_window` is true (absent: false) and its `layer_types` entry is `sliding_attention` "
+        "(`Qwen3Config` sets `sliding_window` to None otherwise, so those layers see every key); "
+        "`use_sliding_window: true` without `layer_types` is refused (`Qwen3Config` would derive them from "
+        "`max_window_layers`).",
+    )
     layers: dict[int, LayerOverride] = Field(default_factory=dict, description="Per-layer overrides by layer index.")
     lowering: dict[Literal["windowed", "full"], LoweringChoice] = Field(
         default_factory=lambda: {"windowed": LoweringChoice(), "full": LoweringChoice()},
@@ -257,11 +265,12 @@ class ExportSpec(Strict):
         description="Top-level keys that identify this format (`speculators_model_type`, `auto_map`, ...): "
         "an export from this format never carries them into another format.",
     )
-    unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads"]] = Field(
+    unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads", "target_hidden"]] = Field(
         default_factory=list,
         description="Drafter features this format's own runtime cannot run; an export of a drafter using "
         "one is refused: `swiglu_oai` (the clamped OpenAI SwiGLU), `partial_rotary` (rotary_dim < "
-        "head_dim), `causal_windows` (a causal sliding-window layer), `heads` (Markov or confidence head).",
+        "head_dim), `causal_windows` (a causal sliding-window layer), `heads` (Markov or confidence head), "
+        "`target_hidden` (a target hidden size other than the drafter's).",
     )
 
 
