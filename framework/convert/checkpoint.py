@@ -141,6 +141,7 @@ def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
     spans: list[tuple[int, int, str]] = []
     data_len = size - 8 - n
     base = 8 + n
+    metas: dict[tuple, TensorMeta] = {}
     for name, info in header.items():
         shape = offsets = dtype = None
         if type(info) is dict:
@@ -148,13 +149,17 @@ def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
             shape, offsets = info.get("shape"), info.get("data_offsets")
         # JSON integers only (not bools, floats or strings): ``type() is int``
         if (dtype is None or type(shape) is not list or type(offsets) is not list or len(offsets) != 2
-                or not all(type(v) is int for v in shape) or not all(type(v) is int for v in offsets)):
+                or not all(type(v) is int for v in shape) or type(offsets[0]) is not int
+                or type(offsets[1]) is not int):
             shown = repr(info)
             raise UserError(f"{path}: tensor {name}: malformed header entry "
                             f"{shown[:200]}{'...' if len(shown) > 200 else ''} (shape and data_offsets "
                             "must be lists of integers)")
         start, end = offsets
-        meta = TensorMeta(tuple(shape), dtype)
+        key = (tuple(shape), dtype)
+        meta = metas.get(key)
+        if meta is None:  # one TensorMeta per distinct shape and dtype (most tensors share one)
+            meta = metas[key] = TensorMeta(*key)
         if start < 0 or end - start != meta.nbytes or any(s < 0 for s in shape):
             raise UserError(
                 f"{path}: tensor {name}: header says {meta} ({meta.nbytes} bytes) but its data "
