@@ -13,7 +13,7 @@ time also holds other sessions' work) of each command for each N. Before the fix
 issue 19, ``convert`` of the refused case took > 900 s at N = 100 000 (quadratic
 ``Plan.problem_lines``), and converting read every tensor through ``safe_open``, which
 parses the whole header each time (quadratic: ~10 s at N = 1 800). Converting N = 100 000
-then took 25.5 s one tensor at a time, 10.7 s with small tensors stacked
+then took 25.5 s one tensor at a time, 7.4-7.8 s with small tensors stacked
 (framework/convert/batch.py; 2026-11-30, docs/benchmarks.md).
 
 Usage: ``python bench/many_tensors.py [N ...]`` (default: 20000 100000). CI bounds it in
