@@ -121,6 +121,22 @@ _UNANCHORED, _ANCHOR_START, _ANCHOR_BOTH = ((_ANCHORS.UNANCHORED, _ANCHORS.ANCHO
                                             if _ANCHORS is not None else (None, None, None))
 
 
+def _engine_answers_as_expected() -> bool:
+    """The engine path uses google-re2 internals (``_regexp.Match``, ``_Anchor``): probe them
+    once on known inputs; any other answer (another release) turns the fast path off."""
+    try:
+        eng = re2.compile("a(b)?c", _OPTIONS)._regexp
+        return (tuple(map(tuple, eng.Match(_UNANCHORED, b"xacx", 0, 4))) == ((1, 3), _NO_SPAN)
+                and eng.Match(_ANCHOR_BOTH, b"abc", 0, 3)[0] == (0, 3)
+                and eng.Match(_ANCHOR_START, b"xabc", 0, 4)[0] == _NO_SPAN)
+    except Exception:  # noqa: BLE001 - no such internals: the public path
+        return False
+
+
+if _ANCHORS is not None and not _engine_answers_as_expected():
+    _ANCHORS = None
+
+
 def compile_regex(pattern: str):
     """Compile a spec regex with RE2; ValueError (one line) when it is not one."""
     if not isinstance(pattern, str):
