@@ -62,11 +62,11 @@ V, H, BLOCK, CONTEXT = 256, 64, 4, 21
 AUX = [1, 3, 5]  # speculators' aux ids: target layer inputs
 
 
-def tiny_layer_config(rope_parameters: dict, window: int) -> Qwen3Config:
+def tiny_layer_config(rope_parameters: dict, window: int, use_sliding_window: bool = True) -> Qwen3Config:
     """A Qwen3 backbone with one sliding and one full layer (``window`` >= CONTEXT + BLOCK)."""
     tl = Qwen3Config(hidden_size=H, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                      intermediate_size=128, vocab_size=V, max_position_embeddings=4096, rms_norm_eps=1e-6,
-                     use_sliding_window=True, sliding_window=window,
+                     use_sliding_window=use_sliding_window, sliding_window=window,
                      layer_types=["sliding_attention", "full_attention"], rope_parameters=rope_parameters)
     tl._attn_implementation = "eager"  # speculators' float mask; its default block mask needs torch.compile
     return tl
@@ -96,9 +96,9 @@ def realistic_weights(m: torch.nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
 
 
-def build(kind: str, rope_parameters: dict, seed: int, verifier, window: int = 64):
+def build(kind: str, rope_parameters: dict, seed: int, verifier, window: int = 64, use_sliding_window: bool = True):
     """A tiny DFlash or DSpark drafter built by speculators' own classes."""
-    tl = tiny_layer_config(rope_parameters, window)
+    tl = tiny_layer_config(rope_parameters, window, use_sliding_window)
     common = dict(transformer_layer_config=tl, draft_vocab_size=V, block_size=BLOCK, aux_hidden_state_layer_ids=AUX,
                   mask_token_id=250)
     if kind == "dflash":
@@ -211,6 +211,29 @@ def test_speculators_saved_drafts_like_speculators_forward(kind, rope, tmp_path,
     if rope != "default":  # the scaling reached speculators' rotary embedding
         assert m.rotary_emb.rope_type == rope
     m.save_pretrained(str(tmp_path / "S"))
+    attach_target(m, t)
+    assert main(["convert", f"source={tmp_path / 'S'}", f"out={tmp_path / 'T'}"]) == 0
+    d = draftsmith_step(tmp_path / "T", tmp_path / "target", tmp_path, seed=3)
+    compare(m, d, monkeypatch, sample_from_anchor=kind == "dspark")
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+@pytest.mark.parametrize("window_in_file", [False, True])
+def test_sliding_layers_without_use_sliding_window_run_full(kind, window_in_file, tmp_path, monkeypatch):
+    """speculators' backbone config is transformers' ``Qwen3Config``, which drops
+    ``sliding_window`` unless ``use_sliding_window`` is true: its ``sliding_attention`` layers
+    then see every key. A window of 6 (shorter than the context) would change the output, so
+    draftsmith must read such a drafter as full attention too: as saved (``sliding_window:
+    null``) and with a window written into the file anyway."""
+    t = write_target(tmp_path / "target", seed=8)
+    m = build(kind, dict(ROPES["default"]), seed=11, verifier=tmp_path / "target", window=6, use_sliding_window=False)
+    assert m.sliding_window is None and m.uses_sliding_window_attn  # speculators: sliding layers, no window
+    m.save_pretrained(str(tmp_path / "S"))
+    if window_in_file:
+        cfg_path = tmp_path / "S" / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["transformer_layer_config"]["sliding_window"] = 6
+        cfg_path.write_text(json.dumps(cfg))
     attach_target(m, t)
     assert main(["convert", f"source={tmp_path / 'S'}", f"out={tmp_path / 'T'}"]) == 0
     d = draftsmith_step(tmp_path / "T", tmp_path / "target", tmp_path, seed=3)
