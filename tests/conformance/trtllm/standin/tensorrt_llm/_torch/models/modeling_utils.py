@@ -23,19 +23,19 @@ def is_builtin_zoo_module(module_name: str) -> bool:
     return module_name.startswith(BUILTIN_PREFIX)
 
 
+def _record(mapping: dict, key, obj):
+    """The slot rule both registries of modeling_utils.py @ cb4c622c apply: a built-in object
+    only fills an empty slot, an external one always overwrites."""
+    existing = mapping.get(key)
+    if existing is None or existing is obj or not is_builtin_zoo_module(obj.__module__):
+        mapping[key] = obj
+    return obj
+
+
 def register_auto_model(name: str):
     """Reproduces modeling_utils.py @ cb4c622c ``register_auto_model``: records the class under
-    architecture ``name``; a built-in class only fills an empty slot, an external one always
-    overwrites."""
-
-    def decorator(cls):
-        existing = MODEL_CLASS_MAPPING.get(name)
-        if existing is not None and existing is not cls and is_builtin_zoo_module(cls.__module__):
-            return cls
-        MODEL_CLASS_MAPPING[name] = cls
-        return cls
-
-    return decorator
+    architecture ``name`` (:func:`_record`)."""
+    return lambda cls: _record(MODEL_CLASS_MAPPING, name, cls)
 
 
 def _ensure_model_registered(arch: str) -> None:
@@ -100,17 +100,9 @@ def register_config_loader(name: str):
 if not OLD:
 
     def register_draft_model(mode):
-        """Reproduces ``register_draft_model`` @ cb4c622c: a built-in builder only fills an empty
-        slot; an external one always overwrites."""
-
-        def decorator(builder):
-            existing = DRAFT_MODEL_BUILDER_MAPPING.get(mode)
-            if existing is not None and existing is not builder and is_builtin_zoo_module(builder.__module__):
-                return builder
-            DRAFT_MODEL_BUILDER_MAPPING[mode] = builder
-            return builder
-
-        return decorator
+        """Reproduces ``register_draft_model`` @ cb4c622c: records the builder under ``mode``
+        (:func:`_record`)."""
+        return lambda builder: _record(DRAFT_MODEL_BUILDER_MAPPING, mode, builder)
 
     def get_registered_draft_model_builder(mode) -> Optional[Callable]:
         """Reproduces ``get_registered_draft_model_builder`` @ cb4c622c: import the built-in
