@@ -6,8 +6,10 @@ when :func:`fits` holds); this module only holds the kernel and its launch.
 One program per (sequence, KV head, split), all ``B * G`` packed query rows (at most 128):
 
 - a 1-warp producer partition streams the *interior* context tiles of its split (64 keys,
-  inside one page, every key visible to every row) by TMA into a ring of ``NUM_BUF``
-  shared-memory slots, each guarded by a ``ready`` and an ``empty`` mbarrier;
+  every key visible to every row) by TMA into a ring of ``NUM_BUF`` shared-memory slots, each
+  guarded by a ``ready`` and an ``empty`` mbarrier; a tile is one TMA box of K and one of V
+  when pages hold a multiple of 64 keys, else ``64 / SUB`` boxes of ``SUB`` keys each
+  (:func:`sub_rows`: TensorRT-LLM's 32-token pages take two), each from its own page;
 - one or two 4-warp consumer partitions (rows 0-63, 64-127) each run the online softmax
   (float32, base-2) with wgmma over every slot, then release it; so each K/V tile is read
   from memory once per KV head, and one consumer's softmax overlaps the other's MMAs and
@@ -55,6 +57,7 @@ TILE = 64  # keys per tile and rows per consumer
 NUM_BUF = 4  # ring slots (measured: 3-5 within 1% at batch 64 / 256)
 CONSUMER_REGS = 232  # registers per thread of the second consumer (the first gets what is left)
 PRODUCER_REGS = 24  # registers per thread of the producer warp
+MIN_SUB_ROWS = 16  # smallest TMA box (keys) a tile is loaded in; smaller pages run the Triton kernel
 
 
 # Phase timer (a diagnostic, ``launch(timer=...)``; compiled out otherwise): int64 slots per
@@ -88,10 +91,18 @@ def available() -> bool:
     return gluon is not None and triton.__version__.startswith(VERIFIED_TRITON)
 
 
+def sub_rows(page: int) -> int:
+    """Keys per TMA box for pages of ``page`` tokens: the largest power of two that divides both
+    the page and the 64-key tile, so that no box crosses a page (pages are powers of two, so
+    this is ``min(page, 64)``: TensorRT-LLM's 32-token pages take two boxes a tile)."""
+    return min(TILE, page & -page)
+
+
 def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bool:
     """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64 or 128, pages
-    of >= 64 tokens in one of the two TMA layouts, ``B * G <= 128``, and every K/V row of the
-    pages and the block on 16 bytes (what its cp.async copies assume)."""
+    in one of the two TMA layouts whose boxes hold >= 16 keys (:func:`sub_rows`: pages of 16
+    tokens or more), ``B * G <= 128``, and every K/V row of the pages and the block
+    on 16 bytes (what its cp.async copies assume)."""
     if not available() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return False
     n, b, hq, d = q.shape
@@ -99,7 +110,7 @@ def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bo
     kp, vp = cache.k_pages, cache.v_pages
     layout = page_layout(kp)
     return (q.dtype in (torch.bfloat16, torch.float16) and kp.dtype == q.dtype and d in (64, 128)
-            and kp.shape[1] >= TILE and b * (hq // hkv) <= 2 * TILE and b <= TILE
+            and sub_rows(kp.shape[1]) >= MIN_SUB_ROWS and b * (hq // hkv) <= 2 * TILE and b <= TILE
             and layout is not None and layout == page_layout(vp) and _rows_16b_aligned(kp, vp, k_blk, v_blk))
 
 
@@ -109,15 +120,19 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(overlap: bool = False):
+def _kernel(overlap: bool = False, sub: int = TILE):
     """The Gluon kernel, decorated on first use (never under the interpreter). ``overlap``: the
     consumers issue the next ring tile's Q K^T before this tile's softmax, and run the softmax
     while this tile's P @ V is in flight (FA3's intra-warpgroup overlap); otherwise (the
     default) each MMA is waited for before the softmax that follows it. An A/B build option
     (``bench/gluon_ab.py``): on the H200 the two were within run-to-run noise (2026-11-30,
-    docs/benchmarks.md, ninth measurement), so the default stays the build measured longest."""
+    docs/benchmarks.md, ninth measurement), so the default stays the build measured longest.
+    ``sub``: keys per TMA box (:func:`sub_rows`), a closure constant (a shape in the producer
+    partition, whose arguments arrive as values)."""
     BN = gl.constexpr(TILE)
     OVERLAP = gl.constexpr(overlap)
+    SUB = gl.constexpr(sub)
+    N_SUB = gl.constexpr(TILE // sub)
     BM = gl.constexpr(TILE)
     # Timer slots (TIMER_SLOTS' order).
     (T_NS_ENTRY, T_ENTRY, T_CONSUMER, T_Q, T_FIRST_TILE, T_INTERIOR_DONE, T_FIRST_PRIVATE, T_PRIVATE_DONE, T_STORED,
@@ -157,16 +172,24 @@ def _kernel(overlap: bool = False):
          TMA_PAGE, TMA_HEAD, TMA_COL, t_ptr, TIMED) = p
         NB: gl.constexpr = k_bufs.type.shape[0]
         stamp(t_ptr, T_PRODUCER, TIMED)
+        n_bt = bt_ptr + n.to(gl.int64) * s_btn
         for i in range(mid_end - n_pre):
             idx = i % NB
             ph = (i // NB) & 1
             mbarrier.wait(empty.index(idx), ph ^ 1)
             t0 = lo + (n_pre + i) * BN
-            page = gl.load(bt_ptr + n.to(gl.int64) * s_btn + (t0 // PAGE) % R)
-            row0 = page * TMA_PAGE + kvh * TMA_HEAD + t0 % PAGE
-            mbarrier.expect(ready.index(idx), 2 * k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [row0, kvh * TMA_COL], ready.index(idx), k_bufs.index(idx))
-            tma.async_copy_global_to_shared(v_desc, [row0, kvh * TMA_COL], ready.index(idx), v_bufs.index(idx))
+            mbarrier.expect(ready.index(idx), 2 * N_SUB * k_desc.block_type.nbytes)
+            for j in gl.static_range(N_SUB):  # one box per page the tile spans (one when pages hold 64k keys)
+                t = t0 + j * SUB
+                row = gl.load(n_bt + (t // PAGE) % R) * TMA_PAGE + kvh * TMA_HEAD + t % PAGE
+                if N_SUB == 1:
+                    k_dst = k_bufs.index(idx)
+                    v_dst = v_bufs.index(idx)
+                else:
+                    k_dst = k_bufs.index(idx).slice(j * SUB, SUB)
+                    v_dst = v_bufs.index(idx).slice(j * SUB, SUB)
+                tma.async_copy_global_to_shared(k_desc, [row, kvh * TMA_COL], ready.index(idx), k_dst)
+                tma.async_copy_global_to_shared(v_desc, [row, kvh * TMA_COL], ready.index(idx), v_dst)
             stamp(t_ptr, T_FIRST_TMA, TIMED, when=i == 0)
         stamp(t_ptr, T_LAST_TMA, TIMED)
 
@@ -413,10 +436,11 @@ def _kernel(overlap: bool = False):
         mid_end = gl.maximum(n_pre, n_full)
         has_blk = (split == NUM_SPLITS - 1).to(gl.int32)  # the last split also takes the block's keys
 
-        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB] + k_desc.block_type.shape, k_desc.layout)
-        v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NB] + v_desc.block_type.shape, v_desc.layout)
-        kq_bufs = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS] + k_desc.block_type.shape, k_desc.layout)
-        vq_bufs = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS] + v_desc.block_type.shape, v_desc.layout)
+        D: gl.constexpr = k_desc.block_type.shape[1]
+        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB, BN, D], k_desc.layout)
+        v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NB, BN, D], v_desc.layout)
+        kq_bufs = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS, BN, D], k_desc.layout)
+        vq_bufs = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS, BN, D], v_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NB):
@@ -455,10 +479,11 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     bt = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
     elt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    lay = gl.NVMMASharedLayout.get_default_for([TILE, d], elt)
+    lay = gl.NVMMASharedLayout.get_default_for([TILE, d], elt)  # the ring's slots; boxes fill them in SUB-key rows
+    sub = sub_rows(page)
     (k_rows, strides), (v_rows, _) = tma_rows(kp), tma_rows(vp)  # fits(): one layout for both
-    k_desc = TensorDescriptor.from_tensor(k_rows, [TILE, d], lay)
-    v_desc = TensorDescriptor.from_tensor(v_rows, [TILE, d], lay)
+    k_desc = TensorDescriptor.from_tensor(k_rows, [sub, d], lay)
+    v_desc = TensorDescriptor.from_tensor(v_rows, [sub, d], lay)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((n, b, hq), dtype=torch.float32, device=q.device) if return_lse else None
     if num_splits > 1:
@@ -473,7 +498,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
                               or not timer.is_contiguous()):
         raise ValueError(f"timer: an int64 contiguous [{n * hkv}, {num_splits}, {len(TIMER_SLOTS)}] tensor, "
                          f"got {timer.dtype} {tuple(timer.shape)}")
-    _kernel(overlap)[(n * hkv, num_splits)](
+    _kernel(overlap, sub)[(n * hkv, num_splits)](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
@@ -491,7 +516,8 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
-                     producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = False) -> Optional[dict]:
+                     producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = False,
+                     page: int = TILE) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton); returns the
     kernel's shared memory and warps, or None without Gluon."""
     if gluon is None:
@@ -501,7 +527,8 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     from triton.experimental.gluon._runtime import GluonASTSource
 
     lay = gl.NVMMASharedLayout.get_default_for([TILE, d], gl.bfloat16)
-    desc = f"tensordesc<bf16[{TILE}, {d}],{lay!r}>"
+    sub = sub_rows(page)
+    desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
              "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
     # The kernel's own parameter list, typed by name: bf16 tensors, float32 outputs, int32
@@ -509,10 +536,10 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
              "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
     sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
-           for k in _kernel(overlap).arg_names}
+           for k in _kernel(overlap, sub).arg_names}
     # Pointers 16-byte aligned (launches specialize on it; fits() requires it), no integer hints.
     aligned = {(i, ): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    src = GluonASTSource(_kernel(overlap), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
+    src = GluonASTSource(_kernel(overlap, sub), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})

@@ -205,6 +205,21 @@ def test_tma_refused_on_unfit_shapes():
         _descriptors(cache.k_pages, cache.v_pages, cfg, 64, 64)
 
 
+def test_gluon_boxes_never_cross_a_page():
+    """The Gluon kernel loads a 64-key tile as boxes of ``sub_rows(P)`` keys, so that every box
+    starts and ends inside one page (pages are powers of two; sub_rows holds for any multiple
+    of 8 too)."""
+    from draftsmith.lowering.gluon_window_block import TILE, sub_rows
+
+    want = {8: 8, 16: 16, 32: 32, 64: 64, 128: 64, 256: 64, 48: 16, 96: 32}
+    assert {p: sub_rows(p) for p in want} == want
+    for page in range(8, 520, 8):
+        sub = sub_rows(page)
+        assert TILE % sub == 0 and page % sub == 0
+        for t0 in range(0, 4 * page, TILE):  # every box of every tile lies in one page
+            assert all((t0 + j) // page == (t0 + j + sub - 1) // page for j in range(0, TILE, sub))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @interp_test
 def test_interp_block_longer_than_window(causal):
@@ -348,6 +363,13 @@ def test_gpu_minimax_shape(cfg):
 GLUON = GLUON_CFG
 
 
+def _gluon_here():
+    """An SM90 GPU and a triton whose Gluon API the kernel was verified with."""
+    from draftsmith.lowering import gluon_window_block
+
+    return gluon_window_block.available() and torch.cuda.get_device_capability()[0] == 9
+
+
 def _gluon_fits(case):
     from draftsmith.lowering import gluon_window_block
 
@@ -358,16 +380,18 @@ def _gluon_fits(case):
 @gpu
 @pytest.mark.parametrize("b,hq", [(1, 32), (7, 32), (16, 16), (7, 8)], ids=["rows16", "rows112", "rows128", "rows28"])
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, 300), (False, None), (True, None)])
-@pytest.mark.parametrize("d,page,layout", [(128, 64, "nhd"), (64, 128, "hnd")])
+@pytest.mark.parametrize("d,page,layout", [(128, 64, "nhd"), (64, 128, "hnd"), (128, 32, "hnd"), (64, 16, "nhd")])
 def test_gpu_gluon_kernel(b, hq, causal, window, d, page, layout):
     """The warp-specialized Gluon kernel (SM90): one or two consumer partitions, window edges
     cut inside a tile, a partial last tile, short / empty / wrapped contexts, NaN in every
-    slot the mask cannot reach, both page layouts; without LSE it writes the same output."""
+    slot the mask cannot reach, both page layouts, pages of 16-128 tokens (a tile over two or
+    four pages); without LSE it writes the same output."""
     gen = torch.Generator().manual_seed(b * 100 + hq + 7 * causal + d + (window or 0))
     ctx = [1000, 299, 64, 0, 5003] if window else [1000, 299, 64, 0, 130]
     case = _gpu_case(len(ctx), b, hq, 2, d, page, ctx, window, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True, layout=layout)
     if not _gluon_fits(case):
+        assert not _gluon_here(), "an SM90 GPU with Gluon: every case here must take the Gluon kernel"
         pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
     run_and_check(*case, causal=causal, window=window, config=GLUON, tol=1e-2, lse_tol=2e-2)
     mask = MaskSpec(causal=causal, window=window)
@@ -558,6 +582,8 @@ def _gpu_case(*args, **kw):
 @pytest.mark.parametrize("d", [64, 72, 80, 96, 128, 256])
 @pytest.mark.parametrize("page", [16, 32, 64, 128, 256])
 def test_gpu_head_dims_pages(d, page):
+    """Every head dim and page size through the default path (on SM90, pages of 16 and 32
+    tokens: 64-key tiles loaded as four or two boxes by the Gluon kernel)."""
     gen = torch.Generator().manual_seed(d * 1000 + page)
     case = _gpu_case(3, 7, 8, 2, d, page, [700, 1023, 33], 512, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
