@@ -42,7 +42,8 @@ except Exception as _e:  # noqa: BLE001
     fa4_varlen_func, FA4_MISSING = None, repr(_e)[:200]
 
 HQ, HKV, D, B, W, PAGE = 64, 4, 128, 7, 4096, 64  # D: --head-dim
-FA4_PAGE = 128  # FA4's page size: whole 128-key tiles per page, so its TMA path is taken
+FA4_PAGE = 128  # --fa4-page: FA4's page size; 128 = whole 128-key tiles per page, so its TMA path is taken
+PAGE_ORDER = "random"  # --page-order: where a sequence's pages lie in the pool, for every paged row alike
 
 
 def bench(fn, rep=100, warmup=25):
@@ -151,11 +152,13 @@ def copy_bandwidth():
     return 2 * x.numel() * 2 / (ms * 1e-3) / 1e12
 
 
-def make_inputs(n, ctx, seed=0, layout="nhd"):
+def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
     """``layout``: page storage ``nhd`` = ``[pages, P, Hkv, D]``, ``hnd`` = ``[pages, Hkv, P, D]``
     (TensorRT-LLM's per-block layout), ``trtllm`` = one ``[pages, 2, Hkv, P, D]`` pool with K at
     ``[:, 0]`` and V at ``[:, 1]`` (TensorRT-LLM's paged DFlash context pool, read in place),
-    each passed as its ``[pages, P, Hkv, D]`` view."""
+    each passed as its ``[pages, P, Hkv, D]`` view. ``order``: ``random`` scatters the ring's
+    pages over the pool (a permutation), ``sequential`` gives sequence ``n`` pages
+    ``n * ring ... n * ring + ring - 1`` in ring order (see ``PAGE_ORDER``)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     ring = math.ceil((W - 1) / PAGE) + 1
     total = n * ring
@@ -169,7 +172,8 @@ def make_inputs(n, ctx, seed=0, layout="nhd"):
     else:
         k_pages = torch.randn(total, PAGE, HKV, D, **kw)
         v_pages = torch.randn(total, PAGE, HKV, D, **kw)
-    bt = torch.randperm(total, device="cuda", generator=g).reshape(n, ring).to(torch.int32)
+    ids = torch.randperm(total, device="cuda", generator=g) if order == "random" else torch.arange(total, device="cuda")
+    bt = ids.reshape(n, ring).to(torch.int32)
     cache = PagedKV(k_pages, v_pages, bt, torch.full((n,), ctx, dtype=torch.int32, device="cuda"))
     q = torch.randn(n, B, HQ, D, **kw)
     kb = torch.randn(n, B, HKV, D, **kw)
@@ -273,7 +277,10 @@ def make_fa4(dense, q):
     k4 = torch.zeros(1 + n * own, FA4_PAGE, HKV, D, **kw)
     v4 = torch.zeros_like(k4)
     table = torch.zeros(n, per, dtype=torch.int32, device="cuda")
-    table[:, first:] = 1 + torch.arange(n * own, dtype=torch.int32, device="cuda").view(n, own)
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    ids = (torch.randperm(n * own, device="cuda", generator=gen) if PAGE_ORDER == "random"
+           else torch.arange(n * own, device="cuda"))
+    table[:, first:] = 1 + ids.to(torch.int32).view(n, own)
     sel = (dense.kpos >= first * FA4_PAGE).nonzero().flatten()
     pos = dense.kpos[sel]
     pages = table.long()[:, pos // FA4_PAGE]  # [N, L]
@@ -321,7 +328,7 @@ def rel_err(a, ref):
 
 
 def main():
-    global WARM_L2, D, PAGE
+    global WARM_L2, D, PAGE, PAGE_ORDER, FA4_PAGE
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--ctx", type=int, default=32768)
@@ -343,7 +350,14 @@ def main():
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     ap.add_argument("--head-dim", type=int, default=D, help="head dimension (MiniMax: 128)")
     ap.add_argument("--no-fa4", action="store_true", help="skip the FlashAttention-4 row")
+    ap.add_argument("--page-order", choices=("random", "sequential"), default=PAGE_ORDER,
+                    help="pages of a sequence scattered over the pool (a permutation) or in pool order; applies to "
+                         "the ring cache and to FA4's pages alike")
+    ap.add_argument("--fa4-page", type=int, default=FA4_PAGE,
+                    help="FA4's page size (128: its TMA path; 32: TensorRT-LLM's DFlash arena, as its FA4 backend calls it)")
     args = ap.parse_args()
+    PAGE_ORDER = args.page_order
+    FA4_PAGE = args.fa4_page
     WARM_L2 = args.warm_l2
     D = args.head_dim
     PAGE = args.page
@@ -366,11 +380,12 @@ def main():
     emit({"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
           "page_layout": args.layout, "l2": "warm (not flushed)" if WARM_L2 else "flushed before each timing",
           "torch": torch.__version__, "triton": __import__("triton").__version__,
-          "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout},
+          "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout,
+                    "page_order": PAGE_ORDER, "fa4_page": FA4_PAGE},
           "fa4": _fa4_version() if fa4_varlen_func is not None else f"not importable: {FA4_MISSING}"})
     table = {}
     for n in [int(x) for x in args.batches.split(",")]:
-        q, cache, kb, vb = make_inputs(n, args.ctx, seed=n, layout=args.layout)
+        q, cache, kb, vb = make_inputs(n, args.ctx, seed=n, layout=args.layout, order=PAGE_ORDER)
         dense = Dense(q, cache, kb, vb, args.ctx)
         ref = dense.pregathered()
         rows = {
@@ -381,7 +396,7 @@ def main():
         }
         if fa4_varlen_func is not None and not args.no_fa4:
             try:
-                rows["FlashAttention-4 (paged, P 128, window (W-1, W-1), pack_gqa)"] = make_fa4(dense, q)
+                rows[f"FlashAttention-4 (paged, P {FA4_PAGE}, window (W-1, W-1), pack_gqa)"] = make_fa4(dense, q)
             except Exception as e:  # noqa: BLE001
                 emit({"batch": n, "method": "FlashAttention-4", "error": repr(e)[:300]})
         if window_decode_merge is not None:
