@@ -7,6 +7,8 @@ flushed before each replay (``bench/attention.py``'s method), and prints per bat
 - a side-by-side row: the untimed kernel's replay and per-kernel device times (attention,
   merge), the timed kernel's (the timer's own cost), and the floor: the window's bytes at
   the copy bandwidth measured in the same run;
+- one line per batch on the multiprocessors: busy fraction, gaps between programs, the ring's
+  streaming rate;
 - one table of phases, in microseconds (cycles over the clock rate the programs' own
   global-timer readings give), median / 90th percentile / max over programs and replays,
   for three roles: the first split (window edge tiles), middle splits, the last split (the
@@ -95,6 +97,39 @@ def phase_table(t, num_splits):
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
+def sm_table(t, tile_bytes):
+    """Per multiprocessor, from the programs' global-timer stamps and ``smid``: how much of the
+    kernel's span some program of this SM is between entry and its stores (busy), the gap from
+    one program's stores to the next program's entry on the same SM, and the ring's rate (bytes
+    of interior tiles over first-tile-to-ring-done time, cycles over the clock) per program and
+    times the SMs in use: the bandwidth the grid would draw if every SM streamed at once."""
+    ns_cyc = (t[..., SLOT["clock_stored"]] - t[..., SLOT["clock_entry"]]).sum().item() / max(
+        1, (t[..., SLOT["ns_stored"]] - t[..., SLOT["ns_entry"]]).sum().item())
+    busy, gaps, rates, waves = [], [], [], []
+    for rep in t:
+        x = rep.reshape(-1, rep.shape[-1])
+        start, stop, sm = x[:, SLOT["ns_entry"]], x[:, SLOT["ns_stored"]], x[:, SLOT["smid"]]
+        span = (stop.max() - start.min()).item()
+        for s in sm.unique():
+            on = (sm == s).nonzero().flatten()
+            order = on[start[on].argsort()]
+            a, b = start[order], stop[order]
+            busy.append((b - a).sum().item() / span)
+            gaps += (a[1:] - b[:-1]).tolist()
+            waves.append(len(order))
+        ring = x[:, SLOT["ring_tiles"]].double()
+        dt = (x[:, SLOT["clock_interior_done"]] - x[:, SLOT["clock_first_tile"]]).double() / ns_cyc  # ns
+        ok = (ring > 0) & (dt > 0)
+        rates += (ring[ok] * tile_bytes / dt[ok]).tolist()  # GB/s per program
+    sms = len(t[0].reshape(-1, t.shape[-1])[:, SLOT["smid"]].unique())
+    r = torch.tensor(rates, dtype=torch.float64)
+    g = torch.tensor(gaps, dtype=torch.float64) / 1e3
+    print(f"SMs used {sms}; programs per SM {min(waves)}-{max(waves)}; busy fraction of the kernel's span per SM "
+          f"median {torch.tensor(busy).median():.3f}, min {min(busy):.3f}; gap between programs on one SM "
+          f"median / p90 / max {' / '.join(quantiles(g))} us; ring rate per program median "
+          f"{r.median():.1f} GB/s (x {sms} SMs = {r.median() * sms / 1e3:.2f} TB/s if all stream at once)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,16,64")
@@ -140,6 +175,7 @@ def main():
     for n, splits, t in tables:
         print(f"\n## batch {n}, {splits} splits, {n * HKV} programs per split")
         phase_table(t, splits)
+        sm_table(t, 2 * 64 * D * 2)  # a ring tile: 64 keys of K and V, bf16
 
 
 if __name__ == "__main__":
