@@ -38,8 +38,8 @@ PHASES = (
     ("producer start -> first TMA issued", "clock_producer", "clock_first_tma"),
     ("first -> last TMA issued", "clock_first_tma", "clock_last_tma"),
     ("first ring tile -> ring done", "clock_first_tile", "clock_interior_done"),
-    ("ring done -> first private tile landed", "clock_interior_done", "clock_first_private"),
-    ("ring done -> private tiles done", "clock_interior_done", "clock_private_done"),
+    ("ring done -> first edge tile landed", "clock_interior_done", "clock_first_private"),
+    ("ring done -> edge tiles done", "clock_interior_done", "clock_private_done"),
     ("private done -> stores issued", "clock_private_done", "clock_stored"),
     ("entry -> stores issued (program)", "clock_entry", "clock_stored"),
 )

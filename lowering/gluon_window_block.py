@@ -18,7 +18,9 @@ One program per (sequence, KV head, split), all ``B * G`` packed query rows (at 
 - the tiles a mask cuts (window edge, the context's last partial tile) and, in the last
   split, the block's own keys are copied by each consumer with masked cp.async (keys
   outside the mask are zero-filled, never read, so NaN there cannot leak) into its private
-  shared buffers; the first such copy runs while the interior tiles are computed.
+  shared buffers: the block's keys from the program's start (they need no page index) and
+  used before the ring's first tile lands, then the first edge tile, fetched while the
+  ring runs and used after it.
 
 Split-KV (``num_splits > 1``): split ``s`` takes an equal range of whole tiles of the keys
 the mask reaches and writes a float32 partial and its log2-sum-exp, merged afterwards by
@@ -70,7 +72,8 @@ TIMER_SLOTS = (
     "clock_q",  # consumer 0 has its Q rows in registers
     "clock_first_tile",  # consumer 0's first ring tile has landed (unset without interior tiles)
     "clock_interior_done",  # consumer 0 is done with the ring
-    "clock_first_private",  # consumer 0's first private tile has landed (unset without private tiles)
+    "clock_first_private",  # consumer 0's first edge tile (after the ring) has landed (unset without edge tiles;
+    #                         the block's keys, also private, are used before the ring)
     "clock_private_done",
     "clock_stored",  # consumer 0 has issued its output stores
     "ns_stored",
@@ -262,9 +265,23 @@ def _kernel(overlap: bool = False, sub: int = TILE):
         kq = kq_bufs.index(ROW0 // BM)
         vq = vq_bufs.index(ROW0 // BM)
 
+        # Private tiles, in each consumer's own buffers: e < n_edge are the context tiles a
+        # mask cuts (leading window edge, then the trailing partial tile), e == n_edge the
+        # block's keys (last split only). The block's keys need no context length or page
+        # index: their copy starts before Q's load and they are used before the ring, while its
+        # first tile is on its way. The first edge tile is then fetched while the ring runs;
+        # the rest one after another after it (most programs have at most one).
+        dims = gl.arange(0, D, layout=gl.SliceLayout(0, ld_l))
+        keys = gl.arange(0, BN, layout=gl.SliceLayout(1, ld_l))
+        n_edge = n_pre + (n_tiles - mid_end)
+        n_priv = n_edge + has_blk
+        record(t_ptr, T_RING_TILES, mid_end - n_pre, T0)
+        record(t_ptr, T_PRIVATE_TILES, n_priv, T0)
+        if n_priv > 0:
+            fetch_private(f, n_edge * has_blk, n_edge, kq, vq, keys, dims)  # the block's keys if any, else edge 0
+
         # Q rows (block query j = row // G, head kvh * G + row % G) in registers: wgmma's A.
         rows = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))
-        dims = gl.arange(0, D, layout=gl.SliceLayout(0, ld_l))
         row_ok = rows < B * G
         q_off = (n64 * s_qn + (rows // G).to(gl.int64)[:, None] * s_qb
                  + (kvh * G + rows % G).to(gl.int64)[:, None] * s_qh + dims[None, :])
@@ -278,18 +295,26 @@ def _kernel(overlap: bool = False, sub: int = TILE):
         m_i = gl.full([BM], -1.0e30, gl.float32, layout=gl.SliceLayout(1, s_l))
         l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_l))
         acc = gl.zeros([BM, D], gl.float32, layout=o_l)
-        keys = gl.arange(0, BN, layout=gl.SliceLayout(1, ld_l))
 
-        # Private tiles, in each consumer's own buffers: e < n_edge are the context tiles a
-        # mask cuts (leading window edge, then the trailing partial tile), e == n_edge the
-        # block's keys (last split only). The first is fetched by cp.async while the interior
-        # tiles run, the rest one after another after them (most programs have at most one).
-        n_edge = n_pre + (n_tiles - mid_end)
-        n_priv = n_edge + has_blk
-        record(t_ptr, T_RING_TILES, mid_end - n_pre, T0)
-        record(t_ptr, T_PRIVATE_TILES, n_priv, T0)
-        if n_priv > 0:
-            fetch_private(f, 0, n_edge, kq, vq, keys, dims)
+        # The block's keys, before the ring: a loop of 0 or 1 steps (triton 3.6's lowering of the
+        # warp-specialized region crashed on an MMA under a runtime `if`; a loop compiles).
+        for _ in range(has_blk):
+            async_copy.wait_group(0)
+            fence_async_shared()
+            gl.thread_barrier()  # every thread's copies have landed
+            s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
+                              use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+            ok = (kcol[None, :] < B) & srow_ok[:, None]
+            if CAUSAL:
+                ok = ok & (kcol[None, :] <= jrow[:, None])
+            if WINDOWED:
+                diff = jrow[:, None] - kcol[None, :]
+                ok = ok & (diff <= W_M1) & (diff >= -W_M1)
+            m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, p_l, o_l, True)
+            if n_edge > 0:
+                gl.thread_barrier()  # every warp's MMAs on the block are done: the buffers are free
+                fetch_private(f, 0, n_edge, kq, vq, keys, dims)
 
         # Interior tiles from the producer's ring: no mask.
         n_ring = mid_end - n_pre
@@ -304,6 +329,7 @@ def _kernel(overlap: bool = False, sub: int = TILE):
                                   use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
                 m_i, l_i, p, alpha = scores_step(s, m_i, l_i, o_l, p_l, dt)
+                acc = acc * alpha[:, None]  # the block's keys may already be in it
             for i in range(n_ring - 1):
                 idx = i % NB
                 nxt = (i + 1) % NB
@@ -333,7 +359,7 @@ def _kernel(overlap: bool = False, sub: int = TILE):
                 mbarrier.arrive(empty.index(idx), count=1)
         stamp(t_ptr, T_INTERIOR_DONE, T0)
 
-        for e in range(n_priv):
+        for e in range(n_edge):  # the edge tiles, after the ring
             async_copy.wait_group(0)
             fence_async_shared()
             gl.thread_barrier()  # every thread's copies have landed
@@ -341,21 +367,13 @@ def _kernel(overlap: bool = False, sub: int = TILE):
             s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                               use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
-            if e < n_edge:
-                tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)
-                tt = lo + tile * BN + kcol
-                ok = (tt[None, :] >= start) & (tt[None, :] < hi) & srow_ok[:, None]
-                if WINDOWED:
-                    ok = ok & (tt[None, :] >= ctx + jrow[:, None] - W_M1)
-            else:
-                ok = (kcol[None, :] < B) & srow_ok[:, None]
-                if CAUSAL:
-                    ok = ok & (kcol[None, :] <= jrow[:, None])
-                if WINDOWED:
-                    diff = jrow[:, None] - kcol[None, :]
-                    ok = ok & (diff <= W_M1) & (diff >= -W_M1)
+            tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)
+            tt = lo + tile * BN + kcol
+            ok = (tt[None, :] >= start) & (tt[None, :] < hi) & srow_ok[:, None]
+            if WINDOWED:
+                ok = ok & (tt[None, :] >= ctx + jrow[:, None] - W_M1)
             m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, p_l, o_l, True)
-            if e + 1 < n_priv:
+            if e + 1 < n_edge:
                 gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
                 fetch_private(f, e + 1, n_edge, kq, vq, keys, dims)
         stamp(t_ptr, T_PRIVATE_DONE, T0)

@@ -479,7 +479,8 @@ def test_gpu_gluon_phase_timer():
     """The phase timer (a diagnostic build of the Gluon kernel): the same output as the plain
     kernel, bit for bit; each program's ring and private tile counts as the split rule gives
     them (counted here from the keys of each split); its stamps in phase order; an unset
-    stamp only where a program has no such tiles."""
+    stamp only where a program has no such tiles (the first-private stamp is the first edge
+    tile's, after the ring: the block's keys are used before it)."""
     from draftsmith.lowering import gluon_window_block as gwb
 
     gen = torch.Generator().manual_seed(23)
@@ -504,17 +505,18 @@ def test_gpu_gluon_phase_timer():
             lo, hi = start_al + s * chunk, min(c, start_al + (s + 1) * chunk)
             firsts = list(range(lo, hi, tile)) if hi > lo else []
             ring = sum(1 for f in firsts if f >= max(start, seen_by_all) and f + tile <= hi)
-            private = len(firsts) - ring + (s == splits - 1)
+            edge = len(firsts) - ring  # private tiles after the ring; the block's keys come before it
+            private = edge + (s == splits - 1)
             for h in range(hkv):
                 p = (n * hkv + h, s)
                 assert (t["ring_tiles"][p], t["private_tiles"][p]) == (ring, private), (n, s)
                 order = ["clock_entry", "clock_consumer", "clock_q"] + (["clock_first_tile"] if ring else []) + [
-                    "clock_interior_done"] + (["clock_first_private"] if private else []) + [
+                    "clock_interior_done"] + (["clock_first_private"] if edge else []) + [
                     "clock_private_done", "clock_stored"]
                 stamps = [t[k][p].item() for k in order]
                 assert stamps == sorted(stamps) and stamps[0] > 0, (n, s, dict(zip(order, stamps)))
                 assert (t["clock_first_tile"][p] == -7) == (ring == 0)
-                assert (t["clock_first_private"][p] == -7) == (private == 0)
+                assert (t["clock_first_private"][p] == -7) == (edge == 0)
                 assert t["clock_entry"][p] <= t["clock_producer"][p]
                 if ring:
                     assert t["clock_producer"][p] <= t["clock_first_tma"][p] <= t["clock_last_tma"][p]
