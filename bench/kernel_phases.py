@@ -65,11 +65,17 @@ def quantiles(x):
     return f"{q[0]:.2f}", f"{q[1]:.2f}", f"{x.max().item():.2f}"
 
 
-def phase_table(t, num_splits):
-    """Print the phase table of timer stack ``t`` ``[reps, programs, splits, slots]``."""
+def clock_ghz(t):
+    """The SM clock the programs ran at (GHz): their cycles entry -> stores over the same span in
+    global-timer nanoseconds, summed over every program of timer stack ``t``."""
     ns = t[..., SLOT["ns_stored"]] - t[..., SLOT["ns_entry"]]
     cyc = t[..., SLOT["clock_stored"]] - t[..., SLOT["clock_entry"]]
-    ghz = cyc.sum().item() / max(1, ns.sum().item())
+    return cyc.sum().item() / max(1, ns.sum().item())
+
+
+def phase_table(t, num_splits):
+    """Print the phase table of timer stack ``t`` ``[reps, programs, splits, slots]``."""
+    ghz = clock_ghz(t)
     start = t[..., SLOT["ns_entry"]]
     first = start.amin(dim=(1, 2), keepdim=True)
     skew = (start - first).double() / 1e3
@@ -103,8 +109,7 @@ def sm_table(t, tile_bytes):
     one program's stores to the next program's entry on the same SM, and the ring's rate (bytes
     of interior tiles over first-tile-to-ring-done time, cycles over the clock) per program and
     times the SMs in use: the bandwidth the grid would draw if every SM streamed at once."""
-    ns_cyc = (t[..., SLOT["clock_stored"]] - t[..., SLOT["clock_entry"]]).sum().item() / max(
-        1, (t[..., SLOT["ns_stored"]] - t[..., SLOT["ns_entry"]]).sum().item())
+    ghz = clock_ghz(t)
     busy, gaps, rates, waves = [], [], [], []
     for rep in t:
         x = rep.reshape(-1, rep.shape[-1])
@@ -118,7 +123,7 @@ def sm_table(t, tile_bytes):
             gaps += (a[1:] - b[:-1]).tolist()
             waves.append(len(order))
         ring = x[:, SLOT["ring_tiles"]].double()
-        dt = (x[:, SLOT["clock_interior_done"]] - x[:, SLOT["clock_first_tile"]]).double() / ns_cyc  # ns
+        dt = (x[:, SLOT["clock_interior_done"]] - x[:, SLOT["clock_first_tile"]]).double() / ghz  # ns
         ok = (ring > 0) & (dt > 0)
         rates += (ring[ok] * tile_bytes / dt[ok]).tolist()  # GB/s per program
     sms = len(t[0].reshape(-1, t.shape[-1])[:, SLOT["smid"]].unique())
