@@ -354,7 +354,7 @@ def main():
                     help="pages of a sequence scattered over the pool (a permutation) or in pool order; applies to "
                          "the ring cache and to FA4's pages alike")
     ap.add_argument("--fa4-page", type=int, default=FA4_PAGE,
-                    help="FA4's page size (128: its TMA path; 32: TensorRT-LLM's DFlash arena, as its FA4 backend calls it)")
+                    help="FA4's page size (128: its TMA path; 32: the page size of TensorRT-LLM's DFlash arena)")
     args = ap.parse_args()
     PAGE_ORDER = args.page_order
     FA4_PAGE = args.fa4_page
