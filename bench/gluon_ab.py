@@ -1,7 +1,7 @@
 """A/B of the Gluon kernel's build options at the MiniMax shape (one CUDA GPU, SM90, triton 3.6).
 
 Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``base``, or
-``+``-joined build options of ``launch``: ``overlap``), alternating, at the
+``+``-joined build options of ``launch``: ``overlap``, ``pingpong``), alternating, at the
 default split count, each output checked against the float64 oracle of ``bench/attention.py``.
 Same timing method as that bench (CUDA-graph replay, L2 flushed, median). Prints one line per
 measurement and a summary per batch.
@@ -14,7 +14,7 @@ from draftsmith.lowering import gluon_window_block as g
 from draftsmith.lowering.base import MaskSpec
 from draftsmith.lowering.triton_window_block import choose_config
 
-OPTIONS = ("overlap", )
+OPTIONS = ("overlap", "pingpong")
 
 
 def build_kwargs(name: str) -> dict:

@@ -12,9 +12,9 @@ One program per (sequence, KV head, split), all ``B * G`` packed query rows (at 
   (:func:`sub_rows`: TensorRT-LLM's 32-token pages take two), each from its own page;
 - one or two 4-warp consumer partitions (rows 0-63, 64-127) each run the online softmax
   (float32, base-2) with wgmma over every slot, then release it; so each K/V tile is read
-  from memory once per KV head, and one consumer's softmax overlaps the other's MMAs and
-  the producer's loads (FA3's structure; Triton's own ``warp_specialize`` does not produce
-  it on Hopper here);
+  from memory once per KV head, and, the two taking turns at the tensor cores, one
+  consumer's softmax overlaps the other's MMAs and the producer's loads (FA3's structure;
+  Triton's own ``warp_specialize`` does not produce it on Hopper here);
 - the tiles a mask cuts (window edge, the context's last partial tile) and, in the last
   split, the block's own keys are copied by each consumer with masked cp.async (keys
   outside the mask are zero-filled, never read, so NaN there cannot leak) into its private
@@ -123,17 +123,22 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(overlap: bool = False, sub: int = TILE):
-    """The Gluon kernel, decorated on first use (never under the interpreter). ``overlap``: the
-    consumers issue the next ring tile's Q K^T before this tile's softmax, and run the softmax
-    while this tile's P @ V is in flight (FA3's intra-warpgroup overlap); otherwise (the
-    default) each MMA is waited for before the softmax that follows it. An A/B build option
-    (``bench/gluon_ab.py``): on the H200 the two were within run-to-run noise (2026-11-30,
-    docs/benchmarks.md, ninth measurement), so the default stays the build measured longest.
-    ``sub``: keys per TMA box (:func:`sub_rows`), a closure constant (a shape in the producer
-    partition, whose arguments arrive as values)."""
+def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
+    """The Gluon kernel, decorated on first use (never under the interpreter); :func:`launch`
+    picks the build, ``bench/gluon_ab.py`` A/Bs them.
+
+    - ``overlap``: the consumers issue the next ring tile's Q K^T before this tile's softmax,
+      and run the softmax while this tile's P @ V is in flight (FA3's intra-warpgroup
+      overlap); otherwise each MMA is waited for before the softmax that follows it.
+    - ``pingpong``: with two consumers, they take turns issuing their MMAs (FA3's
+      warp-scheduler barriers: two named hardware barriers, one per consumer), so that one
+      consumer's softmax runs while the other's MMAs hold the tensor cores; otherwise both
+      issue together (they start in step, on the same ``ready`` barrier).
+    - ``sub``: keys per TMA box (:func:`sub_rows`), a closure constant (a shape in the
+      producer partition, whose arguments arrive as values)."""
     BN = gl.constexpr(TILE)
     OVERLAP = gl.constexpr(overlap)
+    PINGPONG = gl.constexpr(pingpong)
     SUB = gl.constexpr(sub)
     N_SUB = gl.constexpr(TILE // sub)
     BM = gl.constexpr(TILE)
@@ -169,6 +174,29 @@ def _kernel(overlap: bool = False, sub: int = TILE):
             gl.store(t_ptr + slot, value.to(gl.int64))
 
     @gluon.jit
+    def sched_sync(WG: gl.constexpr, ON: gl.constexpr):
+        """Wait for consumer ``WG``'s turn at the tensor cores: named barrier ``8 + WG`` (ids 0-2
+        are triton's), 256 threads: this consumer's 128 and the other's ``sched_arrive``."""
+        if ON:
+            if WG == 0:
+                gl.inline_asm_elementwise("bar.sync 8, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                                          is_pure=False, pack=1)
+            else:
+                gl.inline_asm_elementwise("bar.sync 9, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                                          is_pure=False, pack=1)
+
+    @gluon.jit
+    def sched_arrive(WG: gl.constexpr, ON: gl.constexpr):
+        """Give consumer ``WG`` its turn (arrive, without waiting, at its named barrier)."""
+        if ON:
+            if WG == 0:
+                gl.inline_asm_elementwise("bar.arrive 8, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                                          is_pure=False, pack=1)
+            else:
+                gl.inline_asm_elementwise("bar.arrive 9, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                                          is_pure=False, pack=1)
+
+    @gluon.jit
     def producer(p):
         """Stream the interior tiles ``n_pre .. mid_end`` of the split into the ring by TMA."""
         (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
@@ -197,13 +225,15 @@ def _kernel(overlap: bool = False, sub: int = TILE):
         stamp(t_ptr, T_LAST_TMA, TIMED)
 
     @gluon.jit
-    def softmax_step(s, ok, m_i, l_i, acc, v_buf, p_l: gl.constexpr, o_l: gl.constexpr, MASKED: gl.constexpr):
-        """One online-softmax update with scores ``s`` (log2 units) and values ``v_buf``."""
+    def softmax_step(s, ok, m_i, l_i, acc, v_buf, qk_scale, p_l: gl.constexpr, o_l: gl.constexpr,
+                     MASKED: gl.constexpr):
+        """One online-softmax update with raw scores ``s`` (``Q K^T``; ``qk_scale`` takes them to
+        log2 units, folded into exp2's argument as one FMA) and values ``v_buf``."""
         if MASKED:
             s = gl.where(ok, s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # qk_scale > 0: max, then scale, is exact
         alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s - m_new[:, None])
+        p = gl.exp2(s * qk_scale - m_new[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
         acc = warpgroup_mma(gl.convert_layout(p.to(v_buf.dtype), p_l), v_buf, acc, is_async=True)
@@ -211,13 +241,13 @@ def _kernel(overlap: bool = False, sub: int = TILE):
         return m_new, l_i, acc
 
     @gluon.jit
-    def scores_step(s, m_i, l_i, o_l: gl.constexpr, p_l: gl.constexpr, dtype: gl.constexpr):
-        """The softmax half of an unmasked online-softmax update: ``(m_new, l_new, p, alpha)``
-        with ``p`` in P @ V's operand layout and ``alpha`` (the rescale of the accumulator) in
-        its row layout; the caller issues the MMA and rescales."""
-        m_new = gl.maximum(m_i, gl.max(s, 1))
+    def scores_step(s, m_i, l_i, qk_scale, o_l: gl.constexpr, p_l: gl.constexpr, dtype: gl.constexpr):
+        """The softmax half of an unmasked online-softmax update of raw scores ``s``:
+        ``(m_new, l_new, p, alpha)`` with ``p`` in P @ V's operand layout and ``alpha`` (the
+        rescale of the accumulator) in its row layout; the caller issues the MMA and rescales."""
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s - m_new[:, None])
+        p = gl.exp2(s * qk_scale - m_new[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
         return m_new, l_i, gl.convert_layout(p.to(dtype), p_l), gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
 
@@ -255,6 +285,11 @@ def _kernel(overlap: bool = False, sub: int = TILE):
          HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED) = c
         T0 = TIMED and ROW0 == 0  # consumer 0 stamps the timer
         stamp(t_ptr, T_CONSUMER, T0)
+        PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
+        ME: gl.constexpr = ROW0 // BM
+        OTHER: gl.constexpr = 1 - ME
+        if ME == 0:
+            sched_arrive(0, PP)  # consumer 0 takes the first turn
         NB: gl.constexpr = k_bufs.type.shape[0]
         D: gl.constexpr = k_bufs.type.shape[2]
         s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
@@ -304,14 +339,14 @@ def _kernel(overlap: bool = False, sub: int = TILE):
             gl.thread_barrier()  # every thread's copies have landed
             s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                               use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             ok = (kcol[None, :] < B) & srow_ok[:, None]
             if CAUSAL:
                 ok = ok & (kcol[None, :] <= jrow[:, None])
             if WINDOWED:
                 diff = jrow[:, None] - kcol[None, :]
                 ok = ok & (diff <= W_M1) & (diff >= -W_M1)
-            m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, p_l, o_l, True)
+            m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, qk_scale, p_l, o_l, True)
             if n_edge > 0:
                 gl.thread_barrier()  # every warp's MMAs on the block are done: the buffers are free
                 fetch_private(f, 0, n_edge, kq, vq, keys, dims)
@@ -327,18 +362,20 @@ def _kernel(overlap: bool = False, sub: int = TILE):
                 stamp(t_ptr, T_FIRST_TILE, T0)
                 s = warpgroup_mma(q_s, k_bufs.index(0).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                                   use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
-                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, o_l, p_l, dt)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
                 acc = acc * alpha[:, None]  # the block's keys may already be in it
             for i in range(n_ring - 1):
                 idx = i % NB
                 nxt = (i + 1) % NB
                 mbarrier.wait(ready.index(nxt), ((i + 1) // NB) & 1)
+                sched_sync(ME, PP)
                 s = warpgroup_mma(q_s, k_bufs.index(nxt).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
                 acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, )) * qk_scale
-                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, o_l, p_l, dt)
+                sched_arrive(OTHER, PP)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
                 acc = acc * alpha[:, None]
@@ -348,15 +385,23 @@ def _kernel(overlap: bool = False, sub: int = TILE):
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(last), count=1)
         else:
+            # With turns: Q K^T, then the other consumer's turn; P @ V at this one's next turn.
+            sched_sync(ME, PP)
             for i in range(n_ring):
                 idx = i % NB
                 mbarrier.wait(ready.index(idx), (i // NB) & 1)
                 stamp(t_ptr, T_FIRST_TILE, T0, when=i == 0)
                 s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
-                m_i, l_i, acc = softmax_step(s, s > 0, m_i, l_i, acc, v_bufs.index(idx), p_l, o_l, False)
+                sched_arrive(OTHER, PP)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, v_bufs.dtype)
+                acc = acc * alpha[:, None]
+                sched_sync(ME, PP)
+                acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
+            sched_arrive(OTHER, PP)
         stamp(t_ptr, T_INTERIOR_DONE, T0)
 
         for e in range(n_edge):  # the edge tiles, after the ring
@@ -366,13 +411,13 @@ def _kernel(overlap: bool = False, sub: int = TILE):
             stamp(t_ptr, T_FIRST_PRIVATE, T0, when=e == 0)
             s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                               use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, )) * qk_scale
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)
             tt = lo + tile * BN + kcol
             ok = (tt[None, :] >= start) & (tt[None, :] < hi) & srow_ok[:, None]
             if WINDOWED:
                 ok = ok & (tt[None, :] >= ctx + jrow[:, None] - W_M1)
-            m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, p_l, o_l, True)
+            m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, qk_scale, p_l, o_l, True)
             if e + 1 < n_edge:
                 gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
                 fetch_private(f, e + 1, n_edge, kq, vq, keys, dims)
@@ -482,11 +527,21 @@ def _kernel(overlap: bool = False, sub: int = TILE):
     return gluon_window_block_kernel
 
 
+def default_overlap(num_splits: int, d: int) -> bool:
+    """The intra-warpgroup overlap build pays on long rings: H200, MiniMax shape, with turns
+    (2026-12-01, docs/benchmarks.md): one split (batch 64) 160.5 -> 154.2 us against the
+    build without both; with many splits (batch 1, two ring tiles a program) 0.6 us slower.
+    Head dim 64's overlap build spills (``ptxas -v``: 20 bytes), so it keeps the default."""
+    return num_splits == 1 and d == 128
+
+
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
            num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS,
-           timer: Optional[torch.Tensor] = None, overlap: bool = False):
+           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: bool = True):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
+    Builds (:func:`_kernel`): ``pingpong`` on by default; ``overlap`` by default where each
+    program streams a whole window (one split) at head dim 128 (:func:`default_overlap`).
     ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
     phase timer (a diagnostic; a separately compiled kernel). Returns ``out`` or ``(out, lse)``."""
     n, b, hq, d = q.shape
@@ -516,7 +571,9 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
                               or not timer.is_contiguous()):
         raise ValueError(f"timer: an int64 contiguous [{n * hkv}, {num_splits}, {len(TIMER_SLOTS)}] tensor, "
                          f"got {timer.dtype} {tuple(timer.shape)}")
-    _kernel(overlap, sub)[(n * hkv, num_splits)](
+    if overlap is None:
+        overlap = default_overlap(num_splits, d)
+    _kernel(overlap, sub, pingpong)[(n * hkv, num_splits)](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
@@ -535,7 +592,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
                      producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = False,
-                     page: int = TILE) -> Optional[dict]:
+                     page: int = TILE, pingpong: bool = False) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton); returns the
     kernel's shared memory and warps, or None without Gluon."""
     if gluon is None:
@@ -554,10 +611,10 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
              "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
     sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
-           for k in _kernel(overlap, sub).arg_names}
+           for k in _kernel(overlap, sub, pingpong).arg_names}
     # Pointers 16-byte aligned (launches specialize on it; fits() requires it), no integer hints.
     aligned = {(i, ): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    src = GluonASTSource(_kernel(overlap, sub), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
+    src = GluonASTSource(_kernel(overlap, sub, pingpong), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})

@@ -404,14 +404,16 @@ def test_gpu_gluon_kernel(b, hq, causal, window, d, page, layout):
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("pingpong", [False, True])
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None)])
-def test_gpu_gluon_overlap_builds(overlap, causal, window):
-    """Both builds of the Gluon kernel's consumer loop (the next tile's Q K^T issued before this
-    tile's softmax, or each MMA waited for) against the float64 oracle: contexts with 0, 1, 2
-    and many ring tiles, NaN wherever the mask cannot reach."""
+def test_gpu_gluon_overlap_builds(overlap, pingpong, causal, window):
+    """Every build of the Gluon kernel's consumer loop (the next tile's Q K^T issued before this
+    tile's softmax, or each MMA waited for; the two consumers taking turns at the tensor cores,
+    or not) against the float64 oracle: contexts with 0, 1, 2 and many ring tiles, NaN wherever
+    the mask cannot reach."""
     from draftsmith.lowering import gluon_window_block as gwb
 
-    gen = torch.Generator().manual_seed(31 + overlap + 2 * causal)
+    gen = torch.Generator().manual_seed(31 + overlap + 2 * causal + 4 * pingpong)
     ctx = [5003, 1000, 299, 130, 64, 0]
     case = _gpu_case(len(ctx), 7, 64, 4, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
@@ -420,7 +422,7 @@ def test_gpu_gluon_overlap_builds(overlap, causal, window):
     q, cache, kb, vb = case
     scale = q.shape[-1] ** -0.5
     out, lse = gwb.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
-                          overlap=overlap)
+                          overlap=overlap, pingpong=pingpong)
     ref, ref_lse = oracle(q, cache.k_pages, cache.v_pages, cache.block_table, cache.ctx_lens, kb, vb,
                           causal, window, scale)
     assert torch.isfinite(out).all()
