@@ -312,15 +312,15 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         n_priv = n_edge + has_blk
         record(t_ptr, T_RING_TILES, mid_end - n_pre, T0)
         record(t_ptr, T_PRIVATE_TILES, n_priv, T0)
-        if n_priv > 0:
-            fetch_private(f, n_edge * has_blk, n_edge, kq, vq, keys, dims)  # the block's keys if any, else edge 0
-
-        # Q rows (block query j = row // G, head kvh * G + row % G) in registers: wgmma's A.
+        # Q rows (block query j = row // G, head kvh * G + row % G) in registers: wgmma's A. Its
+        # load is issued first: every other copy of the program's start waits behind it.
         rows = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))
         row_ok = rows < B * G
         q_off = (n64 * s_qn + (rows // G).to(gl.int64)[:, None] * s_qb
                  + (kvh * G + rows % G).to(gl.int64)[:, None] * s_qh + dims[None, :])
         q = gl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+        if n_priv > 0:
+            fetch_private(f, n_edge * has_blk, n_edge, kq, vq, keys, dims)  # the block's keys if any, else edge 0
         q_s = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_l, k_width=2))
         stamp(t_ptr, T_Q, T0)
 
