@@ -1,7 +1,8 @@
 """A/B of the Gluon kernel's build options at the MiniMax shape (one CUDA GPU, SM90, triton 3.6).
 
 Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``base``, or
-``+``-joined build options of ``launch``: ``overlap``, ``pingpong``), alternating, at the
+``+``-joined build options of ``launch``: ``overlap``, ``pingpong``; ``base`` turns every option
+off, where ``launch``'s defaults turn some on), alternating, at the
 default split count, each output checked against the float64 oracle of ``bench/attention.py``.
 Same timing method as that bench (CUDA-graph replay, L2 flushed, median). Prints one line per
 measurement and a summary per batch.
@@ -31,7 +32,7 @@ def main():
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--builds", default="base,overlap")
+    ap.add_argument("--builds", default="base,pingpong,overlap+pingpong")
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random")
     args = ap.parse_args()
     builds = args.builds.split(",")

@@ -592,7 +592,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
                      producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = False,
-                     page: int = TILE, pingpong: bool = False) -> Optional[dict]:
+                     page: int = TILE, pingpong: bool = True) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton); returns the
     kernel's shared memory and warps, or None without Gluon."""
     if gluon is None:
