@@ -313,7 +313,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         record(t_ptr, T_RING_TILES, mid_end - n_pre, T0)
         record(t_ptr, T_PRIVATE_TILES, n_priv, T0)
         # Q rows (block query j = row // G, head kvh * G + row % G) in registers: wgmma's A. Its
-        # load is issued first: every other copy of the program's start waits behind it.
+        # load is issued ahead of the private tiles' copies (measured: 0.1-0.5 us at batch 1-16).
         rows = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))
         row_ok = rows < B * G
         q_off = (n64 * s_qn + (rows // G).to(gl.int64)[:, None] * s_qb
