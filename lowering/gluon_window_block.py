@@ -174,27 +174,26 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
             gl.store(t_ptr + slot, value.to(gl.int64))
 
     @gluon.jit
-    def sched_sync(WG: gl.constexpr, ON: gl.constexpr):
-        """Wait for consumer ``WG``'s turn at the tensor cores: named barrier ``8 + WG`` (ids 0-2
-        are triton's), 256 threads: this consumer's 128 and the other's ``sched_arrive``."""
-        if ON:
-            if WG == 0:
-                gl.inline_asm_elementwise("bar.sync 8, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
-                                          is_pure=False, pack=1)
-            else:
-                gl.inline_asm_elementwise("bar.sync 9, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
-                                          is_pure=False, pack=1)
+    def ptx(asm: gl.constexpr):
+        """One PTX statement with no operands (a dummy output, which inline asm needs)."""
+        gl.inline_asm_elementwise(asm, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def sched_arrive(WG: gl.constexpr, ON: gl.constexpr):
-        """Give consumer ``WG`` its turn (arrive, without waiting, at its named barrier)."""
+    def turn(WG: gl.constexpr, WAIT: gl.constexpr, ON: gl.constexpr):
+        """Consumer ``WG``'s turn at the tensor cores, on named barrier ``8 + WG`` (ids 0-2 are
+        triton's) of 256 threads: ``WAIT`` waits for it (this consumer's 128 threads and the
+        other's arrival); otherwise the other consumer gives it (arrives without waiting)."""
         if ON:
-            if WG == 0:
-                gl.inline_asm_elementwise("bar.arrive 8, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
-                                          is_pure=False, pack=1)
+            if WAIT:
+                if WG == 0:
+                    ptx("bar.sync 8, 256;\n\tmov.u32 $0, 0;")
+                else:
+                    ptx("bar.sync 9, 256;\n\tmov.u32 $0, 0;")
             else:
-                gl.inline_asm_elementwise("bar.arrive 9, 256;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
-                                          is_pure=False, pack=1)
+                if WG == 0:
+                    ptx("bar.arrive 8, 256;\n\tmov.u32 $0, 0;")
+                else:
+                    ptx("bar.arrive 9, 256;\n\tmov.u32 $0, 0;")
 
     @gluon.jit
     def producer(p):
@@ -289,7 +288,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         ME: gl.constexpr = ROW0 // BM
         OTHER: gl.constexpr = 1 - ME
         if ME == 0:
-            sched_arrive(0, PP)  # consumer 0 takes the first turn
+            turn(0, False, PP)  # consumer 0 takes the first turn
         NB: gl.constexpr = k_bufs.type.shape[0]
         D: gl.constexpr = k_bufs.type.shape[2]
         s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
@@ -369,11 +368,11 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
                 idx = i % NB
                 nxt = (i + 1) % NB
                 mbarrier.wait(ready.index(nxt), ((i + 1) // NB) & 1)
-                sched_sync(ME, PP)
+                turn(ME, True, PP)
                 s = warpgroup_mma(q_s, k_bufs.index(nxt).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
                 acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
-                sched_arrive(OTHER, PP)
+                turn(OTHER, False, PP)
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
                 m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -386,22 +385,22 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
                 mbarrier.arrive(empty.index(last), count=1)
         else:
             # With turns: Q K^T, then the other consumer's turn; P @ V at this one's next turn.
-            sched_sync(ME, PP)
+            turn(ME, True, PP)
             for i in range(n_ring):
                 idx = i % NB
                 mbarrier.wait(ready.index(idx), (i // NB) & 1)
                 stamp(t_ptr, T_FIRST_TILE, T0, when=i == 0)
                 s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
-                sched_arrive(OTHER, PP)
+                turn(OTHER, False, PP)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, v_bufs.dtype)
                 acc = acc * alpha[:, None]
-                sched_sync(ME, PP)
+                turn(ME, True, PP)
                 acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
-            sched_arrive(OTHER, PP)
+            turn(OTHER, False, PP)
         stamp(t_ptr, T_INTERIOR_DONE, T0)
 
         for e in range(n_edge):  # the edge tiles, after the ring
