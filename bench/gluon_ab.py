@@ -2,13 +2,20 @@
 
 Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``base``, or
 ``+``-joined build options of ``launch``: ``overlap``, ``pingpong``; ``base`` turns every option
-off, where ``launch``'s defaults turn some on), alternating, at the
-default split count, each output checked against the float64 oracle of ``bench/attention.py``.
+off, where ``launch``'s defaults turn some on), and the kernel as it was at each git revision
+of ``--against`` (with that revision's defaults), alternating, at the default split count,
+each output checked against the float64 oracle of ``bench/attention.py``.
 Same timing method as that bench (CUDA-graph replay, L2 flushed, median). Prints one line per
 measurement and a summary per batch.
 """
 
 import argparse
+import importlib.util
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import attention as A
 from draftsmith.lowering import gluon_window_block as g
@@ -18,13 +25,42 @@ from draftsmith.lowering.triton_window_block import choose_config
 OPTIONS = ("overlap", "pingpong")
 
 
+def refuse(line: str):
+    """A bad argument: one line on stderr, exit 2."""
+    print(line, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def build_kwargs(name: str) -> dict:
     """``base`` -> every option off; ``overlap`` -> that one on, the rest off."""
     on = set() if name == "base" else set(name.split("+"))
     unknown = on - set(OPTIONS)
     if unknown:
-        raise SystemExit(f"--builds: unknown option(s) {sorted(unknown)}; known: {OPTIONS}")
+        refuse(f"--builds: unknown option(s) {sorted(unknown)}; known: {OPTIONS}")
     return {o: o in on for o in OPTIONS}
+
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = "lowering/gluon_window_block.py"
+
+
+def kernel_at(rev: str):
+    """The Gluon kernel module as it was at git revision ``rev``, imported beside today's as
+    ``draftsmith.lowering.gluon_window_block_at_<rev>`` (its relative imports resolve to today's
+    sibling modules: the kernel is what is compared). One line and exit 2 if git has no such file."""
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{KERNEL}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        why = (shown.stderr.strip().splitlines() or ["git failed"])[-1]
+        refuse(f"--against {rev}: git has no {KERNEL} there ({why})")
+    tag = re.sub(r"\W", "_", rev)
+    path = Path(tempfile.mkdtemp(prefix="gluon_ab_")) / f"gluon_window_block_at_{tag}.py"
+    path.write_text(shown.stdout)  # kept until exit: triton reads a kernel's source from its file
+    name = f"draftsmith.lowering.gluon_window_block_at_{tag}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
@@ -34,8 +70,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--builds", default="base,pingpong,overlap+pingpong")
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random")
+    ap.add_argument("--against", default="", help="comma list of git revisions whose kernel to time beside")
     args = ap.parse_args()
-    builds = args.builds.split(",")
+    builds = args.builds.split(",") if args.builds else []
+    for name in builds:
+        build_kwargs(name)  # unknown options refused before any GPU work
+    older = {rev: kernel_at(rev) for rev in args.against.split(",") if rev}
     mask = MaskSpec(causal=False, window=A.W)
     scale = A.D ** -0.5
     for n in [int(x) for x in args.batches.split(",")]:
@@ -43,12 +83,13 @@ def main():
         dense = A.Dense(q, cache, kb, vb, args.ctx)
         cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, A.W - 1, q.device, gluon_ok=True)
         res = {}
+        runs = {name: (g, build_kwargs(name)) for name in builds}
+        runs.update({rev: (module, {}) for rev, module in older.items()})
         for _ in range(args.rounds):
-            for name in builds:
-                kw = build_kwargs(name)
+            for name, (module, kw) in runs.items():
 
-                def fn(kw=kw):
-                    return g.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits, **kw)
+                def fn(module=module, kw=kw):
+                    return module.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits, **kw)
                 out = fn()
                 err = A.oracle_error(out, dense)
                 us = A.bench_graph(fn) * 1e3
