@@ -10,8 +10,10 @@ measurement and a summary per batch.
 """
 
 import argparse
+import atexit
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,7 +55,9 @@ def kernel_at(rev: str):
         why = (shown.stderr.strip().splitlines() or ["git failed"])[-1]
         refuse(f"--against {rev}: git has no {KERNEL} there ({why})")
     tag = re.sub(r"\W", "_", rev)
-    path = Path(tempfile.mkdtemp(prefix="gluon_ab_")) / f"gluon_window_block_at_{tag}.py"
+    folder = tempfile.mkdtemp(prefix="gluon_ab_")  # ours alone; removed at exit
+    atexit.register(shutil.rmtree, folder, True)
+    path = Path(folder) / f"gluon_window_block_at_{tag}.py"
     path.write_text(shown.stdout)  # kept until exit: triton reads a kernel's source from its file
     name = f"draftsmith.lowering.gluon_window_block_at_{tag}"
     spec = importlib.util.spec_from_file_location(name, path)
