@@ -251,33 +251,27 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         return m_new, l_i, gl.convert_layout(p.to(dtype), p_l), gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
 
     @gluon.jit
-    def edge_keys(f, e, keys):
-        """Private tile ``e < n_edge``'s context positions and which of them the mask keeps."""
+    def edge_tile(f, e, keys):
+        """Private tile ``e < n_edge``: its context positions, which of them the mask keeps, and
+        the load of their page indices started (masked: none for keys the mask drops), so that
+        :func:`fetch_private` finds them in registers."""
         (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
          s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
         tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
         t = lo + tile * BN + keys
-        return t, (t >= start) & (t < hi)
+        t_ok = (t >= start) & (t < hi)
+        return t, t_ok, gl.load(bt_ptr + n.to(gl.int64) * s_btn + (t // PAGE) % R, mask=t_ok, other=0)
 
     @gluon.jit
-    def edge_pages(f, e, keys):
-        """Start loading private tile ``e``'s page indices (masked: none for keys the mask drops),
-        so that :func:`fetch_private` finds them in registers."""
-        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
-         s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
-        t, t_ok = edge_keys(f, e, keys)
-        return gl.load(bt_ptr + n.to(gl.int64) * s_btn + (t // PAGE) % R, mask=t_ok, other=0)
-
-    @gluon.jit
-    def fetch_private(f, e, n_edge, kq, vq, keys, dims, pages):
+    def fetch_private(f, e, n_edge, kq, vq, keys, dims, edge):
         """Start the cp.async copy of private tile ``e`` into ``kq``/``vq`` (one commit group):
-        a context tile (``e < n_edge``, its page indices ``pages`` from :func:`edge_pages`) or
-        the block's keys; keys outside the mask are zero-filled, never read."""
+        a context tile (``e < n_edge``; ``edge`` from :func:`edge_tile`) or the block's keys;
+        keys outside the mask are zero-filled, never read."""
         (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
          s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
         n64 = n.to(gl.int64)
         if e < n_edge:
-            t, t_ok = edge_keys(f, e, keys)
+            t, t_ok, pages = edge
             pg = pages.to(gl.int64)
             slot = (t % PAGE).to(gl.int64)
             k_row = gl.multiple_of(pg * s_kpp + slot * s_kpt + kvh.to(gl.int64) * s_kph, 8)  # fits(): 16-byte rows
@@ -338,9 +332,9 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         # The first edge tile's page indices load with Q, so that both wait on one round trip; loaded
         # after the block's keys they took a second one (H200, one split: batch 64 155.1 -> 153.1 us,
         # batch 33 87.5 -> 86.2; at a wave's start the consumer, not the ring, was late).
-        pages0 = edge_pages(f, 0, keys)
+        edge0 = edge_tile(f, 0, keys)
         if n_priv > 0:
-            fetch_private(f, n_edge * has_blk, n_edge, kq, vq, keys, dims, pages0)  # the block's keys if any, else edge 0
+            fetch_private(f, n_edge * has_blk, n_edge, kq, vq, keys, dims, edge0)  # the block's keys if any, else edge 0
         q_s = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_l, k_width=2))
         stamp(t_ptr, T_Q, T0)
 
@@ -369,7 +363,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
             m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, qk_scale, p_l, o_l, True)
             if n_edge > 0:
                 gl.thread_barrier()  # every warp's MMAs on the block are done: the buffers are free
-                fetch_private(f, 0, n_edge, kq, vq, keys, dims, pages0)
+                fetch_private(f, 0, n_edge, kq, vq, keys, dims, edge0)
 
         # Interior tiles from the producer's ring: no mask.
         n_ring = mid_end - n_pre
@@ -440,7 +434,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
             m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, qk_scale, p_l, o_l, True)
             if e + 1 < n_edge:
                 gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
-                fetch_private(f, e + 1, n_edge, kq, vq, keys, dims, edge_pages(f, e + 1, keys))
+                fetch_private(f, e + 1, n_edge, kq, vq, keys, dims, edge_tile(f, e + 1, keys))
         stamp(t_ptr, T_PRIVATE_DONE, T0)
 
         has = l_i > 0.0
@@ -551,7 +545,7 @@ def default_overlap(num_splits: int, d: int) -> bool:
     """The intra-warpgroup overlap build pays on long rings: H200, MiniMax shape, with turns
     (2026-12-01, docs/benchmarks.md): one split (batch 64) 160.5 -> 154.2 us against the
     build without both; with many splits (batch 1, two ring tiles a program) 0.6 us slower.
-    Head dim 64's overlap build spills (``ptxas -v``: 20 bytes), so it keeps the default."""
+    Head dim 64's overlap build spills (``ptxas -v``: 16-20 bytes), so it keeps the default."""
     return num_splits == 1 and d == 128
 
 
