@@ -3,7 +3,8 @@
 Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``base``, or
 ``+``-joined build options of ``launch``: ``overlap``, ``pingpong``; ``base`` turns every option
 off, where ``launch``'s defaults turn some on), and the kernel as it was at each git revision
-of ``--against`` (with that revision's defaults), alternating, at the default split count,
+of ``--against`` (with that revision's defaults; an entry ending in ``.py`` that names a file
+is that file's kernel instead: the device machine's copy has no ``.git``), alternating, at the default split count,
 each output checked against the float64 oracle of ``bench/attention.py``.
 Same timing method as that bench (CUDA-graph replay, L2 flushed, median). Prints one line per
 measurement and a summary per batch.
@@ -49,16 +50,21 @@ KERNEL = "lowering/gluon_window_block.py"
 def kernel_at(rev: str):
     """The Gluon kernel module as it was at git revision ``rev``, imported beside today's as
     ``draftsmith.lowering.gluon_window_block_at_<rev>`` (its relative imports resolve to today's
-    sibling modules: the kernel is what is compared). One line and exit 2 if git has no such file."""
-    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{KERNEL}"], capture_output=True, text=True)
-    if shown.returncode != 0:
-        why = (shown.stderr.strip().splitlines() or ["git failed"])[-1]
-        refuse(f"--against {rev}: git has no {KERNEL} there ({why})")
-    tag = re.sub(r"\W", "_", rev)
+    sibling modules: the kernel is what is compared); ``rev`` naming a ``.py`` file: that file's
+    kernel. One line and exit 2 if git has no such file."""
+    if rev.endswith(".py") and Path(rev).is_file():  # a kernel file (the device machine's copy has no .git)
+        text = Path(rev).read_text()
+    else:
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{KERNEL}"], capture_output=True, text=True)
+        if shown.returncode != 0:
+            why = (shown.stderr.strip().splitlines() or ["git failed"])[-1]
+            refuse(f"--against {rev}: git has no {KERNEL} there ({why})")
+        text = shown.stdout
+    tag = re.sub(r"\W", "_", Path(rev).stem if rev.endswith(".py") else rev)
     folder = tempfile.mkdtemp(prefix="gluon_ab_")  # ours alone; removed at exit
     atexit.register(shutil.rmtree, folder, True)
     path = Path(folder) / f"gluon_window_block_at_{tag}.py"
-    path.write_text(shown.stdout)  # kept until exit: triton reads a kernel's source from its file
+    path.write_text(text)  # kept until exit: triton reads a kernel's source from its file
     name = f"draftsmith.lowering.gluon_window_block_at_{tag}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -74,7 +80,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--builds", default="base,pingpong,overlap+pingpong")
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random")
-    ap.add_argument("--against", default="", help="comma list of git revisions whose kernel to time beside")
+    ap.add_argument("--against", default="", help="comma list of git revisions, or kernel .py files, whose kernel to time beside")
     args = ap.parse_args()
     builds = args.builds.split(",") if args.builds else []
     for name in builds:

@@ -40,6 +40,17 @@ def test_kernel_at_an_older_revision_is_that_revisions_source():
     assert callable(module.launch) and callable(module.fits)
 
 
+def test_kernel_at_a_file_is_that_files_source(tmp_path):
+    import gluon_ab
+
+    text = (ROOT / "lowering" / "gluon_window_block.py").read_text() + f"\nMARK = {len(str(tmp_path))}\n"
+    path = tmp_path / "kernel_copy.py"
+    path.write_text(text)
+    module = gluon_ab.kernel_at(str(path))
+    assert Path(module.__file__).read_text() == text and module.MARK == len(str(tmp_path))
+    assert module.__name__ == "draftsmith.lowering.gluon_window_block_at_kernel_copy"
+
+
 def test_unknown_revision_and_build_are_refused_in_one_line(capsys):
     import gluon_ab
 
