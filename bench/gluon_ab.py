@@ -80,8 +80,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--builds", default="base,pingpong,overlap+pingpong")
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random")
+    ap.add_argument("--page", type=int, default=A.PAGE, help="tokens a page (TensorRT-LLM's default: 32)")
+    ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
     ap.add_argument("--against", default="", help="comma list of git revisions, or kernel .py files, whose kernel to time beside")
     args = ap.parse_args()
+    A.PAGE = args.page
     builds = args.builds.split(",") if args.builds else []
     for name in builds:
         build_kwargs(name)  # unknown options refused before any GPU work
@@ -89,7 +92,7 @@ def main():
     mask = MaskSpec(causal=False, window=A.W)
     scale = A.D ** -0.5
     for n in [int(x) for x in args.batches.split(",")]:
-        q, cache, kb, vb = A.make_inputs(n, args.ctx, seed=n, order=args.page_order)
+        q, cache, kb, vb = A.make_inputs(n, args.ctx, seed=n, layout=args.layout, order=args.page_order)
         dense = A.Dense(q, cache, kb, vb, args.ctx)
         cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, A.W - 1, q.device, gluon_ok=True)
         res = {}

@@ -1,0 +1,57 @@
+"""The Gluon kernel's launched builds, assembled for sm_90a by ptxas without a GPU: no wgmma
+serialized.
+
+ptxas reports ``C7513`` when non-wgmma instructions define a wgmma's input registers inside a
+pipeline stage, and then serializes every wgmma of the kernel. A restructuring of the ring
+loop that did this (branch ``wip/edge-mid-ring``) ran 45 % slower on the H200 (batch 64:
+234 against 150 us) with outputs still right, so only this message or a timing shows it.
+Spills are not asserted: the 32-token-page and phase-timer builds spill 32-36 bytes, and on
+the H200 the 32-token-page build that spills ran no slower than one that
+does not (2026-12-01, docs/benchmarks.md, thirteenth measurement).
+Runs where Gluon's Hopper API compiles (triton 3.6: the device machine, a local venv with
+``triton==3.6.0``); elsewhere it skips, saying so.
+"""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from draftsmith.lowering import gluon_window_block as gwb
+
+
+def _ptxas():
+    if gwb.gluon is None or not gwb.available():
+        return None
+    import triton.backends.nvidia as nv
+
+    path = Path(nv.__file__).parent / "bin" / "ptxas"
+    return path if path.is_file() else None
+
+
+PTXAS = _ptxas()
+
+# The builds ``launch`` picks (``default_overlap``): one split at head dim 128 (overlap), several
+# splits (no overlap), head dim 64, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
+# causal without a window, and the phase timer's build.
+BUILDS = [
+    dict(overlap=True),
+    dict(overlap=False),
+    dict(d=64, overlap=False),
+    dict(consumers=1, overlap=True),
+    dict(page=32, overlap=True),
+    dict(causal=True, windowed=False, overlap=True),
+    dict(timed=True, overlap=True),
+]
+
+
+@pytest.mark.skipif(PTXAS is None, reason="Gluon's Hopper API (triton 3.6) and its ptxas are not installed here")
+@pytest.mark.parametrize("build", BUILDS, ids=lambda b: "-".join(f"{k}={v}" for k, v in b.items()))
+def test_launched_builds_assemble_without_serialized_wgmma(build, tmp_path):
+    ptx = gwb.compile_for_sm90(**build)["ptx"]
+    src = tmp_path / "kernel.ptx"
+    src.write_text(ptx)
+    done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "C7513" not in done.stderr, "ptxas serializes the wgmma instructions:\n" + done.stderr[-2000:]
