@@ -80,6 +80,9 @@ SELF_SIGNAL = textwrap.dedent("""
     import draftsmith.framework.cli.main as m
     from draftsmith.framework.io.publish import set_step_hook
     sig, at = getattr(signal, sys.argv[1]), int(sys.argv[2])
+    # As from a terminal: dispositions are inherited, and under nohup SIGHUP arrives ignored
+    # (which the CLI respects; see test_sighup_ignored_under_nohup_is_respected).
+    signal.signal(sig, signal.SIG_IGN if sys.argv[3] == "ignored" else signal.SIG_DFL)
     count = [0]
     def hook():
         count[0] += 1
@@ -87,14 +90,14 @@ SELF_SIGNAL = textwrap.dedent("""
             os.kill(os.getpid(), sig)
             time.sleep(0.5)  # the handler runs in the main thread meanwhile
     set_step_hook(hook)
-    sys.exit(m.main(sys.argv[3:]))
+    sys.exit(m.main(sys.argv[4:]))
 """)
 
 
 @pytest.mark.parametrize("sig,at", [("SIGTERM", 1), ("SIGHUP", 3)])
 def test_signal_mid_write_cleans_up(sig, at, source, tmp_path):
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-c", SELF_SIGNAL, sig, str(at), "convert", "adapter=minimax_dspark",
+    p = subprocess.run([sys.executable, "-c", SELF_SIGNAL, sig, str(at), "default", "convert", "adapter=minimax_dspark",
                         f"source={source}", f"out={out}"], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(ROOT.parent)))
     left = sorted(x.name for x in tmp_path.iterdir())
@@ -106,6 +109,18 @@ def test_signal_mid_write_cleans_up(sig, at, source, tmp_path):
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
     assert left == [], f"left behind: {left}"
     record("runs", f"{sig} mid-write (step {at})", f"exit {128 + getattr(signal, sig)}, nothing left")
+
+
+def test_sighup_ignored_under_nohup_is_respected(source, tmp_path):
+    """Started under ``nohup`` (SIGHUP inherited as ignored), a hang-up mid-write does not stop
+    the run: it completes and publishes, as nohup asks."""
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-c", SELF_SIGNAL, "SIGHUP", "3", "ignored", "convert", "adapter=minimax_dspark",
+                        f"source={source}", f"out={out}"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT.parent)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out"] and (out / "config.json").is_file()
+    record("runs", "SIGHUP mid-write under nohup", "ignored, as nohup asks: the run completes")
 
 
 def test_external_sigterm_while_writing(source, tmp_path):
