@@ -9,7 +9,8 @@ Spills are not asserted: the 32-token-page and phase-timer builds spill 32-36 by
 the H200 the 32-token-page build that spills ran no slower than one that
 does not (2026-12-01, docs/benchmarks.md, thirteenth measurement).
 Runs where Gluon's Hopper API compiles (triton 3.6: the device machine, a local venv with
-``triton==3.6.0``); elsewhere it skips, saying so.
+``triton==3.6.0``); elsewhere it skips, saying so. Marked ``gpu`` so that the device machine's
+``-m gpu`` runs include it, though it needs no GPU.
 """
 
 import subprocess
@@ -45,6 +46,7 @@ BUILDS = [
 ]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(PTXAS is None, reason="Gluon's Hopper API (triton 3.6) and its ptxas are not installed here")
 @pytest.mark.parametrize("build", BUILDS, ids=lambda b: "-".join(f"{k}={v}" for k, v in b.items()))
 def test_launched_builds_assemble_without_serialized_wgmma(build, tmp_path):
