@@ -82,9 +82,10 @@ def main():
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random")
     ap.add_argument("--page", type=int, default=A.PAGE, help="tokens a page (TensorRT-LLM's default: 32)")
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
+    ap.add_argument("--head-dim", type=int, default=A.D, help="head dim (attention.py's --head-dim)")
     ap.add_argument("--against", default="", help="comma list of git revisions, or kernel .py files, whose kernel to time beside")
     args = ap.parse_args()
-    A.PAGE = args.page
+    A.PAGE, A.D = args.page, args.head_dim
     builds = args.builds.split(",") if args.builds else []
     for name in builds:
         build_kwargs(name)  # unknown options refused before any GPU work
