@@ -4,8 +4,9 @@ Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``ba
 ``+``-joined build options of ``launch``: ``overlap``, ``pingpong``; ``base`` turns every option
 off, where ``launch``'s defaults turn some on), and the kernel as it was at each git revision
 of ``--against`` (with that revision's defaults; an entry ending in ``.py`` that names a file
-is that file's kernel instead: the device machine's copy has no ``.git``), alternating, at the default split count,
-each output checked against the float64 oracle of ``bench/attention.py``.
+is that file's kernel instead: the device machine's copy has no ``.git``), alternating, at
+the default split count, each output checked against the float64 oracle of
+``bench/attention.py``. ``--page``, ``--layout`` and ``--head-dim`` are ``attention.py``'s.
 Same timing method as that bench (CUDA-graph replay, L2 flushed, median). Prints one line per
 measurement and a summary per batch.
 """
@@ -52,7 +53,8 @@ def kernel_at(rev: str):
     ``draftsmith.lowering.gluon_window_block_at_<rev>`` (its relative imports resolve to today's
     sibling modules: the kernel is what is compared); ``rev`` naming a ``.py`` file: that file's
     kernel. One line and exit 2 if git has no such file."""
-    if rev.endswith(".py") and Path(rev).is_file():  # a kernel file (the device machine's copy has no .git)
+    from_file = rev.endswith(".py") and Path(rev).is_file()  # the device machine's copy has no .git
+    if from_file:
         text = Path(rev).read_text()
     else:
         shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{KERNEL}"], capture_output=True, text=True)
@@ -60,7 +62,7 @@ def kernel_at(rev: str):
             why = (shown.stderr.strip().splitlines() or ["git failed"])[-1]
             refuse(f"--against {rev}: git has no {KERNEL} there ({why})")
         text = shown.stdout
-    tag = re.sub(r"\W", "_", Path(rev).stem if rev.endswith(".py") else rev)
+    tag = re.sub(r"\W", "_", Path(rev).stem if from_file else rev)
     folder = tempfile.mkdtemp(prefix="gluon_ab_")  # ours alone; removed at exit
     atexit.register(shutil.rmtree, folder, True)
     path = Path(folder) / f"gluon_window_block_at_{tag}.py"

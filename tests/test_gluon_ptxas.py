@@ -22,7 +22,7 @@ from draftsmith.lowering import gluon_window_block as gwb
 
 
 def _ptxas():
-    if gwb.gluon is None or not gwb.available():
+    if not gwb.available():
         return None
     import triton.backends.nvidia as nv
 

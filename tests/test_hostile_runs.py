@@ -94,12 +94,18 @@ SELF_SIGNAL = textwrap.dedent("""
 """)
 
 
+def _convert_signalling_itself(sig: str, at: int, disposition: str, source, out):
+    """A convert to ``out`` that sends itself ``sig`` at publish step ``at``, the signal's
+    disposition at start ``default`` or ``ignored`` (as under nohup)."""
+    return subprocess.run([sys.executable, "-c", SELF_SIGNAL, sig, str(at), disposition, "convert",
+                           "adapter=minimax_dspark", f"source={source}", f"out={out}"], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT.parent)))
+
+
 @pytest.mark.parametrize("sig,at", [("SIGTERM", 1), ("SIGHUP", 3)])
 def test_signal_mid_write_cleans_up(sig, at, source, tmp_path):
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-c", SELF_SIGNAL, sig, str(at), "default", "convert", "adapter=minimax_dspark",
-                        f"source={source}", f"out={out}"], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT.parent)))
+    p = _convert_signalling_itself(sig, at, "default", source, out)
     left = sorted(x.name for x in tmp_path.iterdir())
     if at == 10_000:  # never reached: the control, a normal run
         assert p.returncode == 0, p.stderr
@@ -115,9 +121,7 @@ def test_sighup_ignored_under_nohup_is_respected(source, tmp_path):
     """Started under ``nohup`` (SIGHUP inherited as ignored), a hang-up mid-write does not stop
     the run: it completes and publishes, as nohup asks."""
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-c", SELF_SIGNAL, "SIGHUP", "3", "ignored", "convert", "adapter=minimax_dspark",
-                        f"source={source}", f"out={out}"], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT.parent)))
+    p = _convert_signalling_itself("SIGHUP", 3, "ignored", source, out)
     assert p.returncode == 0, p.stderr[-2000:]
     assert sorted(x.name for x in tmp_path.iterdir()) == ["out"] and (out / "config.json").is_file()
     record("runs", "SIGHUP mid-write under nohup", "ignored, as nohup asks: the run completes")
