@@ -5,7 +5,8 @@ when :func:`fits` holds); this module only holds the kernel and its launch.
 
 One program per (sequence, KV head, split), all ``B * G`` packed query rows (at most 128):
 
-- a 1-warp producer partition streams the *interior* context tiles of its split (64 keys,
+- a 1-warp producer partition streams the *interior* context tiles of its split (64 keys;
+  32 at head dim 256, whose Q is read by wgmma from shared memory: :func:`tiles_for`;
   every key visible to every row) by TMA into a ring of ``NUM_BUF`` shared-memory slots, each
   guarded by a ``ready`` and an ``empty`` mbarrier; a tile is one TMA box of K and one of V
   when pages hold a multiple of 64 keys, else ``64 / SUB`` boxes of ``SUB`` keys each
@@ -94,15 +95,25 @@ def available() -> bool:
     return gluon is not None and triton.__version__.startswith(VERIFIED_TRITON)
 
 
-def sub_rows(page: int) -> int:
+def sub_rows(page: int, bn: int = TILE) -> int:
     """Keys per TMA box for pages of ``page`` tokens: the largest power of two that divides both
-    the page and the 64-key tile, so that no box crosses a page (pages are powers of two, so
-    this is ``min(page, 64)``: TensorRT-LLM's 32-token pages take two boxes a tile)."""
-    return min(TILE, page & -page)
+    the page and the ``bn``-key tile, so that no box crosses a page (pages are powers of two, so
+    this is ``min(page, bn)``: TensorRT-LLM's 32-token pages take two boxes of a 64-key tile)."""
+    return min(bn, page & -page)
+
+
+def tiles_for(d: int) -> tuple:
+    """``(keys a tile, Q in shared memory, ring slots)`` at head dim ``d``. Head dim 256 takes
+    32-key tiles, three slots and Q from shared memory: its accumulator alone is 128 registers a
+    thread, and 64-key slots of K and V (64 KB each) would not fit beside the private buffers
+    (so: 229 856 of 232 448 bytes of shared memory; ``ptxas``: no spills without the overlap
+    build, which :func:`default_overlap` keeps to head dim 128)."""
+    return (32, True, 3) if d == 256 else (TILE, False, NUM_BUF)
 
 
 def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bool:
-    """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64 or 128, pages
+    """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64, 128 or 256 (with
+    a block of at most 32 keys: :func:`tiles_for`), pages
     in one of the two TMA layouts whose boxes hold >= 16 keys (:func:`sub_rows`: pages of 16
     tokens or more), ``B * G <= 128``, and every K/V row of the pages and the block
     on 16 bytes (what its cp.async copies assume)."""
@@ -112,8 +123,9 @@ def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bo
     hkv = k_blk.shape[2]
     kp, vp = cache.k_pages, cache.v_pages
     layout = page_layout(kp)
-    return (q.dtype in (torch.bfloat16, torch.float16) and kp.dtype == q.dtype and d in (64, 128)
-            and sub_rows(kp.shape[1]) >= MIN_SUB_ROWS and b * (hq // hkv) <= 2 * TILE and b <= TILE
+    bn = tiles_for(d)[0]
+    return (q.dtype in (torch.bfloat16, torch.float16) and kp.dtype == q.dtype and d in (64, 128, 256)
+            and sub_rows(kp.shape[1], bn) >= MIN_SUB_ROWS and b * (hq // hkv) <= 2 * TILE and b <= bn
             and layout is not None and layout == page_layout(vp) and _rows_16b_aligned(kp, vp, k_blk, v_blk))
 
 
@@ -123,7 +135,7 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
+def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False):
     """The Gluon kernel, decorated on first use (never under the interpreter); :func:`launch`
     picks the build, ``bench/gluon_ab.py`` A/Bs them.
 
@@ -135,12 +147,15 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
       consumer's softmax runs while the other's MMAs hold the tensor cores; otherwise both
       issue together (they start in step, on the same ``ready`` barrier).
     - ``sub``: keys per TMA box (:func:`sub_rows`), a closure constant (a shape in the
-      producer partition, whose arguments arrive as values)."""
-    BN = gl.constexpr(TILE)
+      producer partition, whose arguments arrive as values).
+    - ``bn``, ``q_smem``: keys a tile, and Q as wgmma's A from shared memory instead of
+      registers (:func:`tiles_for`)."""
+    BN = gl.constexpr(bn)
+    Q_SMEM = gl.constexpr(q_smem)
     OVERLAP = gl.constexpr(overlap)
     PINGPONG = gl.constexpr(pingpong)
     SUB = gl.constexpr(sub)
-    N_SUB = gl.constexpr(TILE // sub)
+    N_SUB = gl.constexpr(bn // sub)
     BM = gl.constexpr(TILE)
     # Timer slots (TIMER_SLOTS' order).
     (T_NS_ENTRY, T_ENTRY, T_CONSUMER, T_Q, T_FIRST_TILE, T_INTERIOR_DONE, T_FIRST_PRIVATE, T_PRIVATE_DONE, T_STORED,
@@ -290,9 +305,9 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
     def consume(c, f, ROW0: gl.constexpr):
         """Rows ``ROW0 .. ROW0 + 63``: the ring's tiles, then the private ones (``f``: what
         :func:`fetch_private` needs), then the output or the split's partial."""
-        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split,
-         NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G,
-         HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED) = c
+        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs, n, kvh,
+         split, NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B,
+         G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED) = c
         T0 = TIMED and ROW0 == 0  # consumer 0 stamps the timer
         stamp(t_ptr, T_CONSUMER, T0)
         PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
@@ -335,7 +350,13 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         edge0 = edge_tile(f, 0, keys)
         if n_priv > 0:
             fetch_private(f, n_edge * has_blk, n_edge, kq, vq, keys, dims, edge0)  # the block's keys if any, else edge 0
-        q_s = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_l, k_width=2))
+        if Q_SMEM:  # wgmma's A from shared memory: 64 registers a thread fewer at head dim 256
+            q_s = q_bufs.index(ME)
+            q_s.store(q)
+            fence_async_shared()
+            gl.thread_barrier()  # every thread's rows are in
+        else:
+            q_s = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_l, k_width=2))
         stamp(t_ptr, T_Q, T0)
 
         jrow = (ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))) // G
@@ -518,6 +539,10 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NB, BN, D], v_desc.layout)
         kq_bufs = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS, BN, D], k_desc.layout)
         vq_bufs = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS, BN, D], v_desc.layout)
+        if Q_SMEM:
+            q_bufs = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS, BM, D], k_desc.layout)
+        else:
+            q_bufs = kq_bufs  # unused: Q stays in registers
         ready = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NB):
@@ -527,9 +552,9 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False):
         # One argument tuple per role: the producer's, the consumers', the private-tile copies'.
         p = (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
              TMA_PAGE, TMA_HEAD, TMA_COL, t_ptr, TIMED)
-        c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, n, kvh, split,
-             NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G,
-             HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED)
+        c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs, n, kvh,
+             split, NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh,
+             B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED)
         f = (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
              s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh)
         if CONSUMERS == 2:
@@ -550,7 +575,7 @@ def default_overlap(num_splits: int, d: int) -> bool:
 
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
-           num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS,
+           num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS,
            timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: bool = True):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
@@ -566,8 +591,10 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     bt = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
     elt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    lay = gl.NVMMASharedLayout.get_default_for([TILE, d], elt)  # the ring's slots; boxes fill them in SUB-key rows
-    sub = sub_rows(page)
+    bn, q_smem, slots = tiles_for(d)
+    num_buf = slots if num_buf is None else num_buf
+    lay = gl.NVMMASharedLayout.get_default_for([bn, d], elt)  # the ring's slots; boxes fill them in SUB-key rows
+    sub = sub_rows(page, bn)
     (k_rows, strides), (v_rows, _) = tma_rows(kp), tma_rows(vp)  # fits(): one layout for both
     k_desc = TensorDescriptor.from_tensor(k_rows, [sub, d], lay)
     v_desc = TensorDescriptor.from_tensor(v_rows, [sub, d], lay)
@@ -587,7 +614,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
                          f"got {timer.dtype} {tuple(timer.shape)}")
     if overlap is None:
         overlap = default_overlap(num_splits, d)
-    _kernel(overlap, sub, pingpong)[(n * hkv, num_splits)](
+    _kernel(overlap, sub, pingpong, bn, q_smem)[(n * hkv, num_splits)](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
@@ -604,7 +631,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 
 
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
-                     num_buf: int = NUM_BUF, consumer_regs: int = CONSUMER_REGS,
+                     num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS,
                      producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = False,
                      page: int = TILE, pingpong: bool = True) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton); returns the
@@ -615,8 +642,10 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    lay = gl.NVMMASharedLayout.get_default_for([TILE, d], gl.bfloat16)
-    sub = sub_rows(page)
+    bn, q_smem, slots = tiles_for(d)
+    num_buf = slots if num_buf is None else num_buf
+    lay = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
+    sub = sub_rows(page, bn)
     desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
              "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
@@ -625,10 +654,10 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
              "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
     sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
-           for k in _kernel(overlap, sub, pingpong).arg_names}
+           for k in _kernel(overlap, sub, pingpong, bn, q_smem).arg_names}
     # Pointers 16-byte aligned (launches specialize on it; fits() requires it), no integer hints.
     aligned = {(i, ): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    src = GluonASTSource(_kernel(overlap, sub, pingpong), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
+    src = GluonASTSource(_kernel(overlap, sub, pingpong, bn, q_smem), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})

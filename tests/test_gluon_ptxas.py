@@ -33,12 +33,14 @@ def _ptxas():
 PTXAS = _ptxas()
 
 # The builds ``launch`` picks (``default_overlap``): one split at head dim 128 (overlap), several
-# splits (no overlap), head dim 64, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
+# splits (no overlap), head dims 64 and 256, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
 # causal without a window, and the phase timer's build.
 BUILDS = [
     dict(overlap=True),
     dict(overlap=False),
     dict(d=64, overlap=False),
+    dict(d=256, overlap=False),
+    dict(d=256, overlap=False, page=16),
     dict(consumers=1, overlap=True),
     dict(page=32, overlap=True),
     dict(causal=True, windowed=False, overlap=True),

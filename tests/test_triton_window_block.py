@@ -380,7 +380,8 @@ def _gluon_fits(case):
 @gpu
 @pytest.mark.parametrize("b,hq", [(1, 32), (7, 32), (16, 16), (7, 8)], ids=["rows16", "rows112", "rows128", "rows28"])
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, 300), (False, None), (True, None)])
-@pytest.mark.parametrize("d,page,layout", [(128, 64, "nhd"), (64, 128, "hnd"), (128, 32, "hnd"), (64, 16, "nhd")])
+@pytest.mark.parametrize("d,page,layout", [(128, 64, "nhd"), (64, 128, "hnd"), (128, 32, "hnd"), (64, 16, "nhd"),
+                                           (256, 32, "hnd")])
 def test_gpu_gluon_kernel(b, hq, causal, window, d, page, layout):
     """The warp-specialized Gluon kernel (SM90): one or two consumer partitions, window edges
     cut inside a tile, a partial last tile, short / empty / wrapped contexts, NaN in every
