@@ -435,13 +435,14 @@ def test_gpu_gluon_overlap_builds(overlap, pingpong, causal, window):
 @gpu
 @pytest.mark.parametrize("splits", [2, 5, 33])
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
-def test_gpu_gluon_kernel_splits(splits, causal, window):
+@pytest.mark.parametrize("d", [128, 256])
+def test_gpu_gluon_kernel_splits(splits, causal, window, d):
     """The Gluon kernel with split-KV: chunks cut inside the window and at its edge, splits
-    that see no key (short and empty contexts), the block's keys in the last split only;
-    the merged output and LSE against the oracle."""
-    gen = torch.Generator().manual_seed(splits * 10 + causal + (window or 0))
+    that see no key (short and empty contexts), the block's keys in the last split only; head
+    dims 128 and 256 (32-key tiles); the merged output and LSE against the oracle."""
+    gen = torch.Generator().manual_seed(splits * 10 + causal + (window or 0) + d)
     ctx = [5003, 1000, 299, 64, 0]
-    case = _gpu_case(len(ctx), 7, 64, 4, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
+    case = _gpu_case(len(ctx), 7, 64, 4, d, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
     if not _gluon_fits(case):
         pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
