@@ -415,8 +415,8 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
                                   tma_ok=not gluon_ok and tma_fits(q, cache), gluon_ok=gluon_ok)
     if cfg.gluon:
         if not gluon_ok:
-            raise ValueError("the gluon kernel needs an SM90 GPU, Gluon's Hopper API, bf16/fp16, head dim 64 or "
-                             "128, pages of >= 16 tokens in a TMA layout and B * G <= 128")
+            raise ValueError("the gluon kernel needs an SM90 GPU, Gluon's Hopper API, bf16/fp16, head dim 64, "
+                             "128 or 256 (256: B <= 32), pages of >= 16 tokens in a TMA layout and B * G <= 128")
         return gluon_window_block.launch(q, cache, k_blk, v_blk, mask, scale, return_lse=return_lse,
                                          num_splits=cfg.num_splits)
     d_pad = max(16, next_pow2(d))
