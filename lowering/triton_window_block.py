@@ -267,10 +267,10 @@ class Config:
     """Tile sizes and launch shape. ``num_splits`` is the split-KV count ``S``."""
 
     block_m: int
-    block_n: int
+    block_n: int  # keys a tile
     num_splits: int
     num_warps: int
-    num_stages: int
+    num_stages: int  # software-pipeline stages; the Gluon kernel: its TMA ring slots
     tma: bool = False  # interior tiles through tensor descriptors (needs block_n <= P, D a power of 2)
     warp_specialize: bool = False  # Triton's warp specialization of the key loop
     gluon: bool = False  # the warp-specialized Gluon kernel instead (SM90; :mod:`.gluon_window_block`)
@@ -307,7 +307,8 @@ def choose_config(
         if num_splits is None:  # at most one program per multiprocessor (one fits), >= GLUON_MIN_KEYS keys each
             ctas = n * hkv
             num_splits = max(1, min(max_span // GLUON_MIN_KEYS, sms // ctas))  # one wave
-        return Config(64, 64, num_splits, 4, 1, tma=True, gluon=True)
+        bn, _, slots = gluon_window_block.tiles_for(d)  # what its launch builds: keys a tile, ring slots
+        return Config(64, bn, num_splits, 4, slots, tma=True, gluon=True)
     if tma_ok:
         block_m = block_m or min(64, max(16, next_pow2(rows)))
         block_n = block_n or (32 if d_pad >= 256 else 64)  # D 256: 1.9x the gathered 64x64 tiles (H200)
