@@ -111,6 +111,15 @@ def tiles_for(d: int) -> tuple:
     return (32, True, 3) if d == 256 else (TILE, False, NUM_BUF)
 
 
+def _build(d: int, page: int, elt, num_buf: Optional[int]):
+    """What :func:`launch` and :func:`compile_for_sm90` build at head dim ``d`` and pages of
+    ``page`` tokens: ``(keys a tile, Q in shared memory, ring slots, slot layout, keys a TMA
+    box)`` (:func:`tiles_for`, :func:`sub_rows`; ``num_buf`` overrides the slots)."""
+    bn, q_smem, slots = tiles_for(d)
+    lay = gl.NVMMASharedLayout.get_default_for([bn, d], elt)  # the ring's slots; boxes fill them in SUB-key rows
+    return bn, q_smem, slots if num_buf is None else num_buf, lay, sub_rows(page, bn)
+
+
 def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bool:
     """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64, 128 or 256 (with
     a block of at most 32 keys: :func:`tiles_for`), pages
@@ -591,10 +600,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     bt = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
     elt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    bn, q_smem, slots = tiles_for(d)
-    num_buf = slots if num_buf is None else num_buf
-    lay = gl.NVMMASharedLayout.get_default_for([bn, d], elt)  # the ring's slots; boxes fill them in SUB-key rows
-    sub = sub_rows(page, bn)
+    bn, q_smem, num_buf, lay, sub = _build(d, page, elt, num_buf)
     (k_rows, strides), (v_rows, _) = tma_rows(kp), tma_rows(vp)  # fits(): one layout for both
     k_desc = TensorDescriptor.from_tensor(k_rows, [sub, d], lay)
     v_desc = TensorDescriptor.from_tensor(v_rows, [sub, d], lay)
@@ -642,10 +648,7 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    bn, q_smem, slots = tiles_for(d)
-    num_buf = slots if num_buf is None else num_buf
-    lay = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
-    sub = sub_rows(page, bn)
+    bn, q_smem, num_buf, lay, sub = _build(d, page, gl.bfloat16, num_buf)
     desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
              "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
