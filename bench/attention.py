@@ -1,6 +1,6 @@
 """Benchmark of block-attention lowerings at the MiniMax-M3.1 drafter shape (one CUDA GPU).
 
-Shape: Hq 64, Hkv 4, D 128, B 7, window 4096 (non-causal), bf16, page 64, every sequence at
+Shape: Hq 64, Hkv 4, D 128, B 7, window 4096 (non-causal; ``--window``), bf16, page 64, every sequence at
 context ``--ctx`` (32k), ring block tables of ``ceil(4095/64)+1 = 65`` pages.
 
 Rows: ``triton_window_block``; ``window_decode_merge`` (if importable); SDPA with a dense
@@ -328,7 +328,7 @@ def rel_err(a, ref):
 
 
 def main():
-    global WARM_L2, D, PAGE, PAGE_ORDER, FA4_PAGE
+    global WARM_L2, D, PAGE, PAGE_ORDER, FA4_PAGE, W
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--ctx", type=int, default=32768)
@@ -349,6 +349,9 @@ def main():
     ap.add_argument("--page", type=int, default=PAGE, help="tokens per page of the ring cache (FA4 keeps 128)")
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     ap.add_argument("--head-dim", type=int, default=D, help="head dimension (MiniMax: 128)")
+    ap.add_argument("--window", type=int, default=W,
+                    help="two-sided window W (MiniMax: 4096); with two values, the per-key slope of a time gives a "
+                         "kernel's streaming rate and its intercept the fixed cost a program")
     ap.add_argument("--no-fa4", action="store_true", help="skip the FlashAttention-4 row")
     ap.add_argument("--page-order", choices=("random", "sequential"), default=PAGE_ORDER,
                     help="pages of a sequence scattered over the pool (a permutation) or in pool order; applies to "
@@ -361,6 +364,7 @@ def main():
     WARM_L2 = args.warm_l2
     D = args.head_dim
     PAGE = args.page
+    W = args.window
     mask = MaskSpec(causal=False, window=W)
     scale = D ** -0.5
     log = open(args.log, "w") if args.log else None
@@ -377,7 +381,7 @@ def main():
     one = torch.zeros(1, device="cuda")
     launch_us = bench_graph(lambda: one.add_(1.0)) * 1e3  # the timing method's floor: one tiny kernel
     emit({"launch_floor_us": launch_us, "what": "CUDA-graph replay of one 1-element kernel, L2 flushed"})
-    emit({"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
+    emit({"gpu": gpu, "sms": torch.cuda.get_device_properties(0).multi_processor_count, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
           "page_layout": args.layout, "l2": "warm (not flushed)" if WARM_L2 else "flushed before each timing",
           "torch": torch.__version__, "triton": __import__("triton").__version__,
           "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout,

@@ -14,7 +14,7 @@ flushed before each replay (``bench/attention.py``'s method), and prints per bat
   for three roles: the first split (window edge tiles), middle splits, the last split (the
   block's keys).
 
-``--splits 15,24``: those split counts instead of the lowering's choice.
+``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W.
 Usage: ``python3 bench/kernel_phases.py [--batches 1,16,64]``.
 """
 
@@ -23,6 +23,7 @@ import datetime
 
 import torch
 
+import attention
 from attention import B, D, HKV, HQ, W, bench_graph, capture_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
 from draftsmith.lowering import gluon_window_block as gwb
 from draftsmith.lowering.base import MaskSpec
@@ -136,12 +137,15 @@ def sm_table(t, tile_bytes):
 
 
 def main():
+    global W
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--splits", default=None, help="comma list of split counts (default: the lowering's choice)")
+    ap.add_argument("--window", type=int, default=W, help="two-sided window W (attention.py's --window)")
     args = ap.parse_args()
+    W = attention.W = args.window  # attention.make_inputs sizes the ring from it
     if not gwb.available():
         raise SystemExit("needs triton 3.6's Gluon and an SM90 GPU")
     copy_tbs = copy_bandwidth()

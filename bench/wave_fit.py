@@ -1,0 +1,107 @@
+"""Streaming rate and fixed cost a wave, per kernel, from ``bench/attention.py`` logs (no GPU).
+
+Run ``attention.py --window W --batches 33,66,132 --log wW.jsonl`` for two or more windows
+``W``, then ``python3 bench/wave_fit.py w2048.jsonl w4096.jsonl ...``. At ``n * Hkv`` programs
+a multiple of the SM count every wave is whole (one program an SM; H200: 132 SMs, 4 KV heads,
+so batches 33, 66, 132). Per kernel and window, the slope of time over waves (least squares,
+so a first wave's extra start-up drops out) is the cost of one wave; over the windows, that
+cost against one wave's bytes (``SMs x`` a program's K/V window ``(W-1+B) x D x 2 x 2`` and its
+``B x G`` rows of q and out) is a line: its slope gives the streaming rate (TB/s), its
+intercept the cost a wave pays whatever the window (microseconds): program start, tail,
+epilogue and the gap to the next program, as far as they leave memory idle.
+Units: microseconds, TB/s (1e12 bytes a second). Uses the replay times (``"us"``), not the
+profiler's kernel times.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def refuse(line: str):
+    """Bad input: one line on stderr, exit 2."""
+    print(line, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def line_fit(xs, ys):
+    """Least-squares ``y = a + b x``: ``(a, b)``; needs two distinct ``x``."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - b * mx, b
+
+
+def read_log(path: Path, sms_arg):
+    """``(shape, sms, {method: {batch: us}})`` of one attention.py log."""
+    shape, sms, times = None, sms_arg, {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        refuse(f"{path}: cannot read ({e.strerror})")
+    for i, raw in enumerate(lines, 1):
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError:
+            refuse(f"{path}:{i}: not a JSON line")
+        if "shape" in rec:
+            shape = rec["shape"]
+            sms = sms_arg or rec.get("sms")
+        elif "us" in rec and "batch" in rec and "method" in rec:
+            times.setdefault(rec["method"], {})[int(rec["batch"])] = float(rec["us"])
+    if shape is None:
+        refuse(f"{path}: no header record with 'shape' (is it an attention.py --log?)")
+    if not sms:
+        refuse(f"{path}: the log does not name the SM count; pass --sms")
+    return shape, int(sms), times
+
+
+def wave_bytes(shape, sms: int) -> float:
+    """Bytes one wave of ``sms`` programs reads and writes: K/V window, q and out."""
+    d, b, g = shape["D"], shape["B"], shape["Hq"] // shape["Hkv"]
+    return sms * ((shape["W"] - 1 + b) * d * 2 * 2 + 2 * b * g * d * 2)
+
+
+def fit(logs, sms_arg=None):
+    """``{method: {"per_wave": {W: us}, "TBps": rate, "fixed_us": us a wave}}`` over the logs."""
+    per_wave, bytes_at = {}, {}
+    for path in logs:
+        shape, sms, times = read_log(Path(path), sms_arg)
+        w = shape["W"]
+        bytes_at[w] = wave_bytes(shape, sms)
+        for method, at in times.items():
+            whole = {n * shape["Hkv"] // sms: us for n, us in at.items() if n * shape["Hkv"] % sms == 0}
+            if len(whole) < 2:
+                refuse(f"{path}: {method}: needs two batches of whole waves (n * {shape['Hkv']} a multiple of {sms})")
+            per_wave.setdefault(method, {})[w] = line_fit(list(whole), list(whole.values()))[1]
+    out = {}
+    for method, by_w in per_wave.items():
+        if len(by_w) < 2:
+            continue  # a kernel timed at one window only: no line
+        ws = sorted(by_w)
+        fixed, us_per_byte = line_fit([bytes_at[w] for w in ws], [by_w[w] for w in ws])
+        out[method] = {"per_wave": {w: by_w[w] for w in ws}, "TBps": 1.0 / (us_per_byte * 1e6) if us_per_byte > 0
+                       else float("inf"), "fixed_us": fixed}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("logs", nargs="+", help="attention.py --log files, one window each")
+    ap.add_argument("--sms", type=int, default=None, help="SM count (read from the logs where they name it)")
+    args = ap.parse_args()
+    res = fit(args.logs, args.sms)
+    if not res:
+        refuse("no kernel was timed at two windows")
+    ws = sorted({w for r in res.values() for w in r["per_wave"]})
+    print("| kernel | " + " | ".join(f"a wave at W {w} (us)" for w in ws) + " | stream (TB/s) | fixed a wave (us) |")
+    print("|---|" + "---|" * (len(ws) + 2))
+    for method, r in res.items():
+        cells = [f"{r['per_wave'][w]:.1f}" if w in r["per_wave"] else "-" for w in ws]
+        print(f"| {method} | " + " | ".join(cells) + f" | {r['TBps']:.2f} | {r['fixed_us']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
