@@ -350,8 +350,8 @@ def main():
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     ap.add_argument("--head-dim", type=int, default=D, help="head dimension (MiniMax: 128)")
     ap.add_argument("--window", type=int, default=W,
-                    help="two-sided window W (MiniMax: 4096); with two values, the per-key slope of a time gives a "
-                         "kernel's streaming rate and its intercept the fixed cost a program")
+                    help="two-sided window W (MiniMax: 4096); logs at two or more windows give bench/wave_fit.py "
+                         "each kernel's streaming rate and fixed cost a wave")
     ap.add_argument("--no-fa4", action="store_true", help="skip the FlashAttention-4 row")
     ap.add_argument("--page-order", choices=("random", "sequential"), default=PAGE_ORDER,
                     help="pages of a sequence scattered over the pool (a permutation) or in pool order; applies to "
