@@ -8,7 +8,10 @@ so a first wave's extra start-up drops out) is the cost of one wave; over the wi
 cost against one wave's bytes (``SMs x`` a program's K/V window ``(W-1+B) x D x 2 x 2`` and its
 ``B x G`` rows of q and out) is a line: its slope gives the streaming rate (TB/s), its
 intercept the cost a wave pays whatever the window (microseconds): program start, tail,
-epilogue and the gap to the next program, as far as they leave memory idle.
+epilogue and the gap to the next program, as far as they leave memory idle. The last column
+is the largest distance between a measured time and the fitted model (a first-wave extra a
+window plus waves x (fixed + bytes / rate)): with two windows the line passes through both
+per-wave costs, so only the spread over waves shows there.
 Units: microseconds, TB/s (1e12 bytes a second). Uses the replay times (``"us"``), not the
 profiler's kernel times.
 """
@@ -66,7 +69,7 @@ def wave_bytes(shape, sms: int) -> float:
 
 def fit(logs, sms_arg=None):
     """``{method: {"per_wave": {W: us}, "TBps": rate, "fixed_us": us a wave}}`` over the logs."""
-    per_wave, bytes_at = {}, {}
+    per_wave, bytes_at, points = {}, {}, {}
     for path in logs:
         shape, sms, times = read_log(Path(path), sms_arg)
         w = shape["W"]
@@ -75,15 +78,20 @@ def fit(logs, sms_arg=None):
             whole = {n * shape["Hkv"] // sms: us for n, us in at.items() if n * shape["Hkv"] % sms == 0}
             if len(whole) < 2:
                 refuse(f"{path}: {method}: needs two batches of whole waves (n * {shape['Hkv']} a multiple of {sms})")
-            per_wave.setdefault(method, {})[w] = line_fit(list(whole), list(whole.values()))[1]
+            first, per_wave.setdefault(method, {})[w] = line_fit(list(whole), list(whole.values()))
+            points.setdefault(method, []).extend((w, first, waves, us) for waves, us in whole.items())
     out = {}
     for method, by_w in per_wave.items():
         if len(by_w) < 2:
             continue  # a kernel timed at one window only: no line
         ws = sorted(by_w)
         fixed, us_per_byte = line_fit([bytes_at[w] for w in ws], [by_w[w] for w in ws])
+        # How well "a first-wave extra a window + waves x (fixed + bytes / rate)" reproduces every
+        # measured time: the largest miss, in us.
+        worst = max(abs(us - (first + waves * (fixed + us_per_byte * bytes_at[w])))
+                    for w, first, waves, us in points[method] if w in by_w)
         out[method] = {"per_wave": {w: by_w[w] for w in ws}, "TBps": 1.0 / (us_per_byte * 1e6) if us_per_byte > 0
-                       else float("inf"), "fixed_us": fixed}
+                       else float("inf"), "fixed_us": fixed, "worst_miss_us": worst}
     return out
 
 
@@ -96,11 +104,12 @@ def main():
     if not res:
         refuse("no kernel was timed at two windows")
     ws = sorted({w for r in res.values() for w in r["per_wave"]})
-    print("| kernel | " + " | ".join(f"a wave at W {w} (us)" for w in ws) + " | stream (TB/s) | fixed a wave (us) |")
-    print("|---|" + "---|" * (len(ws) + 2))
+    print("| kernel | " + " | ".join(f"a wave at W {w} (us)" for w in ws)
+          + " | stream (TB/s) | fixed a wave (us) | worst miss of the model (us) |")
+    print("|---|" + "---|" * (len(ws) + 3))
     for method, r in res.items():
         cells = [f"{r['per_wave'][w]:.1f}" if w in r["per_wave"] else "-" for w in ws]
-        print(f"| {method} | " + " | ".join(cells) + f" | {r['TBps']:.2f} | {r['fixed_us']:.1f} |")
+        print(f"| {method} | " + " | ".join(cells) + f" | {r['TBps']:.2f} | {r['fixed_us']:.1f} | {r['worst_miss_us']:.1f} |")
 
 
 if __name__ == "__main__":

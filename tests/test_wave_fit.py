@@ -45,6 +45,23 @@ def test_fit_recovers_the_rate_and_fixed_cost(tmp_path):
     for name, (tbps, fixed) in kernels.items():
         assert got[name]["TBps"] == pytest.approx(tbps, rel=1e-9)
         assert got[name]["fixed_us"] == pytest.approx(fixed, rel=1e-9, abs=1e-9)
+        assert got[name]["worst_miss_us"] < 1e-6  # the data are the model's own
+
+
+def test_worst_miss_shows_a_time_off_the_model(tmp_path):
+    import wave_fit
+
+    logs = [write_log(tmp_path / f"w{w}.jsonl", w, 132, {"ours": (4.4, 7.0)}) for w in (2048, 4096, 8192)]
+    lines = logs[1].read_text().splitlines()
+    bumped = []
+    for raw in lines:  # one measured time 3 us slower than the model
+        rec = json.loads(raw)
+        if rec.get("batch") == 66 and "us" in rec:
+            rec["us"] += 3.0
+        bumped.append(json.dumps(rec))
+    logs[1].write_text("\n".join(bumped) + "\n")
+    miss = wave_fit.fit(logs)["ours"]["worst_miss_us"]
+    assert 0.5 < miss <= 3.0
 
 
 def test_cli_prints_the_table_and_refuses_bad_logs(tmp_path):
@@ -52,7 +69,7 @@ def test_cli_prints_the_table_and_refuses_bad_logs(tmp_path):
     logs = [write_log(tmp_path / f"w{w}.jsonl", w, 132, kernels) for w in (2048, 4096)]
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), *map(str, logs)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert "| ours | " in run.stdout and "| 4.40 | 7.0 |" in run.stdout
+    assert "| ours | " in run.stdout and "| 4.40 | 7.0 | 0.0 |" in run.stdout
 
     no_sms = write_log(tmp_path / "nosms.jsonl", 2048, 132, kernels, with_sms=False)
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), str(no_sms), str(logs[1])],
