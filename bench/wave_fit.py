@@ -68,11 +68,14 @@ def wave_bytes(shape, sms: int) -> float:
 
 
 def fit(logs, sms_arg=None):
-    """``{method: {"per_wave": {W: us}, "TBps": rate, "fixed_us": us a wave}}`` over the logs."""
+    """``{method: {"per_wave": {W: us}, "TBps": rate, "fixed_us": us a wave, "worst_miss_us": us}}``
+    over the logs, one window each (a window given twice is refused)."""
     per_wave, bytes_at, points = {}, {}, {}
     for path in logs:
         shape, sms, times = read_log(Path(path), sms_arg)
         w = shape["W"]
+        if w in bytes_at:
+            refuse(f"{path}: window {w} is already in another log (one log a window)")
         bytes_at[w] = wave_bytes(shape, sms)
         for method, at in times.items():
             whole = {n * shape["Hkv"] // sms: us for n, us in at.items() if n * shape["Hkv"] % sms == 0}

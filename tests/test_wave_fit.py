@@ -76,6 +76,10 @@ def test_cli_prints_the_table_and_refuses_bad_logs(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2 and "pass --sms" in run.stderr and "Traceback" not in run.stderr
 
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), str(logs[0]), str(logs[0])],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "window 2048 is already in another log" in run.stderr
+
     junk = tmp_path / "junk.jsonl"
     junk.write_text("{not json\n")
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), str(junk)], capture_output=True, text=True)
