@@ -26,6 +26,7 @@ import torch
 
 
 import read_ceiling  # noqa: E402
+from wave_fit import sequence_bytes  # noqa: E402
 from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering import gluon_window_block  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, choose_config, tma_fits, triton_window_block  # noqa: E402
@@ -320,7 +321,8 @@ def oracle_error(out, dense, rows=4):
 
 
 def needed_bytes(n):
-    return n * ((W - 1 + B) * HKV * D * 2 * 2 + 2 * B * HQ * D * 2)
+    """Bytes ``n`` sequences need at the bench's shape (``wave_fit.sequence_bytes``)."""
+    return n * sequence_bytes(W, B, HQ, HKV, D)
 
 
 def rel_err(a, ref):

@@ -61,10 +61,16 @@ def read_log(path: Path, sms_arg):
     return shape, int(sms), times
 
 
+def sequence_bytes(w: int, b: int, hq: int, hkv: int, d: int) -> int:
+    """Bytes one sequence's block attention needs at least (bf16): the ``W - 1 + B`` keys its
+    window and block reach, K and V for every KV head, plus q and out. ``attention.py``'s
+    bandwidths and floors use it too."""
+    return (w - 1 + b) * hkv * d * 2 * 2 + 2 * b * hq * d * 2
+
+
 def wave_bytes(shape, sms: int) -> float:
-    """Bytes one wave of ``sms`` programs reads and writes: K/V window, q and out."""
-    d, b, g = shape["D"], shape["B"], shape["Hq"] // shape["Hkv"]
-    return sms * ((shape["W"] - 1 + b) * d * 2 * 2 + 2 * b * g * d * 2)
+    """Bytes one wave of ``sms`` programs (one a (sequence, KV head)) reads and writes."""
+    return sms / shape["Hkv"] * sequence_bytes(shape["W"], shape["B"], shape["Hq"], shape["Hkv"], shape["D"])
 
 
 def fit(logs, sms_arg=None):
