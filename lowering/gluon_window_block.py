@@ -27,8 +27,9 @@ Split-KV (``num_splits > 1``): split ``s`` takes an equal range of whole tiles o
 the mask reaches and writes a float32 partial and its log2-sum-exp, merged afterwards by
 ``triton_window_block.merge_splits``; ``triton_window_block`` splits only while ``N * Hkv``
 programs leave multiprocessors idle (a program fills one).
-``launch(timer=...)`` runs a build that stamps each program's phases (``TIMER_SLOTS``;
-``bench/kernel_phases.py`` prints them).
+``launch(timer=...)`` runs a build that stamps each program's phases and the time the ring's
+two sides waited for each other (``TIMER_SLOTS``; ``bench/kernel_phases.py`` prints them);
+``launch(persistent=True)`` a build whose programs run several items each (:func:`_kernel`).
 Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
 not compile this kernel, so :func:`available` gates on the version and other releases use
 the Triton kernel). Never run elsewhere. Measured in ``docs/benchmarks.md``.
@@ -60,6 +61,7 @@ TILE = 64  # keys per tile and rows per consumer
 NUM_BUF = 4  # ring slots (measured: 3-5 within 1% at batch 64 / 256)
 CONSUMER_REGS = 232  # registers per thread of the second consumer (the first gets what is left)
 PRODUCER_REGS = 24  # registers per thread of the producer warp
+PERSISTENT_PRODUCER_REGS = 32  # ... in the persistent build (its item loop spilled a register pair a tile at 24)
 MIN_SUB_ROWS = 16  # smallest TMA box (keys) a tile is loaded in; smaller pages run the Triton kernel
 
 
@@ -84,6 +86,8 @@ TIMER_SLOTS = (
     "ring_tiles",  # interior tiles of this program
     "private_tiles",  # private tiles (window edge, trailing partial tile, block keys)
     "smid",
+    "producer_wait",  # cycles the producer waited for free ring slots, over all its tiles
+    "consumer_wait",  # cycles consumer 0 waited for landed ring tiles (the first's wait included)
 )
 
 VERIFIED_TRITON = ("3.6.",)  # Gluon's API moves between releases; 3.9's does not compile this kernel
@@ -144,7 +148,8 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False):
+def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False,
+            persistent: bool = False):
     """The Gluon kernel, decorated on first use (never under the interpreter); :func:`launch`
     picks the build, ``bench/gluon_ab.py`` A/Bs them.
 
@@ -158,9 +163,18 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     - ``sub``: keys per TMA box (:func:`sub_rows`), a closure constant (a shape in the
       producer partition, whose arguments arrive as values).
     - ``bn``, ``q_smem``: keys a tile, and Q as wgmma's A from shared memory instead of
-      registers (:func:`tiles_for`)."""
+      registers (:func:`tiles_for`).
+    - ``persistent``: a grid of at most one program a multiprocessor, each running work items
+      ``pid, pid + programs, ...`` with one ring whose slots carry over from item to item, so
+      that the producer streams the next item's tiles while the consumers finish this one (its
+      edge tiles, epilogue, the next item's Q); each partition reads the next item's context
+      length while this one runs. Otherwise one program an item. Measured slower than one
+      program an item (H200, 2026-12-01: 3-5 us at one or two items a program, about 20 us at
+      batch 256; docs/benchmarks.md, sixteenth measurement), so :func:`launch` leaves it off; a
+      build to measure, not a fast path."""
     BN = gl.constexpr(bn)
     Q_SMEM = gl.constexpr(q_smem)
+    PERSISTENT = gl.constexpr(persistent)
     OVERLAP = gl.constexpr(overlap)
     PINGPONG = gl.constexpr(pingpong)
     SUB = gl.constexpr(sub)
@@ -168,7 +182,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     BM = gl.constexpr(TILE)
     # Timer slots (TIMER_SLOTS' order).
     (T_NS_ENTRY, T_ENTRY, T_CONSUMER, T_Q, T_FIRST_TILE, T_INTERIOR_DONE, T_FIRST_PRIVATE, T_PRIVATE_DONE, T_STORED,
-     T_NS_STORED, T_PRODUCER, T_FIRST_TMA, T_LAST_TMA, T_RING_TILES, T_PRIVATE_TILES, T_SMID) = (
+     T_NS_STORED, T_PRODUCER, T_FIRST_TMA, T_LAST_TMA, T_RING_TILES, T_PRIVATE_TILES, T_SMID, T_PRODUCER_WAIT,
+     T_CONSUMER_WAIT) = (
         gl.constexpr(i) for i in range(len(TIMER_SLOTS)))
     N_SLOTS = gl.constexpr(len(TIMER_SLOTS))
 
@@ -192,10 +207,32 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             gl.store(t_ptr + slot, t)
 
     @gluon.jit
+    def wait(bar, phase, spent, TIMED):
+        """Wait on mbarrier ``bar`` for ``phase``; with the timer on, add the cycles waited to
+        ``spent`` (int64), which is returned."""
+        if TIMED:
+            c0 = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            mbarrier.wait(bar, phase)
+            c1 = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            spent += c1 - c0
+        else:
+            mbarrier.wait(bar, phase)
+        return spent
+
+    @gluon.jit
     def record(t_ptr, slot: gl.constexpr, value, TIMED: gl.constexpr):
         """Store a count into this program's timer slot."""
         if TIMED:
             gl.store(t_ptr + slot, value.to(gl.int64))
+
+    @gluon.jit
+    def entered(t_ptr, TIMED):
+        """Stamp an entry: the global timer, the SM's clock and the SM's number."""
+        stamp(t_ptr, T_NS_ENTRY, TIMED, True)
+        stamp(t_ptr, T_ENTRY, TIMED)
+        if TIMED:
+            sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
+            record(t_ptr, T_SMID, sm, TIMED)
 
     @gluon.jit
     def ptx(asm: gl.constexpr):
@@ -220,17 +257,95 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                     ptx("bar.arrive 9, 256;\n\tmov.u32 $0, 0;")
 
     @gluon.jit
-    def producer(p):
-        """Stream the interior tiles ``n_pre .. mid_end`` of the split into the ring by TMA."""
-        (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
-         TMA_PAGE, TMA_HEAD, TMA_COL, t_ptr, TIMED) = p
+    def span(ctx, split, NUM_SPLITS, B, W_M1, WINDOWED):
+        """Split ``split``'s keys of a sequence of ``ctx`` context tokens: ``(start, lo, hi,
+        n_tiles, n_pre, mid_end)``: the window's first key; the split's keys [lo, hi), equal
+        chunks of whole tiles from the first tile's start; its tiles, of which ``n_pre`` leading
+        edge tiles and interior ones up to ``mid_end`` (the same ranges as the Triton kernel's,
+        kept in step by hand: two DSLs, Gluon code here, ``triton.language`` there)."""
+        if WINDOWED:
+            start = gl.maximum(ctx - W_M1, 0)
+        else:
+            start = ctx * 0
+        start_al = (start // BN) * BN
+        chunk = gl.cdiv(gl.cdiv(ctx - start_al, NUM_SPLITS), BN) * BN
+        lo = start_al + split * chunk
+        hi = gl.minimum(ctx, lo + chunk)
+        n_keys = gl.maximum(hi - lo, 0)
+        n_tiles = gl.cdiv(n_keys, BN)
+        n_full = n_keys // BN
+        if WINDOWED:
+            n_pre = gl.minimum(gl.maximum(gl.cdiv(ctx + B - 1 - W_M1 - lo, BN), 0), n_tiles)
+        else:
+            n_pre = n_tiles * 0
+        mid_end = gl.maximum(n_pre, n_full)
+        return start, lo, hi, n_tiles, n_pre, mid_end
+
+    @gluon.jit
+    def work_item(n, kvh, split, ctx, w):
+        """One work item, (sequence ``n``, KV head ``kvh``, split ``split``) with ``ctx`` context
+        tokens, as the tuple the partitions read: ``(n, kvh, split, ctx, start, lo, hi, n_tiles,
+        n_pre, mid_end, has_blk, t_ptr)`` (``w``: the launch's work tuple, built in the kernel's entry:
+        context lengths, timer, item count, shape)."""
+        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
+        start, lo, hi, n_tiles, n_pre, mid_end = span(ctx, split, NUM_SPLITS, B, W_M1, WINDOWED)
+        has_blk = (split == NUM_SPLITS - 1).to(gl.int32)  # the last split also takes the block's keys
+        t_ptr = timer_ptr + ((n * HKV + kvh) * NUM_SPLITS + split) * N_SLOTS
+        return (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr)
+
+    @gluon.jit
+    def item_at(item, ctx, w):
+        """Work item number ``item`` (split-major within a (sequence, KV head)) of a persistent
+        launch, whose sequence holds ``ctx`` context tokens."""
+        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
+        head = item // NUM_SPLITS
+        # The split through an opaque move: a launch turns NUM_SPLITS == 1 into a constant, and a
+        # constant split (so a constant block's-keys loop) fails triton 3.6's lowering of the
+        # warp-specialized region (the `idx < size()` assertion of the dead stores below). Keeping
+        # NUM_SPLITS a value instead ran 3.6 us slower at batch 64 (its dead stores stay).
+        split = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [item % NUM_SPLITS], dtype=gl.int32,
+                                          is_pure=True, pack=1)
+        return work_item(head // HKV, head % HKV, split, ctx, w)
+
+    @gluon.jit
+    def ctx_of(item, w):
+        """Load the context length of item ``item``'s sequence (an item past the last reads the
+        last's: a prefetch)."""
+        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
+        return gl.load(ctx_ptr + gl.minimum(item, total - 1) // NUM_SPLITS // HKV)
+
+    @gluon.jit
+    def producer(p, w):
+        """Stream each work item's interior tiles into the ring by TMA: one item, or in a
+        persistent launch items ``first, first + step, ...`` (``w``), running ahead into the next
+        item while the consumers finish this one."""
+        if PERSISTENT:
+            (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
+            first = gl.program_id(0)  # read here, not passed: registers the item loop needs less
+            step = gl.num_programs(0)
+            g = first * 0
+            ctx = ctx_of(first, w)
+            for item in range(first, total, step):
+                ctx_next = ctx_of(item + step, w)  # the next item's, loaded while this one streams
+                g = produce(p, item_at(item, ctx, w), g)
+                ctx = ctx_next
+        else:
+            produce(p, w, 0)
+
+    @gluon.jit
+    def produce(p, it, g):
+        """Stream item ``it``'s interior tiles ``n_pre .. mid_end`` into the ring, from ring tile
+        ``g`` (tiles streamed before it); returns ``g`` after it."""
+        (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD, TMA_COL, TIMED) = p
+        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
         NB: gl.constexpr = k_bufs.type.shape[0]
         stamp(t_ptr, T_PRODUCER, TIMED)
         n_bt = bt_ptr + n.to(gl.int64) * s_btn
+        spent = n.to(gl.int64) * 0  # cycles waited for free slots (the timer's)
         for i in range(mid_end - n_pre):
-            idx = i % NB
-            ph = (i // NB) & 1
-            mbarrier.wait(empty.index(idx), ph ^ 1)
+            idx = (g + i) % NB
+            ph = ((g + i) // NB) & 1
+            spent = wait(empty.index(idx), ph ^ 1, spent, TIMED)
             t0 = lo + (n_pre + i) * BN
             mbarrier.expect(ready.index(idx), 2 * N_SUB * k_desc.block_type.nbytes)
             for j in gl.static_range(N_SUB):  # one box per page the tile spans (one when pages hold 64k keys)
@@ -246,6 +361,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 tma.async_copy_global_to_shared(v_desc, [row, kvh * TMA_COL], ready.index(idx), v_dst)
             stamp(t_ptr, T_FIRST_TMA, TIMED, when=i == 0)
         stamp(t_ptr, T_LAST_TMA, TIMED)
+        record(t_ptr, T_PRODUCER_WAIT, spent, TIMED)
+        return g + mid_end - n_pre
 
     @gluon.jit
     def softmax_step(s, ok, m_i, l_i, acc, v_buf, qk_scale, p_l: gl.constexpr, o_l: gl.constexpr,
@@ -275,24 +392,26 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         return m_new, l_i, gl.convert_layout(p.to(dtype), p_l), gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
 
     @gluon.jit
-    def edge_tile(f, e, keys):
+    def edge_tile(f, it, e, keys):
         """Private tile ``e < n_edge``: its context positions, which of them the mask keeps, and
         the load of their page indices started (masked: none for keys the mask drops), so that
         :func:`fetch_private` finds them in registers."""
-        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
+        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
          s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
+        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
         tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
         t = lo + tile * BN + keys
         t_ok = (t >= start) & (t < hi)
         return t, t_ok, gl.load(bt_ptr + n.to(gl.int64) * s_btn + (t // PAGE) % R, mask=t_ok, other=0)
 
     @gluon.jit
-    def fetch_private(f, e, n_edge, kq, vq, keys, dims, edge):
+    def fetch_private(f, it, e, n_edge, kq, vq, keys, dims, edge):
         """Start the cp.async copy of private tile ``e`` into ``kq``/``vq`` (one commit group):
         a context tile (``e < n_edge``; ``edge`` from :func:`edge_tile`) or the block's keys;
         keys outside the mask are zero-filled, never read."""
-        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
+        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
          s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
+        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
         n64 = n.to(gl.int64)
         if e < n_edge:
             t, t_ok, pages = edge
@@ -311,19 +430,46 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         async_copy.commit_group()
 
     @gluon.jit
-    def consume(c, f, ROW0: gl.constexpr):
-        """Rows ``ROW0 .. ROW0 + 63``: the ring's tiles, then the private ones (``f``: what
-        :func:`fetch_private` needs), then the output or the split's partial."""
-        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs, n, kvh,
-         split, NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B,
-         G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED) = c
+    def consume(c, f, w, ROW0: gl.constexpr):
+        """Rows ``ROW0 .. ROW0 + 63`` of each work item: one item, or in a persistent launch items
+        ``first, first + step, ...`` (``w``)."""
+        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
+         NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED) = c
+        PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
+        if ROW0 == 0:
+            # Consumer 0 takes the first turn. Each item leaves one arrival over on this barrier
+            # (consumer 1's last hand-over), which gives consumer 0 the next item's first turn.
+            turn(0, False, PP)
+        if PERSISTENT:
+            (ctx_ptr, timer_ptr, total, B_, HKV, NUM_SPLITS_, W_M1_, WINDOWED_) = w
+            first = gl.program_id(0)  # read here, not passed: registers the item loop needs less
+            step = gl.num_programs(0)
+            g = first * 0
+            ctx = ctx_of(first, w)
+            for item in range(first, total, step):
+                ctx_next = ctx_of(item + step, w)  # the next item's, loaded while this one runs
+                it = item_at(item, ctx, w)
+                g = consume_item(c, f, it, g, ROW0)
+                gl.thread_barrier()  # every warp's MMAs on this item are done: the private buffers are free
+                ctx = ctx_next
+        else:
+            consume_item(c, f, w, 0, ROW0)
+
+    @gluon.jit
+    def consume_item(c, f, it, g, ROW0: gl.constexpr):
+        """Rows ``ROW0 .. ROW0 + 63`` of item ``it``: the ring's tiles from ring tile ``g`` on,
+        then the private ones (``f``: what :func:`fetch_private` needs), then the output or the
+        split's partial; returns ``g`` after the item's ring tiles."""
+        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
+         NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED) = c
+        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
         T0 = TIMED and ROW0 == 0  # consumer 0 stamps the timer
+        if PERSISTENT:  # an item's entry (a program's, in a launch of one item a program)
+            entered(t_ptr, T0)
         stamp(t_ptr, T_CONSUMER, T0)
         PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
         ME: gl.constexpr = ROW0 // BM
         OTHER: gl.constexpr = 1 - ME
-        if ME == 0:
-            turn(0, False, PP)  # consumer 0 takes the first turn
         NB: gl.constexpr = k_bufs.type.shape[0]
         D: gl.constexpr = k_bufs.type.shape[2]
         s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
@@ -356,9 +502,9 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         # The first edge tile's page indices load with Q, so that both wait on one round trip; loaded
         # after the block's keys they took a second one (H200, one split: batch 64 155.1 -> 153.1 us,
         # batch 33 87.5 -> 86.2; at a wave's start the consumer, not the ring, was late).
-        edge0 = edge_tile(f, 0, keys)
+        edge0 = edge_tile(f, it, 0, keys)
         if n_priv > 0:
-            fetch_private(f, n_edge * has_blk, n_edge, kq, vq, keys, dims, edge0)  # the block's keys if any, else edge 0
+            fetch_private(f, it, n_edge * has_blk, n_edge, kq, vq, keys, dims, edge0)  # the block's keys if any, else edge 0
         if Q_SMEM:  # wgmma's A from shared memory: 64 registers a thread fewer at head dim 256
             q_s = q_bufs.index(ME)
             q_s.store(q)
@@ -393,26 +539,27 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, qk_scale, p_l, o_l, True)
             if n_edge > 0:
                 gl.thread_barrier()  # every warp's MMAs on the block are done: the buffers are free
-                fetch_private(f, 0, n_edge, kq, vq, keys, dims, edge0)
+                fetch_private(f, it, 0, n_edge, kq, vq, keys, dims, edge0)
 
         # Interior tiles from the producer's ring: no mask.
         n_ring = mid_end - n_pre
+        spent = n64 * 0  # cycles waited for landed tiles (the timer's)
         if OVERLAP:
             # Tile i's P @ V and tile i + 1's Q K^T are in flight while tile i + 1's softmax runs.
             dt: gl.constexpr = v_bufs.dtype
             p = gl.zeros([BM, BN], dt, layout=p_l)
             if n_ring > 0:
-                mbarrier.wait(ready.index(0), 0)
+                spent = wait(ready.index(g % NB), (g // NB) & 1, spent, T0)
                 stamp(t_ptr, T_FIRST_TILE, T0)
-                s = warpgroup_mma(q_s, k_bufs.index(0).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
+                s = warpgroup_mma(q_s, k_bufs.index(g % NB).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                                   use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
                 acc = acc * alpha[:, None]  # the block's keys may already be in it
             for i in range(n_ring - 1):
-                idx = i % NB
-                nxt = (i + 1) % NB
-                mbarrier.wait(ready.index(nxt), ((i + 1) // NB) & 1)
+                idx = (g + i) % NB
+                nxt = (g + i + 1) % NB
+                spent = wait(ready.index(nxt), ((g + i + 1) // NB) & 1, spent, T0)
                 turn(ME, True, PP)
                 s = warpgroup_mma(q_s, k_bufs.index(nxt).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
@@ -424,7 +571,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 mbarrier.arrive(empty.index(idx), count=1)
                 acc = acc * alpha[:, None]
             if n_ring > 0:
-                last = (n_ring - 1) % NB
+                last = (g + n_ring - 1) % NB
                 acc = warpgroup_mma(p, v_bufs.index(last), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(last), count=1)
@@ -432,8 +579,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             # With turns: Q K^T, then the other consumer's turn; P @ V at this one's next turn.
             turn(ME, True, PP)
             for i in range(n_ring):
-                idx = i % NB
-                mbarrier.wait(ready.index(idx), (i // NB) & 1)
+                idx = (g + i) % NB
+                spent = wait(ready.index(idx), ((g + i) // NB) & 1, spent, T0)
                 stamp(t_ptr, T_FIRST_TILE, T0, when=i == 0)
                 s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
@@ -447,6 +594,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 mbarrier.arrive(empty.index(idx), count=1)
             turn(OTHER, False, PP)
         stamp(t_ptr, T_INTERIOR_DONE, T0)
+        record(t_ptr, T_CONSUMER_WAIT, spent, T0)
 
         for e in range(n_edge):  # the edge tiles, after the ring
             async_copy.wait_group(0)
@@ -464,7 +612,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             m_i, l_i, acc = softmax_step(s, ok, m_i, l_i, acc, vq, qk_scale, p_l, o_l, True)
             if e + 1 < n_edge:
                 gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
-                fetch_private(f, e + 1, n_edge, kq, vq, keys, dims, edge_tile(f, e + 1, keys))
+                fetch_private(f, it, e + 1, n_edge, kq, vq, keys, dims, edge_tile(f, it, e + 1, keys))
         stamp(t_ptr, T_PRIVATE_DONE, T0)
 
         has = l_i > 0.0
@@ -494,54 +642,35 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         gl.store(plse_ptr + l_off * NUM_SPLITS + split, lse2, mask=l_ok & (NUM_SPLITS > 1))
         stamp(t_ptr, T_STORED, T0)
         stamp(t_ptr, T_NS_STORED, T0, True)
+        return g + n_ring
 
     @gluon.jit
-    def consumer0(c, f):
-        consume(c, f, 0)
+    def consumer0(c, f, w):
+        consume(c, f, w, 0)
 
     @gluon.jit
-    def consumer1(c, f):
-        consume(c, f, BM)
+    def consumer1(c, f, w):
+        consume(c, f, w, BM)
 
     @gluon.jit
     def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr,
                ctx_ptr, k_desc, v_desc, timer_ptr,
                s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh,
-               s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
+               s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, N, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
                WANT_LSE, NUM_SPLITS, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                PRODUCER_REGS: gl.constexpr,
                CAUSAL: gl.constexpr, WINDOWED: gl.constexpr, TIMED: gl.constexpr):
+        # The work: (sequence, KV head, split) items, item (pid, split) of this program, or in a
+        # persistent launch items pid, pid + programs, ... (``w`` tells the partitions which).
         pid = gl.program_id(0)
-        split = gl.program_id(1)
-        t_ptr = timer_ptr + (pid * NUM_SPLITS + split) * N_SLOTS
-        stamp(t_ptr, T_NS_ENTRY, TIMED, True)
-        stamp(t_ptr, T_ENTRY, TIMED)
-        if TIMED:
-            sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
-            record(t_ptr, T_SMID, sm, TIMED)
-        n = pid // HKV
-        kvh = pid % HKV
-        ctx = gl.load(ctx_ptr + n)
-        if WINDOWED:
-            start = gl.maximum(ctx - W_M1, 0)
+        w = (ctx_ptr, timer_ptr, N * HKV * NUM_SPLITS, B, HKV, NUM_SPLITS, W_M1, WINDOWED)
+        if not PERSISTENT:
+            split = gl.program_id(1)
+            entered(timer_ptr + (pid * NUM_SPLITS + split) * N_SLOTS, TIMED)
+            n = pid // HKV
+            work = work_item(n, pid % HKV, split, gl.load(ctx_ptr + n), w)
         else:
-            start = ctx * 0
-        # This split's keys [lo, hi): equal chunks of whole tiles from the first tile's start,
-        # and its tile phases: the same ranges as the Triton kernel's, kept in step by hand
-        # (two DSLs: Gluon code here, ``triton.language`` there).
-        start_al = (start // BN) * BN
-        chunk = gl.cdiv(gl.cdiv(ctx - start_al, NUM_SPLITS), BN) * BN
-        lo = start_al + split * chunk
-        hi = gl.minimum(ctx, lo + chunk)
-        n_keys = gl.maximum(hi - lo, 0)
-        n_tiles = gl.cdiv(n_keys, BN)
-        n_full = n_keys // BN
-        if WINDOWED:
-            n_pre = gl.minimum(gl.maximum(gl.cdiv(ctx + B - 1 - W_M1 - lo, BN), 0), n_tiles)
-        else:
-            n_pre = n_tiles * 0
-        mid_end = gl.maximum(n_pre, n_full)
-        has_blk = (split == NUM_SPLITS - 1).to(gl.int32)  # the last split also takes the block's keys
+            work = w
 
         D: gl.constexpr = k_desc.block_type.shape[1]
         k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB, BN, D], k_desc.layout)
@@ -559,18 +688,16 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             mbarrier.init(empty.index(i), count=CONSUMERS)
 
         # One argument tuple per role: the producer's, the consumers', the private-tile copies'.
-        p = (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, n, kvh, lo, n_pre, mid_end, s_btn, PAGE, R,
-             TMA_PAGE, TMA_HEAD, TMA_COL, t_ptr, TIMED)
-        c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs, n, kvh,
-             split, NUM_SPLITS, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, s_qn, s_qb, s_qh, s_on, s_ob, s_oh,
-             B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, t_ptr, TIMED)
-        f = (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, n, kvh, start, lo, hi, n_pre, mid_end, B, s_btn, PAGE, R,
+        p = (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD, TMA_COL, TIMED)
+        c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
+             NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED)
+        f = (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
              s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh)
         if CONSUMERS == 2:
-            gl.warp_specialize([(consumer0, (c, f)), (consumer1, (c, f)), (producer, (p, ))], [4, 1],
+            gl.warp_specialize([(consumer0, (c, f, work)), (consumer1, (c, f, work)), (producer, (p, work))], [4, 1],
                                [CONSUMER_REGS, PRODUCER_REGS])
         else:
-            gl.warp_specialize([(consumer0, (c, f)), (producer, (p, ))], [1], [PRODUCER_REGS])
+            gl.warp_specialize([(consumer0, (c, f, work)), (producer, (p, work))], [1], [PRODUCER_REGS])
 
     return gluon_window_block_kernel
 
@@ -583,11 +710,20 @@ def default_overlap(num_splits: int, d: int) -> bool:
     return num_splits == 1 and d == 128
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device) -> int:
+    """Multiprocessors of ``device``: a persistent launch's programs."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
-           num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS, producer_regs: int = PRODUCER_REGS,
-           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: bool = True):
+           num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS, producer_regs: Optional[int] = None,
+           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: bool = True,
+           persistent: bool = False, programs: Optional[int] = None):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
-    programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
+    programs (``persistent``: ``programs`` of them, by default one a multiprocessor, at most
+    one an item, each running its items in turn: item ``pid``, ``pid + programs``, ...); with
+    ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
     Builds (:func:`_kernel`): ``pingpong`` on by default; ``overlap`` by default where each
     program streams a whole window (one split) at head dim 128 (:func:`default_overlap`).
     ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
@@ -620,13 +756,19 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
                          f"got {timer.dtype} {tuple(timer.shape)}")
     if overlap is None:
         overlap = default_overlap(num_splits, d)
-    _kernel(overlap, sub, pingpong, bn, q_smem)[(n * hkv, num_splits)](
+    if producer_regs is None:
+        producer_regs = PERSISTENT_PRODUCER_REGS if persistent else PRODUCER_REGS
+    items = n * hkv * num_splits
+    if programs is not None and (not persistent or programs < 1):
+        raise ValueError(f"programs: a persistent launch's grid (>= 1), got {programs} (persistent={persistent})")
+    grid = (min(items, programs or _sm_count(q.device)), ) if persistent else (n * hkv, num_splits)
+    _kernel(overlap, sub, pingpong, bn, q_smem, persistent)[grid](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2), k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
         v_blk.stride(0), v_blk.stride(1), v_blk.stride(2), out.stride(0), out.stride(1), out.stride(2), bt.stride(0),
-        b, g, hq, hkv, bt.shape[1], page, (mask.window - 1) if windowed else 0, float(scale) * LOG2E, *strides,
+        n, b, g, hq, hkv, bt.shape[1], page, (mask.window - 1) if windowed else 0, float(scale) * LOG2E, *strides,
         int(return_lse), num_splits, NB=num_buf, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
         PRODUCER_REGS=producer_regs, CAUSAL=bool(mask.causal),
         WINDOWED=windowed, TIMED=timer is not None, num_warps=4, maxnreg=min(255, 65536 // (32 * warps)) // 8 * 8,
@@ -638,10 +780,12 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS,
-                     producer_regs: int = PRODUCER_REGS, timed: bool = False, overlap: bool = False,
-                     page: int = TILE, pingpong: bool = True) -> Optional[dict]:
-    """Compile without a GPU (checks the kernel against the installed triton); returns the
-    kernel's shared memory and warps, or None without Gluon."""
+                     producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
+                     page: int = TILE, pingpong: bool = True, persistent: bool = False,
+                     num_splits: int = 1) -> Optional[dict]:
+    """Compile without a GPU (checks the kernel against the installed triton) as a launch with
+    ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
+    returns the kernel's shared memory, warps and PTX, or None without Gluon."""
     if gluon is None:
         return None
     import triton
@@ -649,15 +793,19 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     from triton.experimental.gluon._runtime import GluonASTSource
 
     bn, q_smem, num_buf, lay, sub = _build(d, page, gl.bfloat16, num_buf)
+    if producer_regs is None:
+        producer_regs = PERSISTENT_PRODUCER_REGS if persistent else PRODUCER_REGS
     desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
              "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
+    if num_splits == 1:
+        const["NUM_SPLITS"] = 1  # as a launch specializes it
     # The kernel's own parameter list, typed by name: bf16 tensors, float32 outputs, int32
     # tables, the two descriptors, the float scale; every other parameter is an int32.
     typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
              "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
     sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
-           for k in _kernel(overlap, sub, pingpong, bn, q_smem).arg_names}
+           for k in _kernel(overlap, sub, pingpong, bn, q_smem, persistent).arg_names}
     # What a launch specializes on: pointers 16-byte aligned (fits() requires it) and integers
     # that are multiples of 16: here the tensors' strides (multiples of the head dim for the
     # contiguous tensors and pool views the benches and tests launch with), not the block
@@ -665,7 +813,7 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     # the output is stored 2 bytes at a time and Q loaded 4 bytes at a time, unlike those launches.
     aligned = {(i, ): [["tt.divisibility", 16]] for i, (k, t) in enumerate(sig.items())
                if t.startswith("*") or (k.startswith("s_") and k != "s_btn")}
-    src = GluonASTSource(_kernel(overlap, sub, pingpong, bn, q_smem), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
+    src = GluonASTSource(_kernel(overlap, sub, pingpong, bn, q_smem, persistent), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})

@@ -34,7 +34,7 @@ PTXAS = _ptxas()
 
 # The builds ``launch`` picks (``default_overlap``): one split at head dim 128 (overlap), several
 # splits (no overlap), head dims 64 and 256, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
-# causal without a window, and the phase timer's build.
+# causal without a window, the phase timer's build, and the persistent build.
 BUILDS = [
     dict(overlap=True),
     dict(overlap=False),
@@ -45,6 +45,8 @@ BUILDS = [
     dict(page=32, overlap=True),
     dict(causal=True, windowed=False, overlap=True),
     dict(timed=True, overlap=True),
+    dict(persistent=True, overlap=True),
+    dict(persistent=True, overlap=False, page=32),
 ]
 
 
