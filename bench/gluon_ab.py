@@ -1,11 +1,11 @@
 """A/B of the Gluon kernel's build options at the MiniMax shape (one CUDA GPU, SM90, triton 3.6).
 
 Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``base``, or
-``+``-joined build options of ``launch``: ``overlap``, ``pingpong``; ``base`` turns every option
+``+``-joined build options of ``launch``: ``overlap``, ``pingpong``, ``persistent``; ``base`` turns every option
 off, where ``launch``'s defaults turn some on), and the kernel as it was at each git revision
 of ``--against`` (with that revision's defaults; an entry ending in ``.py`` that names a file
 is that file's kernel instead: the device machine's copy has no ``.git``), alternating, at
-the default split count, each output checked against the float64 oracle of
+the default split count (and ``--num-buf`` ring slots, if given), each output checked against the float64 oracle of
 ``bench/attention.py``. ``--page``, ``--layout`` and ``--head-dim`` are ``attention.py``'s.
 Same timing method as that bench (CUDA-graph replay, L2 flushed, median). Prints one line per
 measurement and a summary per batch.
@@ -26,7 +26,7 @@ from draftsmith.lowering import gluon_window_block as g
 from draftsmith.lowering.base import MaskSpec
 from draftsmith.lowering.triton_window_block import choose_config
 
-OPTIONS = ("overlap", "pingpong")
+OPTIONS = ("overlap", "pingpong", "persistent")
 
 
 def refuse(line: str):
@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--page", type=int, default=A.PAGE, help="tokens a page (TensorRT-LLM's default: 32)")
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
     ap.add_argument("--head-dim", type=int, default=A.D, help="head dim (attention.py's --head-dim)")
+    ap.add_argument("--num-buf", type=int, default=None, help="ring slots for every build (default: the kernel's)")
     ap.add_argument("--against", default="", help="comma list of git revisions, or kernel .py files, whose kernel to time beside")
     args = ap.parse_args()
     A.PAGE, A.D = args.page, args.head_dim
@@ -101,11 +102,12 @@ def main():
         res = {}
         runs = {name: (g, build_kwargs(name)) for name in builds}
         runs.update({rev: (module, {}) for rev, module in older.items()})
+        nb = args.num_buf
         for _ in range(args.rounds):
             for name, (module, kw) in runs.items():
 
                 def fn(module=module, kw=kw):
-                    return module.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits, **kw)
+                    return module.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits, num_buf=nb, **kw)
                 out = fn()
                 err = A.oracle_error(out, dense)
                 us = A.bench_graph(fn) * 1e3

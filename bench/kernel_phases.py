@@ -9,12 +9,14 @@ flushed before each replay (``bench/attention.py``'s method), and prints per bat
   the copy bandwidth measured in the same run;
 - one line per batch on the multiprocessors: busy fraction, gaps between programs, the ring's
   streaming rate;
-- one table of phases, in microseconds (cycles over the clock rate the programs' own
+- one table of phases and of the time the ring's two sides waited for each other, in microseconds (cycles over the clock rate the programs' own
   global-timer readings give), median / 90th percentile / max over programs and replays,
   for three roles: the first split (window edge tiles), middle splits, the last split (the
   block's keys).
 
-``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W.
+``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W;
+``--persistent``: the persistent build, whose stamps are per work item (its "programs" below
+are items, and the gap between them on an SM is from one item's stores to the next's entry).
 Usage: ``python3 bench/kernel_phases.py [--batches 1,16,64]``.
 """
 
@@ -43,6 +45,11 @@ PHASES = (
     ("ring done -> edge tiles done", "clock_interior_done", "clock_private_done"),
     ("private done -> stores issued", "clock_private_done", "clock_stored"),
     ("entry -> stores issued (program)", "clock_entry", "clock_stored"),
+)
+# (label, slot): cycle totals a program accumulates over its ring tiles.
+TOTALS = (
+    ("producer waited for free slots (sum)", "producer_wait"),
+    ("consumer 0 waited for landed tiles (sum)", "consumer_wait"),
 )
 
 
@@ -102,6 +109,13 @@ def phase_table(t, num_splits):
             span = (x[..., SLOT[b]] - x[..., SLOT[a]])[ok].double() / (ghz * 1e3)
             cells.append(" / ".join(quantiles(span)))
         print(f"| {label} | " + " | ".join(cells) + " |")
+    for label, a in TOTALS:
+        cells = []
+        for r, s in roles.items():
+            x = t[:, :, s]
+            ring = x[..., SLOT["ring_tiles"]] > 0
+            cells.append(" / ".join(quantiles(x[..., SLOT[a]][ring].double() / (ghz * 1e3))))
+        print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 def sm_table(t, tile_bytes):
@@ -144,6 +158,8 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--splits", default=None, help="comma list of split counts (default: the lowering's choice)")
     ap.add_argument("--window", type=int, default=W, help="two-sided window W (attention.py's --window)")
+    ap.add_argument("--persistent", action="store_true",
+                    help="the persistent build (a program a multiprocessor; each item's stamps are the item's)")
     args = ap.parse_args()
     W = attention.W = args.window  # attention.make_inputs sizes the ring from it
     if not gwb.available():
@@ -161,7 +177,7 @@ def main():
         chosen = choose_config(n, B, HQ, HKV, D, W - 1, q.device, gluon_ok=True).num_splits
         for splits in map(int, (args.splits or str(chosen)).split(",")):
             timer = torch.full((n * HKV, splits, len(gwb.TIMER_SLOTS)), -1, dtype=torch.int64, device="cuda")
-            kw = dict(num_splits=splits)
+            kw = dict(num_splits=splits, persistent=args.persistent)
 
             def plain():
                 return gwb.launch(q, cache, kb, vb, mask, scale, **kw)
