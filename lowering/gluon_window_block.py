@@ -315,16 +315,22 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         return gl.load(ctx_ptr + gl.minimum(item, total - 1) // NUM_SPLITS // HKV)
 
     @gluon.jit
+    def items_start(w):
+        """A persistent program's item loop: ``(first, step, total, g, ctx)``: its first item, the
+        stride (the grid's programs), the item count, ring tiles so far (0) and the first item's
+        context length, loaded. The program id is read here, not passed in: one register fewer
+        for the loop to carry."""
+        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
+        first = gl.program_id(0)
+        return first, gl.num_programs(0), total, first * 0, ctx_of(first, w)
+
+    @gluon.jit
     def producer(p, w):
         """Stream each work item's interior tiles into the ring by TMA: one item, or in a
         persistent launch items ``first, first + step, ...`` (``w``), running ahead into the next
         item while the consumers finish this one."""
         if PERSISTENT:
-            (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
-            first = gl.program_id(0)  # read here, not passed: registers the item loop needs less
-            step = gl.num_programs(0)
-            g = first * 0
-            ctx = ctx_of(first, w)
+            first, step, total, g, ctx = items_start(w)
             for item in range(first, total, step):
                 ctx_next = ctx_of(item + step, w)  # the next item's, loaded while this one streams
                 g = produce(p, item_at(item, ctx, w), g)
@@ -441,11 +447,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             # (consumer 1's last hand-over), which gives consumer 0 the next item's first turn.
             turn(0, False, PP)
         if PERSISTENT:
-            (ctx_ptr, timer_ptr, total, B_, HKV, NUM_SPLITS_, W_M1_, WINDOWED_) = w
-            first = gl.program_id(0)  # read here, not passed: registers the item loop needs less
-            step = gl.num_programs(0)
-            g = first * 0
-            ctx = ctx_of(first, w)
+            first, step, total, g, ctx = items_start(w)
             for item in range(first, total, step):
                 ctx_next = ctx_of(item + step, w)  # the next item's, loaded while this one runs
                 it = item_at(item, ctx, w)

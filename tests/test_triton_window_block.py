@@ -402,6 +402,17 @@ def test_gpu_gluon_kernel(b, hq, causal, window, d, page, layout):
     assert torch.equal(out, out_lse)
 
 
+def _assert_oracle(case, out, lse, causal, window, scale):
+    """``out`` and ``lse`` of ``case`` against the float64 oracle: finite, the output within 1e-2
+    (relative norm), the LSE within 2e-2."""
+    q, cache, kb, vb = case
+    ref, ref_lse = oracle(q, cache.k_pages, cache.v_pages, cache.block_table, cache.ctx_lens, kb, vb,
+                          causal, window, scale)
+    assert torch.isfinite(out).all()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+    assert (lse.double() - ref_lse).abs().max().item() < 2e-2
+
+
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("overlap", [False, True])
@@ -424,11 +435,7 @@ def test_gpu_gluon_overlap_builds(overlap, pingpong, causal, window):
     scale = q.shape[-1] ** -0.5
     out, lse = gwb.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
                           overlap=overlap, pingpong=pingpong)
-    ref, ref_lse = oracle(q, cache.k_pages, cache.v_pages, cache.block_table, cache.ctx_lens, kb, vb,
-                          causal, window, scale)
-    assert torch.isfinite(out).all()
-    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
-    assert (lse.double() - ref_lse).abs().max().item() < 2e-2
+    _assert_oracle(case, out, lse, causal, window, scale)
 
 
 @pytest.mark.gpu
@@ -455,11 +462,7 @@ def test_gpu_gluon_persistent(programs, overlap, splits, causal, window):
     mask = MaskSpec(causal=causal, window=window)
     out, lse = gwb.launch(q, cache, kb, vb, mask, scale, return_lse=True, overlap=overlap, num_splits=splits,
                           persistent=True, programs=programs)
-    ref, ref_lse = oracle(q, cache.k_pages, cache.v_pages, cache.block_table, cache.ctx_lens, kb, vb,
-                          causal, window, scale)
-    assert torch.isfinite(out).all()
-    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
-    assert (lse.double() - ref_lse).abs().max().item() < 2e-2
+    _assert_oracle(case, out, lse, causal, window, scale)
     plain = gwb.launch(q, cache, kb, vb, mask, scale, overlap=overlap, num_splits=splits, persistent=True,
                        programs=programs)
     assert torch.equal(plain, gwb.launch(q, cache, kb, vb, mask, scale, overlap=overlap, num_splits=splits))
@@ -485,11 +488,7 @@ def test_gpu_gluon_persistent_shapes(b, hq, d, page, layout):
     scale = d ** -0.5
     out, lse = gwb.launch(q, cache, kb, vb, MaskSpec(causal=False, window=300), scale, return_lse=True,
                           persistent=True, programs=3)
-    ref, ref_lse = oracle(q, cache.k_pages, cache.v_pages, cache.block_table, cache.ctx_lens, kb, vb,
-                          False, 300, scale)
-    assert torch.isfinite(out).all()
-    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
-    assert (lse.double() - ref_lse).abs().max().item() < 2e-2
+    _assert_oracle(case, out, lse, False, 300, scale)
 
 
 @pytest.mark.gpu
