@@ -3,7 +3,8 @@
 # installed (the lent H200): PYTHONPATH=<checkout> is enough (draftsmith/__init__.py maps the
 # top-level folders into the package).
 # Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
-# attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling, ncu, draft-profile, draft   (env SMI=1: sample clocks/power into smi.csv)
+# attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling, ncu, draft-profile, draft,
+# patches (PATCHES, BATCHES, AB_ARGS: bench/variants' kernels timed beside today's), tests-patched (PATCH, KSEL)   (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,6 +47,20 @@ for step in "$@"; do
                      > "$OUT/draft_profile.txt" 2>&1; tail -40 "$OUT/draft_profile.txt" ;;
     draft) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-1 16 64} --iters ${DRAFT_ITERS:-20} >> "$OUT/draft.txt" 2>&1
            tail -12 "$OUT/draft.txt" ;;
+    patches) # each kernel variant of bench/variants (PATCHES: which) as a file beside today's kernel, timed by gluon_ab
+             cp lowering/gluon_window_block.py "$OUT/ab_main.py"; against="$OUT/ab_main.py"
+             for p in ${PATCHES:-bench/variants/*.patch}; do
+               n=$(basename "$p" .patch)
+               if patch -s -o "$OUT/ab_$n.py" lowering/gluon_window_block.py "$p" > /dev/null 2>&1; then against="$against,$OUT/ab_$n.py"
+               else echo "$p does not apply to today's kernel"; rm -f "$OUT/ab_$n.py" "$OUT/ab_$n.py.rej"; fi
+             done
+             (cd bench && timeout 500 python3 gluon_ab.py --builds "" --against "$against" --batches "${BATCHES:-33,64,256,16,1}" \
+               ${AB_ARGS:-}) > "$OUT/patches.txt" 2>&1; grep "^batch [0-9]*:\|Error" "$OUT/patches.txt" ;;
+    tests-patched) # the Gluon GPU tests on today's kernel with PATCH applied in place (reverted after)
+             patch -s -p0 < "${PATCH:?PATCH=bench/variants/....patch}" || { echo "$PATCH does not apply"; continue; }
+             timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
+               -k "${KSEL:-gluon or persistent}" 2>&1 | tail -15
+             patch -s -R -p0 < "$PATCH" ;;
     *) echo "unknown step $step" ;;
   esac
 done
