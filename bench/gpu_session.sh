@@ -52,7 +52,7 @@ for step in "$@"; do
              for p in ${PATCHES:-bench/variants/*.patch}; do
                n=$(basename "$p" .patch)
                if patch -s -o "$OUT/ab_$n.py" lowering/gluon_window_block.py "$p" > /dev/null 2>&1; then against="$against,$OUT/ab_$n.py"
-               else echo "$p does not apply to today's kernel"; rm -f "$OUT/ab_$n.py" "$OUT/ab_$n.py.rej"; fi
+               else echo "$p does not apply to today's kernel file alone (its header says how to run it)"; rm -f "$OUT/ab_$n.py" "$OUT/ab_$n.py.rej"; fi
              done
              (cd bench && timeout 500 python3 gluon_ab.py --builds "" --against "$against" --batches "${BATCHES:-33,64,256,16,1}" \
                ${AB_ARGS:-}) > "$OUT/patches.txt" 2>&1; grep "^batch [0-9]*:\|Error" "$OUT/patches.txt" ;;
