@@ -56,7 +56,7 @@ for step in "$@"; do
              done
              (cd bench && timeout 500 python3 gluon_ab.py --builds "" --against "$against" --batches "${BATCHES:-33,64,256,16,1}" \
                ${AB_ARGS:-}) > "$OUT/patches.txt" 2>&1; grep "^batch [0-9]*:\|Error" "$OUT/patches.txt" ;;
-    tests-patched) # the Gluon GPU tests on today's kernel with PATCH applied in place (reverted after)
+    tests-patched) # the Gluon GPU tests with PATCH applied in place, reverted after (for the device machine's copy of the tree)
              patch -s -p0 < "${PATCH:?PATCH=bench/variants/....patch}" || { echo "$PATCH does not apply"; continue; }
              timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
                -k "${KSEL:-gluon or persistent}" 2>&1 | tail -15

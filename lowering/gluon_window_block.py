@@ -43,6 +43,7 @@ from typing import Optional
 import torch
 
 from .page_layout import page_layout, tma_rows
+from .jit import sm_count
 from .split_merge import merge_splits
 
 try:
@@ -202,19 +203,22 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False,
                                               pack=1)
             else:
-                t = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False,
-                                              pack=1)
+                t = clock()
             gl.store(t_ptr + slot, t)
+
+    @gluon.jit
+    def clock():
+        """The SM's cycle counter (%clock64)."""
+        return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
 
     @gluon.jit
     def wait(bar, phase, spent, TIMED):
         """Wait on mbarrier ``bar`` for ``phase``; with the timer on, add the cycles waited to
         ``spent`` (int64), which is returned."""
         if TIMED:
-            c0 = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            c0 = clock()
             mbarrier.wait(bar, phase)
-            c1 = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-            spent += c1 - c0
+            spent += clock() - c0
         else:
             mbarrier.wait(bar, phase)
         return spent
@@ -712,10 +716,9 @@ def default_overlap(num_splits: int, d: int) -> bool:
     return num_splits == 1 and d == 128
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device) -> int:
-    """Multiprocessors of ``device``: a persistent launch's programs."""
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def default_producer_regs(persistent: bool) -> int:
+    """The producer's registers: more in the persistent build, whose item loop spilled at 24."""
+    return PERSISTENT_PRODUCER_REGS if persistent else PRODUCER_REGS
 
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
@@ -759,11 +762,11 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     if overlap is None:
         overlap = default_overlap(num_splits, d)
     if producer_regs is None:
-        producer_regs = PERSISTENT_PRODUCER_REGS if persistent else PRODUCER_REGS
+        producer_regs = default_producer_regs(persistent)
     items = n * hkv * num_splits
     if programs is not None and (not persistent or programs < 1):
         raise ValueError(f"programs: a persistent launch's grid (>= 1), got {programs} (persistent={persistent})")
-    grid = (min(items, programs or _sm_count(q.device)), ) if persistent else (n * hkv, num_splits)
+    grid = (min(items, programs or sm_count(q.device)), ) if persistent else (n * hkv, num_splits)
     _kernel(overlap, sub, pingpong, bn, q_smem, persistent)[grid](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         timer if timer is not None else ctx,
@@ -796,7 +799,7 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
 
     bn, q_smem, num_buf, lay, sub = _build(d, page, gl.bfloat16, num_buf)
     if producer_regs is None:
-        producer_regs = PERSISTENT_PRODUCER_REGS if persistent else PRODUCER_REGS
+        producer_regs = default_producer_regs(persistent)
     desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
              "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}

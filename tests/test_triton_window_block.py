@@ -402,6 +402,12 @@ def test_gpu_gluon_kernel(b, hq, causal, window, d, page, layout):
     assert torch.equal(out, out_lse)
 
 
+def _require_gluon(case):
+    """Skip unless the Gluon kernel applies to ``case`` (an SM90 GPU and Gluon's Hopper API)."""
+    if not _gluon_fits(case):
+        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+
+
 def _assert_oracle(case, out, lse, causal, window, scale):
     """``out`` and ``lse`` of ``case`` against the float64 oracle: finite, the output within 1e-2
     (relative norm), the LSE within 2e-2."""
@@ -429,8 +435,7 @@ def test_gpu_gluon_overlap_builds(overlap, pingpong, causal, window):
     ctx = [5003, 1000, 299, 130, 64, 0]
     case = _gpu_case(len(ctx), 7, 64, 4, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
-    if not _gluon_fits(case):
-        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    _require_gluon(case)
     q, cache, kb, vb = case
     scale = q.shape[-1] ** -0.5
     out, lse = gwb.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
@@ -455,8 +460,7 @@ def test_gpu_gluon_persistent(programs, overlap, splits, causal, window):
     ctx = [5003, 0, 1000, 64, 299, 130, 4100, 1]
     case = _gpu_case(len(ctx), 7, 64, 4, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
-    if not _gluon_fits(case):
-        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    _require_gluon(case)
     q, cache, kb, vb = case
     scale = q.shape[-1] ** -0.5
     mask = MaskSpec(causal=causal, window=window)
@@ -482,8 +486,7 @@ def test_gpu_gluon_persistent_shapes(b, hq, d, page, layout):
     ctx = [5003, 299, 0, 1000, 64, 130]
     case = _gpu_case(len(ctx), b, hq, 4, d, page, ctx, 300, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True, layout=layout)
-    if not _gluon_fits(case):
-        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    _require_gluon(case)
     q, cache, kb, vb = case
     scale = d ** -0.5
     out, lse = gwb.launch(q, cache, kb, vb, MaskSpec(causal=False, window=300), scale, return_lse=True,
@@ -504,8 +507,7 @@ def test_gpu_gluon_kernel_splits(splits, causal, window, d):
     ctx = [5003, 1000, 299, 64, 0]
     case = _gpu_case(len(ctx), 7, 64, 4, d, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
                      poison_unreachable=True)
-    if not _gluon_fits(case):
-        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    _require_gluon(case)
     cfg = Config(block_m=64, block_n=64, num_splits=splits, num_warps=4, num_stages=1, tma=True, gluon=True)
     run_and_check(*case, causal=causal, window=window, config=cfg, tol=1e-2, lse_tol=2e-2)
 
@@ -522,8 +524,7 @@ def test_gpu_gluon_block_kv_views():
     wide = torch.full((3, 7, 9, 128), float("nan"), dtype=vb.dtype, device="cuda")
     wide[:, :, 2:6] = vb
     vb_view = wide[:, :, 2:6]
-    if not _gluon_fits((q, cache, kb, vb_view)):
-        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    _require_gluon((q, cache, kb, vb_view))
     assert vb_view.stride() != kb.stride()
     run_and_check(q, cache, kb, vb_view, causal=False, window=300, config=GLUON, tol=1e-2, lse_tol=2e-2)
     flat = torch.full((kb.numel() + 1,), float("nan"), dtype=kb.dtype, device="cuda")
@@ -553,8 +554,7 @@ def test_gpu_gluon_phase_timer(persistent):
     ctx, window, splits, hkv, b, tile = [5003, 1000, 299, 64, 0], 4096, 3, 4, 7, 64
     q, cache, kb, vb = _gpu_case(len(ctx), b, 64, hkv, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
                                  poison_unreachable=True)
-    if not _gluon_fits((q, cache, kb, vb)):
-        pytest.skip("the Gluon kernel does not apply here (needs an SM90 GPU and Gluon's Hopper API)")
+    _require_gluon((q, cache, kb, vb))
     mask, scale = MaskSpec(causal=False, window=window), 128 ** -0.5
     timer = torch.full((len(ctx) * hkv, splits, len(gwb.TIMER_SLOTS)), -7, dtype=torch.int64, device="cuda")
     run = {"persistent": True, "programs": 4} if persistent else {}  # persistent: stamps a program's items
