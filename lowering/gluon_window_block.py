@@ -716,6 +716,14 @@ def default_overlap(num_splits: int, d: int) -> bool:
     return num_splits == 1 and d == 128
 
 
+def default_pingpong(d: int) -> bool:
+    """The two consumers take turns at the tensor cores (FA3's scheduler barriers) except at head
+    dim 256, where the turns cost: H200, MiniMax shape at head dim 256, one process (2026-12-01,
+    docs/benchmarks.md, seventeenth measurement): batch 64 305.6-306.4 us without them against
+    323.5-324.6 with, batch 256 1270-1304 against 1330-1368, batch 16 94-98 against 100.5."""
+    return d != 256
+
+
 def default_producer_regs(persistent: bool) -> int:
     """The producer's registers: more in the persistent build, whose item loop spilled at 24."""
     return PERSISTENT_PRODUCER_REGS if persistent else PRODUCER_REGS
@@ -723,13 +731,13 @@ def default_producer_regs(persistent: bool) -> int:
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
            num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS, producer_regs: Optional[int] = None,
-           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: bool = True,
+           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: Optional[bool] = None,
            persistent: bool = False, programs: Optional[int] = None):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs (``persistent``: ``programs`` of them, by default one a multiprocessor, at most
     one an item, each running its items in turn: item ``pid``, ``pid + programs``, ...); with
     ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
-    Builds (:func:`_kernel`): ``pingpong`` on by default; ``overlap`` by default where each
+    Builds (:func:`_kernel`): ``pingpong`` by default except at head dim 256 (:func:`default_pingpong`); ``overlap`` by default where each
     program streams a whole window (one split) at head dim 128 (:func:`default_overlap`).
     ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
     phase timer (a diagnostic; a separately compiled kernel). Returns ``out`` or ``(out, lse)``."""
@@ -761,6 +769,8 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
                          f"got {timer.dtype} {tuple(timer.shape)}")
     if overlap is None:
         overlap = default_overlap(num_splits, d)
+    if pingpong is None:
+        pingpong = default_pingpong(d)
     if producer_regs is None:
         producer_regs = default_producer_regs(persistent)
     items = n * hkv * num_splits
@@ -786,7 +796,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS,
                      producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
-                     page: int = TILE, pingpong: bool = True, persistent: bool = False,
+                     page: int = TILE, pingpong: Optional[bool] = None, persistent: bool = False,
                      num_splits: int = 1) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton) as a launch with
     ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
@@ -798,6 +808,8 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     from triton.experimental.gluon._runtime import GluonASTSource
 
     bn, q_smem, num_buf, lay, sub = _build(d, page, gl.bfloat16, num_buf)
+    if pingpong is None:
+        pingpong = default_pingpong(d)
     if producer_regs is None:
         producer_regs = default_producer_regs(persistent)
     desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"

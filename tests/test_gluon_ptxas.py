@@ -34,7 +34,7 @@ def _ptxas():
 
 PTXAS = _ptxas()
 
-# The builds ``launch`` picks (``default_overlap``): one split at head dim 128 (overlap), several
+# The builds ``launch`` picks (``default_overlap``, ``default_pingpong``: no turns at head dim 256): one split at head dim 128 (overlap), several
 # splits (no overlap), head dims 64 and 256, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
 # causal without a window, the phase timer's build, and the persistent build.
 BUILDS = [
