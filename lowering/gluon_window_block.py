@@ -171,7 +171,9 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
       edge tiles, epilogue, the next item's Q); each partition reads the next item's context
       length while this one runs. Otherwise one program an item. Measured slower than one
       program an item (H200, 2026-12-01: 3-5 us at one or two items a program, about 20 us at
-      batch 256; docs/benchmarks.md, sixteenth measurement), so :func:`launch` leaves it off; a
+      batch 256; docs/benchmarks.md, sixteenth measurement), for its 36 spilled bytes: with the
+      strides declared >= 0 (``bench/variants/strides-nonnegative.patch``) it spills nothing and
+      runs as fast, not faster (seventeenth measurement). So :func:`launch` leaves it off; a
       build to measure, not a fast path."""
     BN = gl.constexpr(bn)
     Q_SMEM = gl.constexpr(q_smem)
