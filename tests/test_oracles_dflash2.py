@@ -69,7 +69,7 @@ def _conv_agrees(seed, **shape):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("block,taps", [(5, 1), (5, 2), (4, 3), (8, 2)])
+@pytest.mark.parametrize("block,taps", [(5, 1), (5, 2), (4, 3), (8, 2), (2, 3)])
 def test_grouped_block_conv_matches_trtllm(seed, block, taps):
     assert _conv_agrees(seed, block=block, taps=taps)
 
