@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _paths  # noqa: F401  (bench/ on sys.path)
 import attention as A
 from draftsmith.lowering import gluon_window_block as g
 from draftsmith.lowering.base import MaskSpec

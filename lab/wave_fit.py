@@ -1,7 +1,7 @@
 """Streaming rate and fixed cost a wave, per kernel, from ``bench/attention.py`` logs (no GPU).
 
 Run ``attention.py --window W --batches 33,66,132 --log wW.jsonl`` for two or more windows
-``W``, then ``python3 bench/wave_fit.py w2048.jsonl w4096.jsonl ...``. At ``n * Hkv`` programs
+``W``, then ``python3 lab/wave_fit.py w2048.jsonl w4096.jsonl ...``. At ``n * Hkv`` programs
 a multiple of the SM count every wave is whole (one program an SM; H200: 132 SMs, 4 KV heads,
 so batches 33, 66, 132). Per kernel and window, the slope of time over waves (least squares,
 so a first wave's extra start-up drops out) is the cost of one wave; over the windows, that

@@ -17,7 +17,7 @@ flushed before each replay (``bench/attention.py``'s method), and prints per bat
 ``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W;
 ``--persistent``: the persistent build, whose stamps are per work item (its "programs" below
 are items, and the gap between them on an SM is from one item's stores to the next's entry).
-Usage: ``python3 bench/kernel_phases.py [--batches 1,16,64]``.
+Usage: ``python3 lab/kernel_phases.py [--batches 1,16,64]``.
 """
 
 import argparse
@@ -25,6 +25,7 @@ import datetime
 
 import torch
 
+import _paths  # noqa: F401  (bench/ on sys.path)
 import attention
 from attention import B, D, HKV, HQ, W, bench_graph, capture_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
 from draftsmith.lowering import gluon_window_block as gwb

@@ -2,7 +2,7 @@
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
 # installed (the lent H200): PYTHONPATH=<checkout> is enough (draftsmith/__init__.py maps the
 # top-level folders into the package).
-# Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
+# Usage: lab/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
 # attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling, ncu, draft-profile, draft,
 # patches (PATCHES, BATCHES, AB_ARGS: bench/variants' kernels timed beside today's), tests-patched (PATCH, KSEL)   (env SMI=1: sample clocks/power into smi.csv)
 set -u
@@ -31,8 +31,8 @@ for step in "$@"; do
               tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;
     attention) timeout 500 python3 bench/attention.py --log "$OUT/attention.jsonl" > "$OUT/attention.txt" 2>&1
                tail -20 "$OUT/attention.txt" ;;
-    phases) timeout 400 python3 bench/kernel_phases.py ${PHASES_ARGS:-} > "$OUT/phases.txt" 2>&1; cat "$OUT/phases.txt" ;;
-    merge) timeout 300 python3 bench/split_merge.py > "$OUT/split_merge.txt" 2>&1; cat "$OUT/split_merge.txt" ;;
+    phases) timeout 400 python3 lab/kernel_phases.py ${PHASES_ARGS:-} > "$OUT/phases.txt" 2>&1; cat "$OUT/phases.txt" ;;
+    merge) timeout 300 python3 lab/split_merge.py > "$OUT/split_merge.txt" 2>&1; cat "$OUT/split_merge.txt" ;;
     ceiling) timeout 120 python3 bench/read_ceiling.py 2>&1 | tail -3 ;;
     attention-triton) L=${LAYOUT:-nhd}; timeout 300 python3 bench/attention.py --only-triton --no-flex \
                         --batches "${BATCHES:-1,64,256}" --layout $L ${ATTN_ARGS:-} --log "$OUT/attention_triton_${L}_$(date +%H%M%S).jsonl" \
@@ -54,7 +54,7 @@ for step in "$@"; do
                if patch -s -o "$OUT/ab_$n.py" lowering/gluon_window_block.py "$p" > /dev/null 2>&1; then against="$against,$OUT/ab_$n.py"
                else echo "$p does not apply to today's kernel file alone (its header says how to run it)"; rm -f "$OUT/ab_$n.py" "$OUT/ab_$n.py.rej"; fi
              done
-             (cd bench && timeout 500 python3 gluon_ab.py --builds "" --against "$against" --batches "${BATCHES:-33,64,256,16,1}" \
+             (timeout 500 python3 lab/gluon_ab.py --builds "" --against "$against" --batches "${BATCHES:-33,64,256,16,1}" \
                ${AB_ARGS:-}) > "$OUT/patches.txt" 2>&1; grep "^batch [0-9]*:\|Error" "$OUT/patches.txt" ;;
     tests-patched) # the Gluon GPU tests with PATCH applied in place, reverted after (for the device machine's copy of the tree)
              patch -s -p0 < "${PATCH:?PATCH=bench/variants/....patch}" || { echo "$PATCH does not apply"; continue; }
