@@ -38,6 +38,7 @@ times are in ``docs/benchmarks.md``, how they were found in ``lab/log.md``.
 from __future__ import annotations
 
 import functools
+from collections import namedtuple
 from typing import Optional
 
 import torch
@@ -55,6 +56,18 @@ try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except Exception:  # noqa: BLE001 - no triton, or a triton without this Gluon API
     gluon = None
+
+# The partitions' argument groups, built by keyword and read by field name (triton 3.6 passes a
+# named tuple into jit functions and warp_specialize partitions with its field names).
+Work = namedtuple("Work", "ctx_ptr timer_ptr total B HKV NUM_SPLITS W_M1 WINDOWED")  # the launch's items and shape
+Item = namedtuple("Item", "n kvh split ctx start lo hi n_tiles n_pre mid_end has_blk t_ptr")  # one work item
+ProducerArgs = namedtuple("ProducerArgs", "bt_ptr k_desc v_desc k_bufs v_bufs ready empty s_btn PAGE R "
+                                          "TMA_PAGE TMA_HEAD TMA_COL TIMED")
+ConsumerArgs = namedtuple("ConsumerArgs", "q_ptr out_ptr lse_ptr po_ptr plse_ptr k_bufs v_bufs ready empty "
+                                          "kq_bufs vq_bufs q_bufs NUM_SPLITS s_qn s_qb s_qh s_on s_ob s_oh "
+                                          "B G HQ W_M1 qk_scale CAUSAL WINDOWED WANT_LSE TIMED")
+PrivateArgs = namedtuple("PrivateArgs", "bt_ptr kp_ptr vp_ptr kb_ptr vb_ptr B s_btn PAGE R s_kpp s_kpt s_kph "
+                                        "s_vpp s_vpt s_vph s_kbn s_kbb s_kbh s_vbn s_vbb s_vbh")  # private-tile copies
 
 LOG2E = 1.4426950408889634
 TILE = 64  # keys per tile and rows per consumer
@@ -290,14 +303,14 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     @gluon.jit
     def work_item(n, kvh, split, ctx, w):
         """One work item, (sequence ``n``, KV head ``kvh``, split ``split``) with ``ctx`` context
-        tokens, as the tuple the partitions read: ``(n, kvh, split, ctx, start, lo, hi, n_tiles,
-        n_pre, mid_end, has_blk, t_ptr)`` (``w``: the launch's work tuple, built in the kernel's entry:
-        context lengths, timer, item count, shape)."""
-        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
+        tokens, as the :data:`Item` the partitions read (``w``: the launch's :data:`Work`, built in
+        the kernel's entry)."""
+        timer_ptr, B, HKV, NUM_SPLITS, W_M1, WINDOWED = w.timer_ptr, w.B, w.HKV, w.NUM_SPLITS, w.W_M1, w.WINDOWED
         start, lo, hi, n_tiles, n_pre, mid_end = span(ctx, split, NUM_SPLITS, B, W_M1, WINDOWED)
         has_blk = (split == NUM_SPLITS - 1).to(gl.int32)  # the last split also takes the block's keys
         t_ptr = timer_ptr + ((n * HKV + kvh) * NUM_SPLITS + split) * N_SLOTS
-        return (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr)
+        return Item(n=n, kvh=kvh, split=split, ctx=ctx, start=start, lo=lo, hi=hi, n_tiles=n_tiles, n_pre=n_pre,
+                    mid_end=mid_end, has_blk=has_blk, t_ptr=t_ptr)
 
     @gluon.jit
     def producer(p, w):
@@ -308,8 +321,10 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     def produce(p, it, g):
         """Stream item ``it``'s interior tiles ``n_pre .. mid_end`` into the ring, from ring tile
         ``g`` (tiles streamed before it); returns ``g`` after it."""
-        (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD, TMA_COL, TIMED) = p
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready = p.bt_ptr, p.k_desc, p.v_desc, p.k_bufs, p.v_bufs, p.ready
+        empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD = p.empty, p.s_btn, p.PAGE, p.R, p.TMA_PAGE, p.TMA_HEAD
+        TMA_COL, TIMED = p.TMA_COL, p.TIMED
+        n, kvh, lo, n_pre, mid_end, t_ptr = it.n, it.kvh, it.lo, it.n_pre, it.mid_end, it.t_ptr
         NB: gl.constexpr = k_bufs.type.shape[0]
         stamp(t_ptr, T_PRODUCER, TIMED)
         n_bt = bt_ptr + n.to(gl.int64) * s_btn
@@ -368,9 +383,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         """Private tile ``e < n_edge``: its context positions, which of them the mask keeps, and
         the load of their page indices started (masked: none for keys the mask drops), so that
         :func:`fetch_private` finds them in registers."""
-        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
-         s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        bt_ptr, s_btn, PAGE, R = f.bt_ptr, f.s_btn, f.PAGE, f.R
+        n, start, lo, hi, n_pre, mid_end = it.n, it.start, it.lo, it.hi, it.n_pre, it.mid_end
         tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
         t = lo + tile * BN + keys
         t_ok = (t >= start) & (t < hi)
@@ -381,9 +395,10 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         """Start the cp.async copy of private tile ``e`` into ``kq``/``vq`` (one commit group):
         a context tile (``e < n_edge``; ``edge`` from :func:`edge_tile`) or the block's keys;
         keys outside the mask are zero-filled, never read."""
-        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
-         s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, PAGE, s_kpp = f.kp_ptr, f.vp_ptr, f.kb_ptr, f.vb_ptr, f.B, f.PAGE, f.s_kpp
+        s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn = f.s_kpt, f.s_kph, f.s_vpp, f.s_vpt, f.s_vph, f.s_kbn
+        s_kbb, s_kbh, s_vbn, s_vbb, s_vbh = f.s_kbb, f.s_kbh, f.s_vbn, f.s_vbb, f.s_vbh
+        n, kvh = it.n, it.kvh
         n64 = n.to(gl.int64)
         if e < n_edge:
             t, t_ok, pages = edge
@@ -404,8 +419,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     @gluon.jit
     def consume(c, f, w, ROW0: gl.constexpr):
         """Rows ``ROW0 .. ROW0 + 63`` of the work item ``w``."""
-        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
-         NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED) = c
+        kq_bufs = c.kq_bufs
         PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
         if ROW0 == 0:
             turn(0, False, PP)  # consumer 0 takes the first turn
@@ -416,9 +430,13 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         """Rows ``ROW0 .. ROW0 + 63`` of item ``it``: the ring's tiles from ring tile ``g`` on,
         then the private ones (``f``: what :func:`fetch_private` needs), then the output or the
         split's partial; returns ``g`` after the item's ring tiles."""
-        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
-         NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED) = c
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr = c.q_ptr, c.out_ptr, c.lse_ptr, c.po_ptr, c.plse_ptr
+        k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs = c.k_bufs, c.v_bufs, c.ready, c.empty, c.kq_bufs, c.vq_bufs
+        q_bufs, NUM_SPLITS, s_qn, s_qb, s_qh, s_on = c.q_bufs, c.NUM_SPLITS, c.s_qn, c.s_qb, c.s_qh, c.s_on
+        s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL = c.s_ob, c.s_oh, c.B, c.G, c.HQ, c.W_M1, c.qk_scale, c.CAUSAL
+        WINDOWED, WANT_LSE, TIMED = c.WINDOWED, c.WANT_LSE, c.TIMED
+        n, kvh, split, ctx, start, lo, hi = it.n, it.kvh, it.split, it.ctx, it.start, it.lo, it.hi
+        n_tiles, n_pre, mid_end, has_blk, t_ptr = it.n_tiles, it.n_pre, it.mid_end, it.has_blk, it.t_ptr
         T0 = TIMED and ROW0 == 0  # consumer 0 stamps the timer
         stamp(t_ptr, T_CONSUMER, T0)
         PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
@@ -615,7 +633,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                CAUSAL: gl.constexpr, WINDOWED: gl.constexpr, TIMED: gl.constexpr):
         # The work: this program's (sequence, KV head, split) item, (pid // HKV, pid % HKV, split).
         pid = gl.program_id(0)
-        w = (ctx_ptr, timer_ptr, N * HKV * NUM_SPLITS, B, HKV, NUM_SPLITS, W_M1, WINDOWED)
+        w = Work(ctx_ptr=ctx_ptr, timer_ptr=timer_ptr, total=N * HKV * NUM_SPLITS, B=B, HKV=HKV,
+                 NUM_SPLITS=NUM_SPLITS, W_M1=W_M1, WINDOWED=WINDOWED)
         split = gl.program_id(1)
         entered(timer_ptr + (pid * NUM_SPLITS + split) * N_SLOTS, TIMED)
         n = pid // HKV
@@ -636,12 +655,18 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=CONSUMERS)
 
-        # One argument tuple per role: the producer's, the consumers', the private-tile copies'.
-        p = (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD, TMA_COL, TIMED)
-        c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
-             NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED)
-        f = (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
-             s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh)
+        # One argument group per role: the producer's, the consumers', the private-tile copies'.
+        p = ProducerArgs(bt_ptr=bt_ptr, k_desc=k_desc, v_desc=v_desc, k_bufs=k_bufs, v_bufs=v_bufs, ready=ready,
+                         empty=empty, s_btn=s_btn, PAGE=PAGE, R=R, TMA_PAGE=TMA_PAGE, TMA_HEAD=TMA_HEAD,
+                         TMA_COL=TMA_COL, TIMED=TIMED)
+        c = ConsumerArgs(q_ptr=q_ptr, out_ptr=out_ptr, lse_ptr=lse_ptr, po_ptr=po_ptr, plse_ptr=plse_ptr,
+                         k_bufs=k_bufs, v_bufs=v_bufs, ready=ready, empty=empty, kq_bufs=kq_bufs, vq_bufs=vq_bufs,
+                         q_bufs=q_bufs, NUM_SPLITS=NUM_SPLITS, s_qn=s_qn, s_qb=s_qb, s_qh=s_qh, s_on=s_on, s_ob=s_ob,
+                         s_oh=s_oh, B=B, G=G, HQ=HQ, W_M1=W_M1, qk_scale=qk_scale, CAUSAL=CAUSAL, WINDOWED=WINDOWED,
+                         WANT_LSE=WANT_LSE, TIMED=TIMED)
+        f = PrivateArgs(bt_ptr=bt_ptr, kp_ptr=kp_ptr, vp_ptr=vp_ptr, kb_ptr=kb_ptr, vb_ptr=vb_ptr, B=B, s_btn=s_btn,
+                        PAGE=PAGE, R=R, s_kpp=s_kpp, s_kpt=s_kpt, s_kph=s_kph, s_vpp=s_vpp, s_vpt=s_vpt, s_vph=s_vph,
+                        s_kbn=s_kbn, s_kbb=s_kbb, s_kbh=s_kbh, s_vbn=s_vbn, s_vbb=s_vbb, s_vbh=s_vbh)
         if CONSUMERS == 2:
             gl.warp_specialize([(consumer0, (c, f, work)), (consumer1, (c, f, work)), (producer, (p, work))], [4, 1],
                                [CONSUMER_REGS, PRODUCER_REGS])
