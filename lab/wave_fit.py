@@ -21,6 +21,9 @@ import json
 import sys
 from pathlib import Path
 
+import _paths  # noqa: F401  (bench/ on sys.path)
+from timing import sequence_bytes
+
 
 def refuse(line: str):
     """Bad input: one line on stderr, exit 2."""
@@ -59,13 +62,6 @@ def read_log(path: Path, sms_arg):
     if not sms:
         refuse(f"{path}: the log does not name the SM count; pass --sms")
     return shape, int(sms), times
-
-
-def sequence_bytes(w: int, b: int, hq: int, hkv: int, d: int) -> int:
-    """Bytes one sequence's block attention needs at least (bf16): the ``W - 1 + B`` keys its
-    window and block reach, K and V for every KV head, plus q and out. ``attention.py``'s
-    bandwidths and floors use it too."""
-    return (w - 1 + b) * hkv * d * 2 * 2 + 2 * b * hq * d * 2
 
 
 def wave_bytes(shape, sms: int) -> float:
