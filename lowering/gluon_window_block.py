@@ -78,8 +78,8 @@ TUNED = {
     "ring_slots": (4, "ring slots at head dims 64 and 128: the most 32 KB slots that fit beside the private "
                       "buffers at head dim 128 (a fourth paid, six at head dim 64 did not)", "lab/log.md#a16"),
     "ring_slots_d256": (3, "ring slots at head dim 256: what fits beside its private buffers", "lab/log.md#a14"),
-    "consumer_regs": (232, "registers a thread of the second consumer (the first gets what is left): FA3's split "
-                          "of the register file, the producer kept at its floor", "lab/log.md#a05"),
+    "consumer_regs": (232, "registers a thread of the second consumer (the first gets what is left): the split "
+                          "every measured build ran with", "lab/log.md#a05"),
     "producer_regs": (24, "registers a thread of the producer warp: setmaxnreg's floor (it only issues TMA "
                           "copies; 32 was no faster)", "lab/log.md#a16"),
     "overlap": ("one split, head dim 128", "the intra-warpgroup overlap build where a program streams a whole "
