@@ -19,10 +19,13 @@ except Exception:  # noqa: BLE001 - no triton, or one without Gluon
 def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
                      num_buf: Optional[int] = None, consumer_regs: int = gwb.CONSUMER_REGS,
                      producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
-                     page: int = gwb.TILE, pingpong: Optional[bool] = None, num_splits: int = 1) -> Optional[dict]:
+                     page: int = gwb.TILE, pingpong: Optional[bool] = None, num_splits: int = 1,
+                     kernel=gwb) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton) as a launch with
     ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
-    returns the kernel's shared memory, warps and PTX, or None without Gluon."""
+    returns the kernel's shared memory, warps and PTX, or None without Gluon. ``kernel``: the
+    kernel module (today's, or another revision's from ``gluon_ab.kernel_at``)."""
+    gwb = kernel
     if gwb.gluon is None:
         return None
     bn, q_smem, num_buf, lay, sub = gwb._build(d, page, gwb.gl.bfloat16, num_buf)
