@@ -15,6 +15,9 @@ Units: time in microseconds, the median of CUDA-graph replays with L2 flushed be
 copy ceiling is a 2 GiB device-to-device copy counting bytes read plus written.
 
 ``--sweep`` also times tile/split variants of the Triton kernel (written to ``--log``).
+The timing method, ceilings and shape are ``timing.py``'s (shared by the benches). ``--tiny``:
+``timing.TINY``'s shape, a smoke run that also runs on CPU under ``TRITON_INTERPRET=1``
+(``tests/test_benches.py``).
 """
 
 import argparse
