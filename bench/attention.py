@@ -15,6 +15,9 @@ Units: time in microseconds, the median of CUDA-graph replays with L2 flushed be
 copy ceiling is a 2 GiB device-to-device copy counting bytes read plus written.
 
 ``--sweep`` also times tile/split variants of the Triton kernel (written to ``--log``).
+The timing method, ceilings and shape are ``timing.py``'s (shared by the benches). ``--tiny``:
+``timing.TINY``'s shape, a smoke run that also runs on CPU under ``TRITON_INTERPRET=1``
+(``tests/test_benches.py``).
 """
 
 import argparse
@@ -26,9 +29,12 @@ import torch
 
 
 import read_ceiling  # noqa: E402
-from wave_fit import sequence_bytes  # noqa: E402
+import timing  # noqa: E402
+from timing import (MINIMAX, TINY, bench_graph, capture_graph, copy_bandwidth, flush_l2,  # noqa: E402,F401
+                    kernel_us, sequence_bytes, timed)
 from draftsmith.lowering.base import MaskSpec, PagedKV  # noqa: E402
 from draftsmith.lowering import gluon_window_block  # noqa: E402
+from draftsmith.lowering.jit import sm_count  # noqa: E402
 from draftsmith.lowering.triton_window_block import Config, choose_config, tma_fits, triton_window_block  # noqa: E402
 
 try:
@@ -42,115 +48,10 @@ try:  # FlashAttention-4 (flash-attn-4, CuTe DSL): the peer; its row is skipped 
 except Exception as _e:  # noqa: BLE001
     fa4_varlen_func, FA4_MISSING = None, repr(_e)[:200]
 
-HQ, HKV, D, B, W, PAGE = 64, 4, 128, 7, 4096, 64  # D: --head-dim
+HQ, HKV, D, B, W, PAGE = MINIMAX.hq, MINIMAX.hkv, MINIMAX.d, MINIMAX.b, MINIMAX.w, MINIMAX.page  # --tiny: TINY's
+DEV = timing.device()  # the GPU; the CPU (TRITON_INTERPRET=1) for --tiny runs without one
 FA4_PAGE = 128  # --fa4-page: FA4's page size; 128 = whole 128-key tiles per page, so its TMA path is taken
 PAGE_ORDER = "random"  # --page-order: where a sequence's pages lie in the pool, for every paged row alike
-
-
-def bench(fn, rep=100, warmup=25):
-    """Median milliseconds of ``fn`` (events; L2 flushed before each run by do_bench)."""
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-
-
-_FLUSH = None
-
-
-WARM_L2 = False  # --warm-l2: skip the flush (a diagnostic: how much of a kernel time is cold reads)
-
-
-def flush_l2():
-    """Evict the L2 (a 256 MiB memset on a buffer made once); nothing with ``--warm-l2``."""
-    global _FLUSH
-    if WARM_L2:
-        return
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    _FLUSH.zero_()
-
-
-def capture_graph(fn):
-    """``fn`` warmed up three times on a side stream, then captured in a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
-def bench_graph(fn, reps=60):
-    """Median milliseconds of one replay of ``fn`` captured in a CUDA graph, L2 flushed
-    (a 256 MiB memset) before each replay, device events around the replay only.
-
-    Removes the Python launch cost that dominates small batches (a drafter step runs in a
-    graph when served). Returns ``None`` if ``fn`` cannot be captured.
-    """
-    flush_l2()
-    try:
-        graph = capture_graph(fn)
-    except Exception:  # noqa: BLE001
-        torch.cuda.synchronize()
-        return None
-    graph.replay()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        flush_l2()
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in events)
-    return times[len(times) // 2]
-
-
-def kernel_us(fn, calls=20, per_kernel=False):
-    """Mean device microseconds per call of ``fn``'s kernels (torch.profiler / CUPTI), L2
-    flushed before each call; the flush's own kernels are left out.
-
-    This is the time the kernels occupy the GPU, as inside a larger CUDA graph (a draft
-    step), without the replay's launch cost that :func:`bench_graph` includes.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    def device_us(work):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            work()
-            torch.cuda.synchronize()
-        return {e.key: getattr(e, "device_time_total", 0) for e in prof.key_averages()}
-
-    fn()
-    torch.cuda.synchronize()
-    flush_names = set(device_us(flush_l2))
-
-    def calls_with_flush():
-        for _ in range(calls):
-            flush_l2()
-            fn()
-
-    times = {k: t / calls for k, t in device_us(calls_with_flush).items() if k not in flush_names and t > 0}
-    return times if per_kernel else sum(times.values())
-
-
-def timed(fn, rep=100, warmup=25):
-    """(milliseconds, how): a graph replay if capturable, else ``do_bench``."""
-    ms = bench_graph(fn)
-    if ms is not None:
-        return ms, "graph"
-    return bench(fn, rep=rep, warmup=warmup), "do_bench"
-
-
-def copy_bandwidth():
-    """TB/s of a 2 GiB device-to-device copy (bytes read + written)."""
-    x = torch.randn(1 << 30, dtype=torch.bfloat16, device="cuda")
-    y = torch.empty_like(x)
-    ms = bench(lambda: y.copy_(x))
-    return 2 * x.numel() * 2 / (ms * 1e-3) / 1e12
 
 
 def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
@@ -160,10 +61,10 @@ def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
     each passed as its ``[pages, P, Hkv, D]`` view. ``order``: ``random`` scatters the ring's
     pages over the pool (a permutation), ``sequential`` gives sequence ``n`` pages
     ``n * ring ... n * ring + ring - 1`` in ring order (see ``PAGE_ORDER``)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEV).manual_seed(seed)
     ring = math.ceil((W - 1) / PAGE) + 1
     total = n * ring
-    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
+    kw = dict(device=DEV, dtype=torch.bfloat16, generator=g)
     if layout == "trtllm":
         pool = torch.randn(total, 2, HKV, PAGE, D, **kw)
         k_pages, v_pages = pool[:, 0].transpose(1, 2), pool[:, 1].transpose(1, 2)
@@ -173,9 +74,9 @@ def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
     else:
         k_pages = torch.randn(total, PAGE, HKV, D, **kw)
         v_pages = torch.randn(total, PAGE, HKV, D, **kw)
-    ids = torch.randperm(total, device="cuda", generator=g) if order == "random" else torch.arange(total, device="cuda")
+    ids = torch.randperm(total, device=DEV, generator=g) if order == "random" else torch.arange(total, device=DEV)
     bt = ids.reshape(n, ring).to(torch.int32)
-    cache = PagedKV(k_pages, v_pages, bt, torch.full((n,), ctx, dtype=torch.int32, device="cuda"))
+    cache = PagedKV(k_pages, v_pages, bt, torch.full((n,), ctx, dtype=torch.int32, device=DEV))
     q = torch.randn(n, B, HQ, D, **kw)
     kb = torch.randn(n, B, HKV, D, **kw)
     vb = torch.randn(n, B, HKV, D, **kw)
@@ -194,11 +95,11 @@ class Dense:
         self.n, self.ctx = n, ctx
         ring, page = cache.block_table.shape[1], cache.page_size
         oldest = max(0, ((ctx - 1) // page) * page - (ring - 1) * page)
-        t = torch.arange(oldest, ctx, device="cuda")
+        t = torch.arange(oldest, ctx, device=DEV)
         self.pages = cache.block_table.long()[:, (t // page) % ring]  # [N, Lc]
         self.slots = (t % page)[None, :].expand(n, -1)
-        self.kpos = torch.cat([t, ctx + torch.arange(B, device="cuda")])
-        qpos = ctx + torch.arange(B, device="cuda")
+        self.kpos = torch.cat([t, ctx + torch.arange(B, device=DEV)])
+        qpos = ctx + torch.arange(B, device=DEV)
         ok = (qpos[:, None] - self.kpos[None, :]).abs() <= W - 1  # [B, L]
         self.mask = ok.repeat(HQ // HKV, 1)[None, None]  # [1, 1, G*B, L]
         self.q, self.cache, self.kb, self.vb = q, cache, kb, vb
@@ -249,7 +150,7 @@ def make_flex(dense):
         return (ctx + q_idx % B - kpos[kv_idx]).abs() <= W - 1
 
     L = dense.k.shape[2]
-    bm = create_block_mask(mask_mod, None, None, g * B, L, device="cuda")
+    bm = create_block_mask(mask_mod, None, None, g * B, L, device=DEV)
     flex = torch.compile(flex_attention, dynamic=False)
 
     def run():
@@ -274,13 +175,13 @@ def make_fa4(dense, q):
     per = -(-(ctx + B) // FA4_PAGE)
     first = max(0, ctx - (W - 1)) // FA4_PAGE
     own = per - first
-    kw = dict(device="cuda", dtype=q.dtype)
+    kw = dict(device=DEV, dtype=q.dtype)
     k4 = torch.zeros(1 + n * own, FA4_PAGE, HKV, D, **kw)
     v4 = torch.zeros_like(k4)
-    table = torch.zeros(n, per, dtype=torch.int32, device="cuda")
-    gen = torch.Generator(device="cuda").manual_seed(n)
-    ids = (torch.randperm(n * own, device="cuda", generator=gen) if PAGE_ORDER == "random"
-           else torch.arange(n * own, device="cuda"))
+    table = torch.zeros(n, per, dtype=torch.int32, device=DEV)
+    gen = torch.Generator(device=DEV).manual_seed(n)
+    ids = (torch.randperm(n * own, device=DEV, generator=gen) if PAGE_ORDER == "random"
+           else torch.arange(n * own, device=DEV))
     table[:, first:] = 1 + ids.to(torch.int32).view(n, own)
     sel = (dense.kpos >= first * FA4_PAGE).nonzero().flatten()
     pos = dense.kpos[sel]
@@ -288,7 +189,7 @@ def make_fa4(dense, q):
     slots = (pos % FA4_PAGE)[None, :].expand(n, -1)
     k4[pages, slots] = dense.k[:, :, sel].transpose(1, 2)
     v4[pages, slots] = dense.v[:, :, sel].transpose(1, 2)
-    seqused = torch.full((n,), ctx + B, dtype=torch.int32, device="cuda")
+    seqused = torch.full((n,), ctx + B, dtype=torch.int32, device=DEV)
 
     def run():
         out = fa4_varlen_func(q, k4, v4, seqused_k=seqused, page_table=table, softmax_scale=D ** -0.5,
@@ -311,7 +212,7 @@ def oracle_error(out, dense, rows=4):
         kh = k.repeat_interleave(HQ // HKV, 0)
         vh = v.repeat_interleave(HQ // HKV, 0)
         s = qi @ kh.transpose(1, 2) * D ** -0.5  # [Hq, B, L]
-        qpos = dense.ctx + torch.arange(B, device="cuda")
+        qpos = dense.ctx + torch.arange(B, device=DEV)
         ok = (qpos[:, None] - dense.kpos[None, :]).abs() <= W - 1
         s = s.masked_fill(~ok[None], float("-inf"))
         ref = (torch.softmax(s, -1) @ vh).permute(1, 0, 2)  # [B, Hq, D]
@@ -321,7 +222,7 @@ def oracle_error(out, dense, rows=4):
 
 
 def needed_bytes(n):
-    """Bytes ``n`` sequences need at the bench's shape (``wave_fit.sequence_bytes``)."""
+    """Bytes ``n`` sequences need at the bench's shape (``timing.sequence_bytes``)."""
     return n * sequence_bytes(W, B, HQ, HKV, D)
 
 
@@ -330,7 +231,7 @@ def rel_err(a, ref):
 
 
 def main():
-    global WARM_L2, D, PAGE, PAGE_ORDER, FA4_PAGE, W
+    global D, PAGE, PAGE_ORDER, FA4_PAGE, W, HQ, HKV, B
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--ctx", type=int, default=32768)
@@ -358,12 +259,20 @@ def main():
     ap.add_argument("--page-order", choices=("random", "sequential"), default=PAGE_ORDER,
                     help="pages of a sequence scattered over the pool (a permutation) or in pool order; applies to "
                          "the ring cache and to FA4's pages alike")
+    ap.add_argument("--tiny", action="store_true",
+                    help="timing.TINY's shape (a few heads and keys) and a short context: a smoke run, also on CPU "
+                         "(TRITON_INTERPRET=1; the flex and FA4 rows are skipped there)")
     ap.add_argument("--fa4-page", type=int, default=FA4_PAGE,
                     help="FA4's page size (128: its TMA path; 32: the page size of TensorRT-LLM's DFlash arena)")
     args = ap.parse_args()
+    if args.tiny:
+        HQ, HKV, B = TINY.hq, TINY.hkv, TINY.b
+        args.head_dim, args.page, args.window, args.ctx = TINY.d, TINY.page, TINY.w, TINY.ctx
+    if DEV.type != "cuda":
+        args.no_flex = args.no_fa4 = True
     PAGE_ORDER = args.page_order
     FA4_PAGE = args.fa4_page
-    WARM_L2 = args.warm_l2
+    timing.WARM_L2 = args.warm_l2
     D = args.head_dim
     PAGE = args.page
     W = args.window
@@ -377,14 +286,14 @@ def main():
             log.flush()
         print(json.dumps(rec), flush=True)
 
-    gpu = torch.cuda.get_device_name()
+    gpu = torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu"
     copy_tbs = copy_bandwidth()
-    emit(dict(read_ceiling.ceilings(bench_graph), what="read-only streams: 2 GiB once (HBM), 16 MiB x 64 (L2)"))
-    one = torch.zeros(1, device="cuda")
+    emit(dict(read_ceiling.ceilings(bench_graph, tiny=args.tiny), what=read_ceiling.WHAT))
+    one = torch.zeros(1, device=DEV)
     launch_us = bench_graph(lambda: one.add_(1.0)) * 1e3  # the timing method's floor: one tiny kernel
     emit({"launch_floor_us": launch_us, "what": "CUDA-graph replay of one 1-element kernel, L2 flushed"})
-    emit({"gpu": gpu, "sms": torch.cuda.get_device_properties(0).multi_processor_count, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
-          "page_layout": args.layout, "l2": "warm (not flushed)" if WARM_L2 else "flushed before each timing",
+    emit({"gpu": gpu, "sms": sm_count(DEV), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
+          "page_layout": args.layout, "l2": "warm (not flushed)" if timing.WARM_L2 else "flushed before each timing",
           "torch": torch.__version__, "triton": __import__("triton").__version__,
           "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout,
                     "page_order": PAGE_ORDER, "fa4_page": FA4_PAGE},
@@ -441,10 +350,11 @@ def main():
         if args.variants:
             variants(n, q, cache, kb, vb, mask, scale, ref, cfg, emit, json.loads(args.trials) if args.trials else None)
         del q, cache, kb, vb, dense, ref
-        torch.cuda.empty_cache()
+        if DEV.type == "cuda":
+            torch.cuda.empty_cache()
     print_table(table, copy_tbs, gpu, [int(x) for x in args.batches.split(",")])
     print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us; "
-          f"K/V pages: {args.layout}; L2 {'WARM (not flushed: a diagnostic)' if WARM_L2 else 'flushed'}")
+          f"K/V pages: {args.layout}; L2 {'WARM (not flushed: a diagnostic)' if timing.WARM_L2 else 'flushed'}")
 
 
 def _fa4_version():

@@ -9,8 +9,8 @@ parent's high-water mark across fork+exec):
 - ``naive``: load the whole file, dequantize in a loop, ``save_file`` everything at once;
 - ``io floor``: read the source bytes and write as many bytes as the output has, plain copies.
 
-Usage: ``python bench/convert.py [workdir]`` (default: a temp dir; the synthetic source is
-kept there between runs).
+Usage: ``python bench/convert.py [workdir] [--scale tiny]`` (default: a temp dir; the synthetic
+source is kept there between runs; ``--scale tiny``: synth's tiny checkpoint, a smoke run).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from draftsmith.framework.compile.engine import load_adapter
 
 RUNNERS = {
     "draftsmith": """
@@ -105,19 +107,22 @@ def run(name: str, src: Path, out: Path, n_out: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.gettempdir()) / "draftsmith-bench"
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workdir", nargs="?", type=Path, default=Path(tempfile.gettempdir()) / "draftsmith-bench")
+    ap.add_argument("--scale", choices=("full", "tiny"), default="full")
+    args = ap.parse_args()
+    work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
-    src = work / "minimax_full"
+    src = work / f"minimax_{args.scale}"
     if not (src / "config.json").exists():
-        from draftsmith.framework.compile.engine import load_adapter
         from draftsmith.framework.convert.synth import synthesize
 
         t = time.perf_counter()
-        synthesize(load_adapter("minimax_dspark"), "full", src, seed=0, overwrite=True)
-        print(f"synthesized the full checkpoint in {time.perf_counter() - t:.1f} s")
+        synthesize(load_adapter("minimax_dspark"), args.scale, src, seed=0, overwrite=True)
+        print(f"synthesized the {args.scale} checkpoint in {time.perf_counter() - t:.1f} s")
     n_src = sum(f.stat().st_size for f in src.glob("*.safetensors"))
-    from draftsmith.framework.compile.engine import load_adapter
-
     plan = load_adapter("minimax_dspark").plan(src)
     n_out = sum(m.nbytes for m in plan.outputs.values())
     rows = []
@@ -126,7 +131,7 @@ def main() -> None:
         rows.append((name, secs, rss))
     floor = rows[0][1]
     naive_rss = rows[2][2]
-    print(f"\nconvert benchmark: MiniMax DSpark full shapes, {n_src / 1e9:.2f} GB source -> {n_out / 1e9:.2f} GB output")
+    print(f"\nconvert benchmark: MiniMax DSpark {args.scale} shapes, {n_src / 1e9:.2f} GB source -> {n_out / 1e9:.2f} GB output")
     print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d')}")
     print(f"| {'converter':<10} | {'wall s':>7} | {'x floor':>7} | {'peak RSS GiB':>12} | {'RSS / naive':>11} |")

@@ -11,15 +11,18 @@ two events, as a serving loop issues them; ``graph / floor`` uses this one). Aga
 
 - memory floor: bytes the step must read once (weights it touches: layers, final norm,
   lm_head, Markov w2, confidence proj; plus K/V of the W-1 visible context tokens of every
-  layer and sequence) over device-to-device copy bandwidth measured in the same run
-  (bytes read + written per second);
+  layer and sequence) over the copy ceiling measured in the same run (``timing.copy_bandwidth``
+  of 4 GiB: bytes read + written per second);
 - compute floor: the step's matmul FLOPs over a bf16 GEMM rate measured in the same run
   (``graph / floor`` divides by the larger floor); and the same FLOPs over the GEMM rate
   after 2 s of GEMMs, when the card runs at its power limit as it does through a timed
   run of batch-64 steps (``graph / that floor``).
 
+The drafter is the shipped MiniMax adapter's compilation of synth's raw config (scale ``full``:
+the real shapes), so the bench runs what a conversion serves.
+
 Usage: ``python bench/draft_step.py [--batches 1 16 64] [--context 32768] [--tiny]``
-(``--tiny``: small shapes, also runs on CPU, eager only; a smoke test).
+(``--tiny``: synth's tiny scale, also runs on CPU, eager only; a smoke run).
 """
 
 from __future__ import annotations
@@ -31,31 +34,18 @@ from types import SimpleNamespace
 
 import torch
 
-from draftsmith.framework.runtime import DFlashDraftModel, DraftStepGraph  # noqa: E402
+import timing
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.synth import source_config
+from draftsmith.framework.runtime import DFlashDraftModel, DraftStepGraph
 
 
 def minimax_config(tiny: bool) -> dict:
-    """Flattened config (docs/converted-format.md) with MiniMax DSpark shapes (or tiny ones)."""
-    if tiny:
-        h, hq, hkv, d, rot, inter, v, w, rank, th = 256, 8, 2, 32, 16, 512, 1000, 64, 16, 256
-    else:
-        h, hq, hkv, d, rot, inter, v, w, rank, th = 6144, 64, 4, 128, 64, 12288, 200064, 4096, 256, 6144
-    table = {"sm90": "triton_window_block", "sm100": "trtllm_gen", "cpu": "dense"}
-    norms = {"input_layernorm": "gemma", "post_attention_layernorm": "gemma", "q_norm": "gemma",
-             "k_norm": "plain", "hidden_norm": "plain", "norm": "gemma"}
-    return {
-        "architectures": ["DSparkMiniMaxDraftModel"], "hidden_size": h, "num_hidden_layers": 5,
-        "num_attention_heads": hq, "num_key_value_heads": hkv, "head_dim": d, "rotary_dim": rot,
-        "rope_theta": 5e6, "rms_norm_eps": 1e-6, "vocab_size": v, "intermediate_size": inter,
-        "hidden_act": "swigluoai", "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "target_hidden_size": th,
-        "torch_dtype": "bfloat16", "layer_types": ["sliding_attention"] * 5, "sliding_window": w,
-        "dflash_config": {"block_size": 7, "mask_token_id": v - 6, "target_layer_ids": [3, 17, 31, 45, 59],
-                          "use_swa": True, "swa_window_size": w},
-        "dspark_config": {"markov_rank": rank, "markov_head_type": "vanilla", "enable_confidence_head": True,
-                          "confidence_head_with_markov": True, "sample_from_anchor": True},
-        "draftsmith": {"family": "gqa_dflash", "max_draft_len": 7, "norms": norms,
-                       "layers": [{"causal": False, "window": w, "lowering": dict(table)}] * 5},
-    }
+    """The converted ``config.json`` of the shipped MiniMax DSpark adapter, compiled from the raw
+    config that ``synth`` writes at scale ``full`` (the real shapes) or ``tiny``: the same
+    compile path a conversion takes, so the bench runs what the product serves."""
+    adapter = load_adapter("minimax_dspark")
+    return adapter.flatten_config(source_config(adapter, "tiny" if tiny else "full"))
 
 
 def random_model(config: dict, device: torch.device, lowering: str | None) -> DFlashDraftModel:
@@ -87,7 +77,7 @@ def fill_context(model: DFlashDraftModel, n: int, context: int, page: int):
     """A cache of ``n`` sequences at ``context`` tokens: the invisible prefix is skipped, the
     last W-1 rows come from random target hidden states."""
     cache = model.make_cache(n, page_size=page, max_context=context)
-    width = model.cfg.num_target_layers * model.cfg.target_hidden_size
+    width = model.cfg.dims.num_target_layers * model.cfg.dims.target_hidden
     first = min(cache.needed_from(l, context) for l in range(model.cfg.dims.num_layers))
     g = torch.Generator(model.device).manual_seed(1)
     for s in range(n):
@@ -143,15 +133,6 @@ def time_ms(fn, device: torch.device, iters: int, reps: int = 1) -> float:
                 fn()
             out.append((time.perf_counter() - t0) * 1e3 / reps)
     return statistics.median(out)
-
-
-def copy_bandwidth(device: torch.device) -> float:
-    """Device-to-device copy, bytes read + written per second (4 GiB buffers on GPU)."""
-    n = (1 << 31) if device.type == "cuda" else (1 << 26)
-    src = torch.empty(n, dtype=torch.int16, device=device)
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src), device, 10)
-    return 2 * src.numel() * 2 / (ms * 1e-3)
 
 
 def gemm_rate(device: torch.device, sustained_s: float = 0.0) -> float:
@@ -238,7 +219,7 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
-    bw, rate = copy_bandwidth(dev), gemm_rate(dev)
+    bw, rate = timing.copy_bandwidth(4 << 30) * 1e12, gemm_rate(dev)  # bytes/s, FLOP/s
     rate_hot = gemm_rate(dev, sustained_s=2.0) if dev.type == "cuda" else rate
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print(f"# {name}, torch {torch.__version__}; copy {bw / 1e12:.2f} TB/s (read+write), "

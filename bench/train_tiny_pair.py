@@ -471,7 +471,8 @@ def main() -> None:
     ap.add_argument("--drafter-steps", type=int, default=20000)
     ap.add_argument("--drafter-lr", type=float, default=2e-3)
     ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--small", action="store_true", help="CPU smoke run: batch 4, seq 128, 30 + 30 steps")
+    ap.add_argument("--small", action="store_true",
+                    help="CPU smoke run: batch 4, seq 128, at most 30 + 30 steps (fewer with --*-steps)")
     args = ap.parse_args()
     if args.pack:
         from safetensors.torch import load_file
@@ -485,7 +486,7 @@ def main() -> None:
         ap.error("--out is required")
     if args.small:
         args.batch, args.seq, args.anchors = 4, 128, 8
-        args.target_steps = args.drafter_steps = 30
+        args.target_steps, args.drafter_steps = min(args.target_steps, 30), min(args.drafter_steps, 30)
     device = torch.device(args.device)
     t0 = time.perf_counter()
     lines = []

@@ -28,22 +28,22 @@ the mask reaches and writes a float32 partial and its log2-sum-exp, merged after
 ``triton_window_block.merge_splits``; ``triton_window_block`` splits only while ``N * Hkv``
 programs leave multiprocessors idle (a program fills one).
 ``launch(timer=...)`` runs a build that stamps each program's phases and the time the ring's
-two sides waited for each other (``TIMER_SLOTS``; ``bench/kernel_phases.py`` prints them);
-``launch(persistent=True)`` a build whose programs run several items each (:func:`_kernel`).
+two sides waited for each other (``TIMER_SLOTS``; ``lab/kernel_phases.py`` prints them).
 Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
 not compile this kernel, so :func:`available` gates on the version and other releases use
-the Triton kernel). Never run elsewhere. Measured in ``docs/benchmarks.md``.
+the Triton kernel). Never run elsewhere. Its tuned parameters are :data:`TUNED`; today's
+times are in ``docs/benchmarks.md``, how they were found in ``lab/log.md``.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import namedtuple
 from typing import Optional
 
 import torch
 
 from .page_layout import page_layout, tma_rows
-from .jit import sm_count
 from .split_merge import merge_splits
 
 try:
@@ -57,18 +57,45 @@ try:
 except Exception:  # noqa: BLE001 - no triton, or a triton without this Gluon API
     gluon = None
 
+# The partitions' argument groups, built by keyword and read by field name (triton 3.6 passes a
+# named tuple into jit functions and warp_specialize partitions with its field names).
+Work = namedtuple("Work", "ctx_ptr timer_ptr total B HKV NUM_SPLITS W_M1 WINDOWED")  # the launch's items and shape
+Item = namedtuple("Item", "n kvh split ctx start lo hi n_tiles n_pre mid_end has_blk t_ptr")  # one work item
+ProducerArgs = namedtuple("ProducerArgs", "bt_ptr k_desc v_desc k_bufs v_bufs ready empty s_btn PAGE R "
+                                          "TMA_PAGE TMA_HEAD TMA_COL TIMED")
+ConsumerArgs = namedtuple("ConsumerArgs", "q_ptr out_ptr lse_ptr po_ptr plse_ptr k_bufs v_bufs ready empty "
+                                          "kq_bufs vq_bufs q_bufs NUM_SPLITS s_qn s_qb s_qh s_on s_ob s_oh "
+                                          "B G HQ W_M1 qk_scale CAUSAL WINDOWED WANT_LSE TIMED")
+PrivateArgs = namedtuple("PrivateArgs", "bt_ptr kp_ptr vp_ptr kb_ptr vb_ptr B s_btn PAGE R s_kpp s_kpt s_kph "
+                                        "s_vpp s_vpt s_vph s_kbn s_kbb s_kbh s_vbn s_vbb s_vbh")  # private-tile copies
+
 LOG2E = 1.4426950408889634
 TILE = 64  # keys per tile and rows per consumer
-NUM_BUF = 4  # ring slots (measured: 3-5 within 1% at batch 64 / 256)
-CONSUMER_REGS = 232  # registers per thread of the second consumer (the first gets what is left)
-PRODUCER_REGS = 24  # registers per thread of the producer warp
-PERSISTENT_PRODUCER_REGS = 32  # ... in the persistent build (its item loop spilled a register pair a tile at 24)
 MIN_SUB_ROWS = 16  # smallest TMA box (keys) a tile is loaded in; smaller pages run the Triton kernel
+
+# The tuned parameters, one row each: (value, the rule it follows, the lab log entry that measured it).
+TUNED = {
+    "ring_slots": (4, "ring slots at head dims 64 and 128: at 128 the most 32 KB slots that fit beside the "
+                      "private buffers; one rule for both (head dim 64 measured a little faster with six, "
+                      "not adopted)", "lab/log.md#a16"),
+    "ring_slots_d256": (3, "ring slots at head dim 256: what fits beside its private buffers", "lab/log.md#a14"),
+    "consumer_regs": (232, "registers a thread of the second consumer (the first gets what is left): the split "
+                          "every measured build ran with", "lab/log.md#a05"),
+    "producer_regs": (24, "registers a thread of the producer warp: setmaxnreg's floor (it only issues TMA "
+                          "copies; 32 was no faster)", "lab/log.md#a16"),
+    "overlap": ("one split, head dim 128", "the intra-warpgroup overlap build where a program streams a whole "
+                "window; head dim 64's overlap build spills", "lab/log.md#a11"),
+    "pingpong": ("head dim != 256", "the consumers take turns at the tensor cores except at head dim 256, "
+                 "where the turns cost more than they hide", "lab/log.md#a17"),
+}
+NUM_BUF = TUNED["ring_slots"][0]
+CONSUMER_REGS = TUNED["consumer_regs"][0]
+PRODUCER_REGS = TUNED["producer_regs"][0]
 
 
 # Phase timer (a diagnostic, ``launch(timer=...)``; compiled out otherwise): int64 slots per
 # program, ``timer[pid, split, slot]``; ``clock`` slots are the SM's cycle counter (%clock64),
-# ``ns`` slots the global nanosecond timer (%globaltimer). Read by ``bench/kernel_phases.py``.
+# ``ns`` slots the global nanosecond timer (%globaltimer). Read by ``lab/kernel_phases.py``.
 TIMER_SLOTS = (
     "ns_entry",  # kernel entry (before the context length is read)
     "clock_entry",
@@ -111,13 +138,13 @@ def tiles_for(d: int) -> tuple:
     """``(keys a tile, Q in shared memory, ring slots)`` at head dim ``d``. Head dim 256 takes
     32-key tiles, three slots and Q from shared memory: its accumulator alone is 128 registers a
     thread, and 64-key slots of K and V (64 KB each) would not fit beside the private buffers
-    (so: 229 856 of 232 448 bytes of shared memory; ``ptxas``: no spills without the overlap
-    build, which :func:`default_overlap` keeps to head dim 128)."""
-    return (32, True, 3) if d == 256 else (TILE, False, NUM_BUF)
+    (three 32-key slots do, within the SM's 232 448 bytes of shared memory; no spills without
+    the overlap build, which :func:`default_overlap` keeps to head dim 128)."""
+    return (32, True, TUNED["ring_slots_d256"][0]) if d == 256 else (TILE, False, NUM_BUF)
 
 
 def _build(d: int, page: int, elt, num_buf: Optional[int]):
-    """What :func:`launch` and :func:`compile_for_sm90` build at head dim ``d`` and pages of
+    """What :func:`launch` builds at head dim ``d`` and pages of
     ``page`` tokens: ``(keys a tile, Q in shared memory, ring slots, slot layout, keys a TMA
     box)`` (:func:`tiles_for`, :func:`sub_rows`; ``num_buf`` overrides the slots)."""
     bn, q_smem, slots = tiles_for(d)
@@ -149,10 +176,9 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False,
-            persistent: bool = False):
+def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False):
     """The Gluon kernel, decorated on first use (never under the interpreter); :func:`launch`
-    picks the build, ``bench/gluon_ab.py`` A/Bs them.
+    picks the build, ``lab/gluon_ab.py`` A/Bs them.
 
     - ``overlap``: the consumers issue the next ring tile's Q K^T before this tile's softmax,
       and run the softmax while this tile's P @ V is in flight (FA3's intra-warpgroup
@@ -164,20 +190,9 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     - ``sub``: keys per TMA box (:func:`sub_rows`), a closure constant (a shape in the
       producer partition, whose arguments arrive as values).
     - ``bn``, ``q_smem``: keys a tile, and Q as wgmma's A from shared memory instead of
-      registers (:func:`tiles_for`).
-    - ``persistent``: a grid of at most one program a multiprocessor, each running work items
-      ``pid, pid + programs, ...`` with one ring whose slots carry over from item to item, so
-      that the producer streams the next item's tiles while the consumers finish this one (its
-      edge tiles, epilogue, the next item's Q); each partition reads the next item's context
-      length while this one runs. Otherwise one program an item. Measured slower than one
-      program an item (H200, 2026-12-01: 3-5 us at one or two items a program, about 20 us at
-      batch 256; docs/benchmarks.md, sixteenth measurement), for its 36 spilled bytes: with the
-      strides declared >= 0 (``bench/variants/strides-nonnegative.patch``) it spills nothing and
-      runs as fast, not faster (seventeenth measurement). So :func:`launch` leaves it off; a
-      build to measure, not a fast path."""
+      registers (:func:`tiles_for`)."""
     BN = gl.constexpr(bn)
     Q_SMEM = gl.constexpr(q_smem)
-    PERSISTENT = gl.constexpr(persistent)
     OVERLAP = gl.constexpr(overlap)
     PINGPONG = gl.constexpr(pingpong)
     SUB = gl.constexpr(sub)
@@ -196,8 +211,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
 
         Worker partitions receive ``TIMED`` as a value, not a constexpr (triton 3.6 passes their
         arguments as block arguments), so there this is a branch on a constant, which folds: the
-        untimed kernel's PTX has the same instructions as before the timer was added, up to the
-        order of a few blocks (compared for all four variants)."""
+        untimed build's PTX holds no timer instruction."""
         if TIMED:
             if not when:
                 return
@@ -290,66 +304,28 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     @gluon.jit
     def work_item(n, kvh, split, ctx, w):
         """One work item, (sequence ``n``, KV head ``kvh``, split ``split``) with ``ctx`` context
-        tokens, as the tuple the partitions read: ``(n, kvh, split, ctx, start, lo, hi, n_tiles,
-        n_pre, mid_end, has_blk, t_ptr)`` (``w``: the launch's work tuple, built in the kernel's entry:
-        context lengths, timer, item count, shape)."""
-        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
+        tokens, as the :data:`Item` the partitions read (``w``: the launch's :data:`Work`, built in
+        the kernel's entry)."""
+        timer_ptr, B, HKV, NUM_SPLITS, W_M1, WINDOWED = w.timer_ptr, w.B, w.HKV, w.NUM_SPLITS, w.W_M1, w.WINDOWED
         start, lo, hi, n_tiles, n_pre, mid_end = span(ctx, split, NUM_SPLITS, B, W_M1, WINDOWED)
         has_blk = (split == NUM_SPLITS - 1).to(gl.int32)  # the last split also takes the block's keys
         t_ptr = timer_ptr + ((n * HKV + kvh) * NUM_SPLITS + split) * N_SLOTS
-        return (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr)
-
-    @gluon.jit
-    def item_at(item, ctx, w):
-        """Work item number ``item`` (split-major within a (sequence, KV head)) of a persistent
-        launch, whose sequence holds ``ctx`` context tokens."""
-        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
-        head = item // NUM_SPLITS
-        # The split through an opaque move: a launch turns NUM_SPLITS == 1 into a constant, and a
-        # constant split (so a constant block's-keys loop) fails triton 3.6's lowering of the
-        # warp-specialized region (the `idx < size()` assertion of the dead stores below). Keeping
-        # NUM_SPLITS a value instead ran 3.6 us slower at batch 64 (its dead stores stay).
-        split = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [item % NUM_SPLITS], dtype=gl.int32,
-                                          is_pure=True, pack=1)
-        return work_item(head // HKV, head % HKV, split, ctx, w)
-
-    @gluon.jit
-    def ctx_of(item, w):
-        """Load the context length of item ``item``'s sequence (an item past the last reads the
-        last's: a prefetch)."""
-        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
-        return gl.load(ctx_ptr + gl.minimum(item, total - 1) // NUM_SPLITS // HKV)
-
-    @gluon.jit
-    def items_start(w):
-        """A persistent program's item loop: ``(first, step, total, g, ctx)``: its first item, the
-        stride (the grid's programs), the item count, ring tiles so far (0) and the first item's
-        context length, loaded. The program id is read here, not passed in: one register fewer
-        for the loop to carry."""
-        (ctx_ptr, timer_ptr, total, B, HKV, NUM_SPLITS, W_M1, WINDOWED) = w
-        first = gl.program_id(0)
-        return first, gl.num_programs(0), total, first * 0, ctx_of(first, w)
+        return Item(n=n, kvh=kvh, split=split, ctx=ctx, start=start, lo=lo, hi=hi, n_tiles=n_tiles, n_pre=n_pre,
+                    mid_end=mid_end, has_blk=has_blk, t_ptr=t_ptr)
 
     @gluon.jit
     def producer(p, w):
-        """Stream each work item's interior tiles into the ring by TMA: one item, or in a
-        persistent launch items ``first, first + step, ...`` (``w``), running ahead into the next
-        item while the consumers finish this one."""
-        if PERSISTENT:
-            first, step, total, g, ctx = items_start(w)
-            for item in range(first, total, step):
-                ctx_next = ctx_of(item + step, w)  # the next item's, loaded while this one streams
-                g = produce(p, item_at(item, ctx, w), g)
-                ctx = ctx_next
-        else:
-            produce(p, w, 0)
+        """Stream the work item's interior tiles into the ring by TMA."""
+        produce(p, w, 0)
 
     @gluon.jit
     def produce(p, it, g):
         """Stream item ``it``'s interior tiles ``n_pre .. mid_end`` into the ring, from ring tile
         ``g`` (tiles streamed before it); returns ``g`` after it."""
-        (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD, TMA_COL, TIMED) = p
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready = p.bt_ptr, p.k_desc, p.v_desc, p.k_bufs, p.v_bufs, p.ready
+        empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD = p.empty, p.s_btn, p.PAGE, p.R, p.TMA_PAGE, p.TMA_HEAD
+        TMA_COL, TIMED = p.TMA_COL, p.TIMED
+        n, kvh, lo, n_pre, mid_end, t_ptr = it.n, it.kvh, it.lo, it.n_pre, it.mid_end, it.t_ptr
         NB: gl.constexpr = k_bufs.type.shape[0]
         stamp(t_ptr, T_PRODUCER, TIMED)
         n_bt = bt_ptr + n.to(gl.int64) * s_btn
@@ -408,9 +384,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         """Private tile ``e < n_edge``: its context positions, which of them the mask keeps, and
         the load of their page indices started (masked: none for keys the mask drops), so that
         :func:`fetch_private` finds them in registers."""
-        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
-         s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        bt_ptr, s_btn, PAGE, R = f.bt_ptr, f.s_btn, f.PAGE, f.R
+        n, start, lo, hi, n_pre, mid_end = it.n, it.start, it.lo, it.hi, it.n_pre, it.mid_end
         tile = e + (e >= n_pre).to(gl.int32) * (mid_end - n_pre)  # leading edge tiles, then trailing
         t = lo + tile * BN + keys
         t_ok = (t >= start) & (t < hi)
@@ -421,9 +396,10 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         """Start the cp.async copy of private tile ``e`` into ``kq``/``vq`` (one commit group):
         a context tile (``e < n_edge``; ``edge`` from :func:`edge_tile`) or the block's keys;
         keys outside the mask are zero-filled, never read."""
-        (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
-         s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh) = f
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, PAGE, s_kpp = f.kp_ptr, f.vp_ptr, f.kb_ptr, f.vb_ptr, f.B, f.PAGE, f.s_kpp
+        s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn = f.s_kpt, f.s_kph, f.s_vpp, f.s_vpt, f.s_vph, f.s_kbn
+        s_kbb, s_kbh, s_vbn, s_vbb, s_vbh = f.s_kbb, f.s_kbh, f.s_vbn, f.s_vbb, f.s_vbh
+        n, kvh = it.n, it.kvh
         n64 = n.to(gl.int64)
         if e < n_edge:
             t, t_ok, pages = edge
@@ -443,37 +419,26 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
 
     @gluon.jit
     def consume(c, f, w, ROW0: gl.constexpr):
-        """Rows ``ROW0 .. ROW0 + 63`` of each work item: one item, or in a persistent launch items
-        ``first, first + step, ...`` (``w``)."""
-        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
-         NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED) = c
+        """Rows ``ROW0 .. ROW0 + 63`` of the work item ``w``."""
+        kq_bufs = c.kq_bufs
         PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
         if ROW0 == 0:
-            # Consumer 0 takes the first turn. Each item leaves one arrival over on this barrier
-            # (consumer 1's last hand-over), which gives consumer 0 the next item's first turn.
-            turn(0, False, PP)
-        if PERSISTENT:
-            first, step, total, g, ctx = items_start(w)
-            for item in range(first, total, step):
-                ctx_next = ctx_of(item + step, w)  # the next item's, loaded while this one runs
-                it = item_at(item, ctx, w)
-                g = consume_item(c, f, it, g, ROW0)
-                gl.thread_barrier()  # every warp's MMAs on this item are done: the private buffers are free
-                ctx = ctx_next
-        else:
-            consume_item(c, f, w, 0, ROW0)
+            turn(0, False, PP)  # consumer 0 takes the first turn
+        consume_item(c, f, w, 0, ROW0)
 
     @gluon.jit
     def consume_item(c, f, it, g, ROW0: gl.constexpr):
         """Rows ``ROW0 .. ROW0 + 63`` of item ``it``: the ring's tiles from ring tile ``g`` on,
         then the private ones (``f``: what :func:`fetch_private` needs), then the output or the
         split's partial; returns ``g`` after the item's ring tiles."""
-        (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
-         NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED) = c
-        (n, kvh, split, ctx, start, lo, hi, n_tiles, n_pre, mid_end, has_blk, t_ptr) = it
+        q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr = c.q_ptr, c.out_ptr, c.lse_ptr, c.po_ptr, c.plse_ptr
+        k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs = c.k_bufs, c.v_bufs, c.ready, c.empty, c.kq_bufs, c.vq_bufs
+        q_bufs, NUM_SPLITS, s_qn, s_qb, s_qh, s_on = c.q_bufs, c.NUM_SPLITS, c.s_qn, c.s_qb, c.s_qh, c.s_on
+        s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL = c.s_ob, c.s_oh, c.B, c.G, c.HQ, c.W_M1, c.qk_scale, c.CAUSAL
+        WINDOWED, WANT_LSE, TIMED = c.WINDOWED, c.WANT_LSE, c.TIMED
+        n, kvh, split, ctx, start, lo, hi = it.n, it.kvh, it.split, it.ctx, it.start, it.lo, it.hi
+        n_tiles, n_pre, mid_end, has_blk, t_ptr = it.n_tiles, it.n_pre, it.mid_end, it.has_blk, it.t_ptr
         T0 = TIMED and ROW0 == 0  # consumer 0 stamps the timer
-        if PERSISTENT:  # an item's entry (a program's, in a launch of one item a program)
-            entered(t_ptr, T0)
         stamp(t_ptr, T_CONSUMER, T0)
         PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
         ME: gl.constexpr = ROW0 // BM
@@ -501,15 +466,14 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         record(t_ptr, T_RING_TILES, mid_end - n_pre, T0)
         record(t_ptr, T_PRIVATE_TILES, n_priv, T0)
         # Q rows (block query j = row // G, head kvh * G + row % G) in registers: wgmma's A. Its
-        # load is issued ahead of the private tiles' copies (measured: 0.1-0.5 us at batch 1-16).
+        # load is issued ahead of the private tiles' copies (lab/log.md#a11).
         rows = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))
         row_ok = rows < B * G
         q_off = (n64 * s_qn + (rows // G).to(gl.int64)[:, None] * s_qb
                  + (kvh * G + rows % G).to(gl.int64)[:, None] * s_qh + dims[None, :])
         q = gl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
-        # The first edge tile's page indices load with Q, so that both wait on one round trip; loaded
-        # after the block's keys they took a second one (H200, one split: batch 64 155.1 -> 153.1 us,
-        # batch 33 87.5 -> 86.2; at a wave's start the consumer, not the ring, was late).
+        # The first edge tile's page indices load with Q, so that both wait on one round trip (at a
+        # wave's start the consumer, not the ring, is late; lab/log.md#a12).
         edge0 = edge_tile(f, it, 0, keys)
         if n_priv > 0:
             fetch_private(f, it, n_edge * has_blk, n_edge, kq, vq, keys, dims, edge0)  # the block's keys if any, else edge 0
@@ -668,17 +632,14 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                WANT_LSE, NUM_SPLITS, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                PRODUCER_REGS: gl.constexpr,
                CAUSAL: gl.constexpr, WINDOWED: gl.constexpr, TIMED: gl.constexpr):
-        # The work: (sequence, KV head, split) items, item (pid, split) of this program, or in a
-        # persistent launch items pid, pid + programs, ... (``w`` tells the partitions which).
+        # The work: this program's (sequence, KV head, split) item, (pid // HKV, pid % HKV, split).
         pid = gl.program_id(0)
-        w = (ctx_ptr, timer_ptr, N * HKV * NUM_SPLITS, B, HKV, NUM_SPLITS, W_M1, WINDOWED)
-        if not PERSISTENT:
-            split = gl.program_id(1)
-            entered(timer_ptr + (pid * NUM_SPLITS + split) * N_SLOTS, TIMED)
-            n = pid // HKV
-            work = work_item(n, pid % HKV, split, gl.load(ctx_ptr + n), w)
-        else:
-            work = w
+        w = Work(ctx_ptr=ctx_ptr, timer_ptr=timer_ptr, total=N * HKV * NUM_SPLITS, B=B, HKV=HKV,
+                 NUM_SPLITS=NUM_SPLITS, W_M1=W_M1, WINDOWED=WINDOWED)
+        split = gl.program_id(1)
+        entered(timer_ptr + (pid * NUM_SPLITS + split) * N_SLOTS, TIMED)
+        n = pid // HKV
+        work = work_item(n, pid % HKV, split, gl.load(ctx_ptr + n), w)
 
         D: gl.constexpr = k_desc.block_type.shape[1]
         k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB, BN, D], k_desc.layout)
@@ -695,12 +656,18 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=CONSUMERS)
 
-        # One argument tuple per role: the producer's, the consumers', the private-tile copies'.
-        p = (bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready, empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD, TMA_COL, TIMED)
-        c = (q_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs, q_bufs,
-             NUM_SPLITS, s_qn, s_qb, s_qh, s_on, s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL, WINDOWED, WANT_LSE, TIMED)
-        f = (bt_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, B, s_btn, PAGE, R,
-             s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh, s_vbn, s_vbb, s_vbh)
+        # One argument group per role: the producer's, the consumers', the private-tile copies'.
+        p = ProducerArgs(bt_ptr=bt_ptr, k_desc=k_desc, v_desc=v_desc, k_bufs=k_bufs, v_bufs=v_bufs, ready=ready,
+                         empty=empty, s_btn=s_btn, PAGE=PAGE, R=R, TMA_PAGE=TMA_PAGE, TMA_HEAD=TMA_HEAD,
+                         TMA_COL=TMA_COL, TIMED=TIMED)
+        c = ConsumerArgs(q_ptr=q_ptr, out_ptr=out_ptr, lse_ptr=lse_ptr, po_ptr=po_ptr, plse_ptr=plse_ptr,
+                         k_bufs=k_bufs, v_bufs=v_bufs, ready=ready, empty=empty, kq_bufs=kq_bufs, vq_bufs=vq_bufs,
+                         q_bufs=q_bufs, NUM_SPLITS=NUM_SPLITS, s_qn=s_qn, s_qb=s_qb, s_qh=s_qh, s_on=s_on, s_ob=s_ob,
+                         s_oh=s_oh, B=B, G=G, HQ=HQ, W_M1=W_M1, qk_scale=qk_scale, CAUSAL=CAUSAL, WINDOWED=WINDOWED,
+                         WANT_LSE=WANT_LSE, TIMED=TIMED)
+        f = PrivateArgs(bt_ptr=bt_ptr, kp_ptr=kp_ptr, vp_ptr=vp_ptr, kb_ptr=kb_ptr, vb_ptr=vb_ptr, B=B, s_btn=s_btn,
+                        PAGE=PAGE, R=R, s_kpp=s_kpp, s_kpt=s_kpt, s_kph=s_kph, s_vpp=s_vpp, s_vpt=s_vpt, s_vph=s_vph,
+                        s_kbn=s_kbn, s_kbb=s_kbb, s_kbh=s_kbh, s_vbn=s_vbn, s_vbb=s_vbb, s_vbh=s_vbh)
         if CONSUMERS == 2:
             gl.warp_specialize([(consumer0, (c, f, work)), (consumer1, (c, f, work)), (producer, (p, work))], [4, 1],
                                [CONSUMER_REGS, PRODUCER_REGS])
@@ -711,34 +678,24 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
 
 
 def default_overlap(num_splits: int, d: int) -> bool:
-    """The intra-warpgroup overlap build pays on long rings: H200, MiniMax shape, with turns
-    (2026-12-01, docs/benchmarks.md): one split (batch 64) 160.5 -> 154.2 us against the
-    build without both; with many splits (batch 1, two ring tiles a program) 0.6 us slower.
-    Head dim 64's overlap build spills (``ptxas -v``: 16-20 bytes), so it keeps the default."""
+    """:data:`TUNED` ``overlap``: the intra-warpgroup overlap build where a program streams a
+    whole window (one split: a long ring) at head dim 128; with many splits a program's ring
+    is too short for it to pay, and head dim 64's overlap build spills (``ptxas -v``)."""
     return num_splits == 1 and d == 128
 
 
 def default_pingpong(d: int) -> bool:
-    """The two consumers take turns at the tensor cores (FA3's scheduler barriers) except at head
-    dim 256, where the turns cost: H200, MiniMax shape at head dim 256, one process (2026-12-01,
-    docs/benchmarks.md, seventeenth measurement): batch 64 305.6-306.4 us without them against
-    323.5-324.6 with, batch 256 1270-1304 against 1330-1368, batch 16 94-98 against 100.5."""
+    """:data:`TUNED` ``pingpong``: the two consumers take turns at the tensor cores (FA3's
+    scheduler barriers) except at head dim 256, where they were measured to cost more than
+    they hide."""
     return d != 256
-
-
-def default_producer_regs(persistent: bool) -> int:
-    """The producer's registers: more in the persistent build, whose item loop spilled at 24."""
-    return PERSISTENT_PRODUCER_REGS if persistent else PRODUCER_REGS
 
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
            num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS, producer_regs: Optional[int] = None,
-           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: Optional[bool] = None,
-           persistent: bool = False, programs: Optional[int] = None):
+           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: Optional[bool] = None):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
-    programs (``persistent``: ``programs`` of them, by default one a multiprocessor, at most
-    one an item, each running its items in turn: item ``pid``, ``pid + programs``, ...); with
-    ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
+    programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
     Builds (:func:`_kernel`): ``pingpong`` by default except at head dim 256 (:func:`default_pingpong`); ``overlap`` by default where each
     program streams a whole window (one split) at head dim 128 (:func:`default_overlap`).
     ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
@@ -774,12 +731,9 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     if pingpong is None:
         pingpong = default_pingpong(d)
     if producer_regs is None:
-        producer_regs = default_producer_regs(persistent)
-    items = n * hkv * num_splits
-    if programs is not None and (not persistent or programs < 1):
-        raise ValueError(f"programs: a persistent launch's grid (>= 1), got {programs} (persistent={persistent})")
-    grid = (min(items, programs or sm_count(q.device)), ) if persistent else (n * hkv, num_splits)
-    _kernel(overlap, sub, pingpong, bn, q_smem, persistent)[grid](
+        producer_regs = PRODUCER_REGS
+    grid = (n * hkv, num_splits)
+    _kernel(overlap, sub, pingpong, bn, q_smem)[grid](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
@@ -794,46 +748,3 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
         merge_splits(po, plse, out, lse)
     return (out, lse) if return_lse else out
 
-
-def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
-                     num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS,
-                     producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
-                     page: int = TILE, pingpong: Optional[bool] = None, persistent: bool = False,
-                     num_splits: int = 1) -> Optional[dict]:
-    """Compile without a GPU (checks the kernel against the installed triton) as a launch with
-    ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
-    returns the kernel's shared memory, warps and PTX, or None without Gluon."""
-    if gluon is None:
-        return None
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    bn, q_smem, num_buf, lay, sub = _build(d, page, gl.bfloat16, num_buf)
-    if pingpong is None:
-        pingpong = default_pingpong(d)
-    if producer_regs is None:
-        producer_regs = default_producer_regs(persistent)
-    desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
-    const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
-             "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
-    if num_splits == 1:
-        const["NUM_SPLITS"] = 1  # as a launch specializes it
-    # The kernel's own parameter list, typed by name: bf16 tensors, float32 outputs, int32
-    # tables, the two descriptors, the float scale; every other parameter is an int32.
-    typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
-             "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
-    sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
-           for k in _kernel(overlap, sub, pingpong, bn, q_smem, persistent).arg_names}
-    # What a launch specializes on: pointers 16-byte aligned (fits() requires it) and integers
-    # that are multiples of 16: here the tensors' strides (multiples of the head dim for the
-    # contiguous tensors and pool views the benches and tests launch with), not the block
-    # table's row stride (its ring length, 65 at the MiniMax shape). Without the strides' hint
-    # the output is stored 2 bytes at a time and Q loaded 4 bytes at a time, unlike those launches.
-    aligned = {(i, ): [["tt.divisibility", 16]] for i, (k, t) in enumerate(sig.items())
-               if t.startswith("*") or (k.startswith("s_") and k != "s_btn")}
-    src = GluonASTSource(_kernel(overlap, sub, pingpong, bn, q_smem, persistent), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
-    warps = 4 + 4 * consumers
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})
-    return {"shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "ptx": k.asm.get("ptx", "")}

@@ -15,7 +15,13 @@ try:  # Triton is optional: the kernel signature below parses without it.
 except ImportError:  # pragma: no cover - depends on the environment
     tl = SimpleNamespace(constexpr="constexpr")
 
-MERGE_MAX_ROWS, MERGE_WARPS = 8, 4  # split merge: rows per program at most, warps per program
+# The merge's tuned parameters: (value, the rule it follows, the lab log entry that measured it).
+TUNED = {
+    "max_rows": (8, "rows a program at most, reached once there are several programs a multiprocessor",
+                 "lab/log.md#a06"),
+    "warps": (4, "warps a program", "lab/log.md#a06"),
+}
+MERGE_MAX_ROWS, MERGE_WARPS = TUNED["max_rows"][0], TUNED["warps"][0]
 
 
 def _reduce_kernel(
@@ -78,8 +84,8 @@ def merge_splits(po, plse, out, lse=None, d: Optional[int] = None, rows: Optiona
 def merge_config(num_rows: int, num_splits: int, device: torch.device) -> tuple[int, int]:
     """``(rows per program, warps)`` of the merge: one row per program while rows are few
     (batch 1: more programs in flight), more once there are several programs per
-    multiprocessor anyway, never more than 64 partials per program. Tuned on an H200
-    (``bench/split_merge.py``)."""
+    multiprocessor anyway, never more than 64 partials per program (:data:`TUNED`; found with
+    ``lab/split_merge.py``, ``lab/log.md#a06``)."""
     per_sm = num_rows // (4 * sm_count(device))
     cap = max(1, 64 // next_pow2(num_splits))
     return max(1, min(MERGE_MAX_ROWS, cap, next_pow2(per_sm + 1) // 2)), MERGE_WARPS

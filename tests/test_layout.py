@@ -111,3 +111,42 @@ def test_plain_checkout_imports_without_install():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+PRODUCT_FOLDERS = ("draftsmith", "framework", "transforms", "lowering", "adapters")
+
+
+def lab_imports(path: Path) -> list[int]:
+    """Lines of ``path`` that import the lab wing (``lab``, ``lab.x``) or one of its modules by
+    their bare names (the lab's scripts put ``lab/`` on ``sys.path``)."""
+    lab_names = {"lab"} | {p.stem for p in (ROOT / "lab").glob("*.py")}
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(n.split(".")[0] in lab_names for n in names):
+            out.append(node.lineno)
+    return out
+
+
+def test_product_imports_nothing_from_the_lab():
+    found = [f"{f.relative_to(ROOT)}:{line}" for top in PRODUCT_FOLDERS for f in sorted((ROOT / top).rglob("*.py"))
+             for line in lab_imports(f)]
+    assert not found, "product modules import the lab wing:\n" + "\n".join(found)
+
+
+def test_lab_import_check_sees_an_import(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("import os\nfrom lab.gluon_ab import kernel_at\nimport wave_fit\n")
+    assert lab_imports(planted) == [2, 3]
+
+
+def test_product_suite_does_not_collect_the_lab_tests():
+    ini = PYPROJECT["tool"]["pytest"]["ini_options"]
+    assert ini["testpaths"] == ["tests"] and "lab" in ini["norecursedirs"]
+    assert not list((ROOT / "tests").rglob("test_gluon_ab.py"))  # the lab's tests live in lab/tests
+    assert (ROOT / "lab" / "tests" / "test_gluon_ab.py").is_file()

@@ -445,57 +445,6 @@ def test_gpu_gluon_overlap_builds(overlap, pingpong, causal, window):
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("programs", [1, 5, None])
-@pytest.mark.parametrize("overlap,splits", [(True, 1), (False, 1), (False, 3)])
-@pytest.mark.parametrize("causal,window", [(False, 300), (True, None)])
-def test_gpu_gluon_persistent(programs, overlap, splits, causal, window):
-    """The persistent build: each of ``programs`` programs (one a multiprocessor by default)
-    runs items pid, pid + programs, ... with one ring whose slots and phases carry over from
-    item to item; items of 0, 1, 2 and many ring tiles in every order, splits, NaN wherever the
-    mask cannot reach; output and LSE against the float64 oracle, and the same output as the
-    one-item-a-program build, bit for bit."""
-    from draftsmith.lowering import gluon_window_block as gwb
-
-    gen = torch.Generator().manual_seed(41 + overlap + 2 * causal + 4 * splits + (programs or 0))
-    ctx = [5003, 0, 1000, 64, 299, 130, 4100, 1]
-    case = _gpu_case(len(ctx), 7, 64, 4, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
-                     poison_unreachable=True)
-    _require_gluon(case)
-    q, cache, kb, vb = case
-    scale = q.shape[-1] ** -0.5
-    mask = MaskSpec(causal=causal, window=window)
-    out, lse = gwb.launch(q, cache, kb, vb, mask, scale, return_lse=True, overlap=overlap, num_splits=splits,
-                          persistent=True, programs=programs)
-    _assert_oracle(case, out, lse, causal, window, scale)
-    plain = gwb.launch(q, cache, kb, vb, mask, scale, overlap=overlap, num_splits=splits, persistent=True,
-                       programs=programs)
-    assert torch.equal(plain, gwb.launch(q, cache, kb, vb, mask, scale, overlap=overlap, num_splits=splits))
-
-
-@pytest.mark.gpu
-@gpu
-@pytest.mark.parametrize("b,hq,d,page,layout", [(7, 64, 64, 128, "hnd"), (7, 64, 256, 32, "hnd"),
-                                                (7, 64, 128, 32, "nhd"), (1, 32, 128, 64, "nhd")],
-                         ids=["d64", "d256-p32", "p32", "one-consumer"])
-def test_gpu_gluon_persistent_shapes(b, hq, d, page, layout):
-    """The persistent build (3 programs, many items each) at head dims 64 and 256, on 32-token
-    pages (two TMA boxes a tile) and with one consumer partition, against the oracle."""
-    from draftsmith.lowering import gluon_window_block as gwb
-
-    gen = torch.Generator().manual_seed(b + hq + d + page)
-    ctx = [5003, 299, 0, 1000, 64, 130]
-    case = _gpu_case(len(ctx), b, hq, 4, d, page, ctx, 300, dtype=torch.bfloat16, gen=gen,
-                     poison_unreachable=True, layout=layout)
-    _require_gluon(case)
-    q, cache, kb, vb = case
-    scale = d ** -0.5
-    out, lse = gwb.launch(q, cache, kb, vb, MaskSpec(causal=False, window=300), scale, return_lse=True,
-                          persistent=True, programs=3)
-    _assert_oracle(case, out, lse, False, 300, scale)
-
-
-@pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("splits", [2, 5, 33])
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
 @pytest.mark.parametrize("d", [128, 256])
@@ -540,14 +489,12 @@ def test_gpu_gluon_block_kv_views():
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("persistent", [False, True])
-def test_gpu_gluon_phase_timer(persistent):
+def test_gpu_gluon_phase_timer():
     """The phase timer (a diagnostic build of the Gluon kernel): the same output as the plain
     kernel, bit for bit; each program's ring and private tile counts as the split rule gives
     them (counted here from the keys of each split); its stamps in phase order; an unset
     stamp only where a program has no such tiles (the first-private stamp is the first edge
-    tile's, after the ring: the block's keys are used before it). The persistent build (4
-    programs running 20 items each split) stamps each item in its own slots, the same way."""
+    tile's, after the ring: the block's keys are used before it)."""
     from draftsmith.lowering import gluon_window_block as gwb
 
     gen = torch.Generator().manual_seed(23)
@@ -557,9 +504,8 @@ def test_gpu_gluon_phase_timer(persistent):
     _require_gluon((q, cache, kb, vb))
     mask, scale = MaskSpec(causal=False, window=window), 128 ** -0.5
     timer = torch.full((len(ctx) * hkv, splits, len(gwb.TIMER_SLOTS)), -7, dtype=torch.int64, device="cuda")
-    run = {"persistent": True, "programs": 4} if persistent else {}  # persistent: stamps a program's items
-    out = gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits, timer=timer, **run)
-    assert torch.equal(out, gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits, **run))
+    out = gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits, timer=timer)
+    assert torch.equal(out, gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits))
     with pytest.raises(ValueError, match="timer"):
         gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits, timer=timer[:, :1])
     t = {name: timer[..., i].cpu() for i, name in enumerate(gwb.TIMER_SLOTS)}
@@ -584,8 +530,7 @@ def test_gpu_gluon_phase_timer(persistent):
                 assert stamps == sorted(stamps) and stamps[0] > 0, (n, s, dict(zip(order, stamps)))
                 assert (t["clock_first_tile"][p] == -7) == (ring == 0)
                 assert (t["clock_first_private"][p] == -7) == (edge == 0)
-                if not persistent:  # a persistent program's producer starts an item before its consumers
-                    assert t["clock_entry"][p] <= t["clock_producer"][p]
+                assert t["clock_entry"][p] <= t["clock_producer"][p]
                 if ring:
                     assert t["clock_producer"][p] <= t["clock_first_tma"][p] <= t["clock_last_tma"][p]
                     # the two sides' waits for each other: within the ring's span

@@ -1,4 +1,4 @@
-"""bench/gluon_ab.py's revision loader: the kernel as git holds it at a revision, imported beside
+"""lab/gluon_ab.py's revision loader: the kernel as git holds it at a revision, imported beside
 today's (CPU: only the import is checked; timing needs an SM90 GPU)."""
 
 import subprocess
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_ok() -> bool:

@@ -1,7 +1,7 @@
 """Streaming rate and fixed cost a wave, per kernel, from ``bench/attention.py`` logs (no GPU).
 
 Run ``attention.py --window W --batches 33,66,132 --log wW.jsonl`` for two or more windows
-``W``, then ``python3 bench/wave_fit.py w2048.jsonl w4096.jsonl ...``. At ``n * Hkv`` programs
+``W``, then ``python3 lab/wave_fit.py w2048.jsonl w4096.jsonl ...``. At ``n * Hkv`` programs
 a multiple of the SM count every wave is whole (one program an SM; H200: 132 SMs, 4 KV heads,
 so batches 33, 66, 132). Per kernel and window, the slope of time over waves (least squares,
 so a first wave's extra start-up drops out) is the cost of one wave; over the windows, that
@@ -20,6 +20,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import _paths  # noqa: F401  (bench/ on sys.path)
+from timing import sequence_bytes
 
 
 def refuse(line: str):
@@ -59,13 +62,6 @@ def read_log(path: Path, sms_arg):
     if not sms:
         refuse(f"{path}: the log does not name the SM count; pass --sms")
     return shape, int(sms), times
-
-
-def sequence_bytes(w: int, b: int, hq: int, hkv: int, d: int) -> int:
-    """Bytes one sequence's block attention needs at least (bf16): the ``W - 1 + B`` keys its
-    window and block reach, K and V for every KV head, plus q and out. ``attention.py``'s
-    bandwidths and floors use it too."""
-    return (w - 1 + b) * hkv * d * 2 * 2 + 2 * b * hq * d * 2
 
 
 def wave_bytes(shape, sms: int) -> float:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # FlashAttention-4 for bench/attention.py on a GPU machine without network (Python 3.12, CUDA 13).
-#   bench/fa4_wheels.sh download DIR   (a machine with PyPI): the wheels into DIR; the 92 MB
+#   lab/fa4_wheels.sh download DIR   (a machine with PyPI): the wheels into DIR; the 92 MB
 #                                      cu13 libs wheel split into DIR/cu13.part.* of 46 MB, so that
 #                                      no one transfer exceeds 64 MiB (carry the parts in two calls).
-#   bench/fa4_wheels.sh install DIR SITE   (the GPU machine): joins the parts, installs with
+#   lab/fa4_wheels.sh install DIR SITE   (the GPU machine): joins the parts, installs with
 #                                      pip --target SITE, and prints the PYTHONPATH to export
 #                                      (the cutlass wheel's .pth is not run under --target, so its
 #                                      dsl_packages folder goes on PYTHONPATH too).

@@ -14,10 +14,8 @@ flushed before each replay (``bench/attention.py``'s method), and prints per bat
   for three roles: the first split (window edge tiles), middle splits, the last split (the
   block's keys).
 
-``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W;
-``--persistent``: the persistent build, whose stamps are per work item (its "programs" below
-are items, and the gap between them on an SM is from one item's stores to the next's entry).
-Usage: ``python3 bench/kernel_phases.py [--batches 1,16,64]``.
+``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W.
+Usage: ``python3 lab/kernel_phases.py [--batches 1,16,64]``.
 """
 
 import argparse
@@ -25,6 +23,7 @@ import datetime
 
 import torch
 
+import _paths  # noqa: F401  (bench/ on sys.path)
 import attention
 from attention import B, D, HKV, HQ, W, bench_graph, capture_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
 from draftsmith.lowering import gluon_window_block as gwb
@@ -158,8 +157,6 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--splits", default=None, help="comma list of split counts (default: the lowering's choice)")
     ap.add_argument("--window", type=int, default=W, help="two-sided window W (attention.py's --window)")
-    ap.add_argument("--persistent", action="store_true",
-                    help="the persistent build (a program a multiprocessor; each item's stamps are the item's)")
     args = ap.parse_args()
     W = attention.W = args.window  # attention.make_inputs sizes the ring from it
     if not gwb.available():
@@ -177,7 +174,7 @@ def main():
         chosen = choose_config(n, B, HQ, HKV, D, W - 1, q.device, gluon_ok=True).num_splits
         for splits in map(int, (args.splits or str(chosen)).split(",")):
             timer = torch.full((n * HKV, splits, len(gwb.TIMER_SLOTS)), -1, dtype=torch.int64, device="cuda")
-            kw = dict(num_splits=splits, persistent=args.persistent)
+            kw = dict(num_splits=splits)
 
             def plain():
                 return gwb.launch(q, cache, kb, vb, mask, scale, **kw)

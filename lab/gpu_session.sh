@@ -2,14 +2,16 @@
 # Run GPU tests and benchmarks on a machine with torch + triton but without this package
 # installed (the lent H200): PYTHONPATH=<checkout> is enough (draftsmith/__init__.py maps the
 # top-level folders into the package).
-# Usage: bench/gpu_session.sh <out-dir> <step>...   steps: tests-kernel, tests-core, tests-host, tests-gpu, variants,
-# attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling, ncu, draft-profile, draft,
-# patches (PATCHES, BATCHES, AB_ARGS: bench/variants' kernels timed beside today's), tests-patched (PATCH, KSEL)   (env SMI=1: sample clocks/power into smi.csv)
+# Usage: lab/gpu_session.sh <out-dir> <step>...   steps: after-kernel-edit (the GPU tests of the kernel and
+# lab, then the attention bench at head dims 128, 64 and 256), tests-kernel, tests-core, tests-host, tests-gpu,
+# tests-lab, variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
+# ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS)
+# (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-export PYTHONPATH="$ROOT:$ROOT/tests${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT:$ROOT/tests:$ROOT/bench:$ROOT/lab${PYTHONPATH:+:$PYTHONPATH}"
 cd "$ROOT"
 if [ -n "${SMI:-}" ]; then  # sample SM clock, power and temperature every 100 ms into $OUT/smi.csv
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -26,13 +28,23 @@ for step in "$@"; do
     tests-host) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_fused_host_kernels.py \
                   tests/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
+    tests-lab) timeout 300 python3 -P -m pytest -q -p no:cacheprovider lab/tests 2>&1 | tail -15 ;;
+    after-kernel-edit) # what a change to lowering/gluon_window_block.py must pass on the H200
+             timeout 540 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
+               2>&1 | tail -15
+             timeout 300 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_lowerings.py \
+               tests/test_fused_host_kernels.py tests/test_host.py lab/tests/test_gluon_ptxas.py 2>&1 | tail -15
+             for d in 128 64 256; do
+               timeout 300 python3 bench/attention.py --head-dim $d --only-triton --no-flex \
+                 --log "$OUT/attention_d$d.jsonl" > "$OUT/attention_d$d.txt" 2>&1; tail -8 "$OUT/attention_d$d.txt"
+             done ;;
     variants) timeout 400 python3 bench/attention.py --variants --only-triton --no-flex \
                 --batches "${BATCHES:-1,16,64,256}" ${TRIALS:+--trials "$TRIALS"} --log "$OUT/variants.jsonl" >> "$OUT/variants.txt" 2>&1
               tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;
     attention) timeout 500 python3 bench/attention.py --log "$OUT/attention.jsonl" > "$OUT/attention.txt" 2>&1
                tail -20 "$OUT/attention.txt" ;;
-    phases) timeout 400 python3 bench/kernel_phases.py ${PHASES_ARGS:-} > "$OUT/phases.txt" 2>&1; cat "$OUT/phases.txt" ;;
-    merge) timeout 300 python3 bench/split_merge.py > "$OUT/split_merge.txt" 2>&1; cat "$OUT/split_merge.txt" ;;
+    phases) timeout 400 python3 lab/kernel_phases.py ${PHASES_ARGS:-} > "$OUT/phases.txt" 2>&1; cat "$OUT/phases.txt" ;;
+    merge) timeout 300 python3 lab/split_merge.py > "$OUT/split_merge.txt" 2>&1; cat "$OUT/split_merge.txt" ;;
     ceiling) timeout 120 python3 bench/read_ceiling.py 2>&1 | tail -3 ;;
     attention-triton) L=${LAYOUT:-nhd}; timeout 300 python3 bench/attention.py --only-triton --no-flex \
                         --batches "${BATCHES:-1,64,256}" --layout $L ${ATTN_ARGS:-} --log "$OUT/attention_triton_${L}_$(date +%H%M%S).jsonl" \
@@ -47,20 +59,9 @@ for step in "$@"; do
                      > "$OUT/draft_profile.txt" 2>&1; tail -40 "$OUT/draft_profile.txt" ;;
     draft) timeout 400 python3 bench/draft_step.py --batches ${DRAFT_BATCHES:-1 16 64} --iters ${DRAFT_ITERS:-20} >> "$OUT/draft.txt" 2>&1
            tail -12 "$OUT/draft.txt" ;;
-    patches) # each kernel variant of bench/variants (PATCHES: which) as a file beside today's kernel, timed by gluon_ab
-             cp lowering/gluon_window_block.py "$OUT/ab_main.py"; against="$OUT/ab_main.py"
-             for p in ${PATCHES:-bench/variants/*.patch}; do
-               n=$(basename "$p" .patch)
-               if patch -s -o "$OUT/ab_$n.py" lowering/gluon_window_block.py "$p" > /dev/null 2>&1; then against="$against,$OUT/ab_$n.py"
-               else echo "$p does not apply to today's kernel file alone (its header says how to run it)"; rm -f "$OUT/ab_$n.py" "$OUT/ab_$n.py.rej"; fi
-             done
-             (cd bench && timeout 500 python3 gluon_ab.py --builds "" --against "$against" --batches "${BATCHES:-33,64,256,16,1}" \
-               ${AB_ARGS:-}) > "$OUT/patches.txt" 2>&1; grep "^batch [0-9]*:\|Error" "$OUT/patches.txt" ;;
-    tests-patched) # the Gluon GPU tests with PATCH applied in place, reverted after (for the device machine's copy of the tree)
-             patch -s -p0 < "${PATCH:?PATCH=bench/variants/....patch}" || { echo "$PATCH does not apply"; continue; }
-             timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
-               -k "${KSEL:-gluon or persistent}" 2>&1 | tail -15
-             patch -s -R -p0 < "$PATCH" ;;
+    ab) # kernels as .py files (or git revisions) timed beside today's by lab/gluon_ab.py
+             timeout 500 python3 lab/gluon_ab.py --builds "" --against "${AGAINST:?AGAINST=a.py,b.py}" \
+               --batches "${BATCHES:-33,64,256,16,1}" ${AB_ARGS:-} > "$OUT/ab.txt" 2>&1; grep "^batch [0-9]*:\|Error" "$OUT/ab.txt" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -7,7 +7,7 @@ the same merge in torch (``logsumexp`` weights, a weighted sum); the floor is th
 bytes (partials read, bf16 output written) at the copy bandwidth of the same run. Times:
 CUDA-graph replays with L2 flushed (``bench/attention.py``'s ``bench_graph``), median.
 
-Usage: ``python3 bench/split_merge.py``.
+Usage: ``python3 lab/split_merge.py``.
 """
 
 import argparse
@@ -15,6 +15,7 @@ import itertools
 
 import torch
 
+import _paths  # noqa: F401  (bench/ on sys.path)
 from attention import bench_graph, copy_bandwidth
 from draftsmith.lowering.split_merge import merge_config, merge_splits
 

@@ -1,7 +1,7 @@
 """A/B of the Gluon kernel's build options at the MiniMax shape (one CUDA GPU, SM90, triton 3.6).
 
 Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``base``, or
-``+``-joined build options of ``launch``: ``overlap``, ``pingpong``, ``persistent``; ``base`` turns every option
+``+``-joined build options of ``launch``: ``overlap``, ``pingpong``; ``base`` turns every option
 off, where ``launch``'s defaults turn some on), and the kernel as it was at each git revision
 of ``--against`` (with that revision's defaults; an entry ending in ``.py`` that names a file
 is that file's kernel instead: the device machine's copy has no ``.git``), alternating, at
@@ -21,12 +21,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _paths  # noqa: F401  (bench/ on sys.path)
 import attention as A
 from draftsmith.lowering import gluon_window_block as g
 from draftsmith.lowering.base import MaskSpec
 from draftsmith.lowering.triton_window_block import choose_config
 
-OPTIONS = ("overlap", "pingpong", "persistent")
+OPTIONS = ("overlap", "pingpong")
 
 
 def refuse(line: str):

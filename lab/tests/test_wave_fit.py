@@ -1,4 +1,4 @@
-"""bench/wave_fit.py: the streaming rate and fixed cost a wave it fits from attention.py logs are
+"""lab/wave_fit.py: the streaming rate and fixed cost a wave it fits from attention.py logs are
 the ones the synthetic logs were made from (CPU; no GPU needed)."""
 
 import json
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+ROOT = Path(__file__).resolve().parents[2]
 
 SHAPE = {"Hq": 64, "Hkv": 4, "D": 128, "B": 7, "ctx": 32768}
 
@@ -67,20 +66,20 @@ def test_worst_miss_shows_a_time_off_the_model(tmp_path):
 def test_cli_prints_the_table_and_refuses_bad_logs(tmp_path):
     kernels = {"ours": (4.4, 7.0)}
     logs = [write_log(tmp_path / f"w{w}.jsonl", w, 132, kernels) for w in (2048, 4096)]
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), *map(str, logs)], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, str(ROOT / "lab" / "wave_fit.py"), *map(str, logs)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "| ours | " in run.stdout and "| 4.40 | 7.0 | 0.0 |" in run.stdout
 
     no_sms = write_log(tmp_path / "nosms.jsonl", 2048, 132, kernels, with_sms=False)
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), str(no_sms), str(logs[1])],
+    run = subprocess.run([sys.executable, str(ROOT / "lab" / "wave_fit.py"), str(no_sms), str(logs[1])],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "pass --sms" in run.stderr and "Traceback" not in run.stderr
 
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), str(logs[0]), str(logs[0])],
+    run = subprocess.run([sys.executable, str(ROOT / "lab" / "wave_fit.py"), str(logs[0]), str(logs[0])],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "window 2048 is already in another log" in run.stderr
 
     junk = tmp_path / "junk.jsonl"
     junk.write_text("{not json\n")
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_fit.py"), str(junk)], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, str(ROOT / "lab" / "wave_fit.py"), str(junk)], capture_output=True, text=True)
     assert run.returncode == 2 and "junk.jsonl:1: not a JSON line" in run.stderr

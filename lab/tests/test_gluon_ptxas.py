@@ -5,11 +5,8 @@ ptxas reports ``C7513`` when non-wgmma instructions define a wgmma's input regis
 pipeline stage, and then serializes every wgmma of the kernel. A restructuring of the ring
 loop that did this (branch ``wip/edge-mid-ring``) ran 45 % slower on the H200 (batch 64:
 234 against 150 us) with outputs still right, so only this message or a timing shows it.
-Spills are not asserted: the persistent build spills 36 bytes (the others none since
-``compile_for_sm90`` makes ``NUM_SPLITS == 1`` a constant as launches do; before, it reported
-32-36 bytes for the 32-token-page and phase-timer builds), and on the H200 a 32-token-page build
-that spilled ran no slower than one that did not (2026-12-01, docs/benchmarks.md, thirteenth
-measurement).
+Spills are not asserted: on the H200 a 32-token-page build that spilled ran no slower than one
+that did not (lab/log.md#a13).
 Runs where Gluon's Hopper API compiles (triton 3.6: the device machine, a local venv with
 ``triton==3.6.0``); elsewhere it skips, saying so. Marked ``gpu`` so that the device machine's
 ``-m gpu`` runs include it, though it needs no GPU.
@@ -21,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from draftsmith.lowering import gluon_window_block as gwb
+from gluon_compile import compile_for_sm90
 
 
 def _ptxas():
@@ -36,7 +34,7 @@ PTXAS = _ptxas()
 
 # The builds ``launch`` picks (``default_overlap``, ``default_pingpong``: no turns at head dim 256): one split at head dim 128 (overlap), several
 # splits (no overlap), head dims 64 and 256, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
-# causal without a window, the phase timer's build, and the persistent build.
+# causal without a window, and the phase timer's build.
 BUILDS = [
     dict(overlap=True),
     dict(overlap=False),
@@ -47,8 +45,6 @@ BUILDS = [
     dict(page=32, overlap=True),
     dict(causal=True, windowed=False, overlap=True),
     dict(timed=True, overlap=True),
-    dict(persistent=True, overlap=True),
-    dict(persistent=True, overlap=False, page=32),
 ]
 
 
@@ -56,7 +52,7 @@ BUILDS = [
 @pytest.mark.skipif(PTXAS is None, reason="Gluon's Hopper API (triton 3.6) and its ptxas are not installed here")
 @pytest.mark.parametrize("build", BUILDS, ids=lambda b: "-".join(f"{k}={v}" for k, v in b.items()))
 def test_launched_builds_assemble_without_serialized_wgmma(build, tmp_path):
-    ptx = gwb.compile_for_sm90(**build)["ptx"]
+    ptx = compile_for_sm90(**build)["ptx"]
     src = tmp_path / "kernel.ptx"
     src.write_text(ptx)
     done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],

@@ -1,0 +1,58 @@
+"""The product's Gluon kernel compiled for sm_90 without a GPU, as a launch would build it: its
+shared memory, warps and PTX (for ``lab/tests/test_gluon_ptxas.py`` and kernel studies; needs
+Gluon's Hopper API, triton 3.6). Imports the product kernel; the product never imports this."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from draftsmith.lowering import gluon_window_block as gwb
+
+try:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+except Exception:  # noqa: BLE001 - no triton, or one without Gluon
+    triton = None
+
+
+def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, windowed: bool = True,
+                     num_buf: Optional[int] = None, consumer_regs: int = gwb.CONSUMER_REGS,
+                     producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
+                     page: int = gwb.TILE, pingpong: Optional[bool] = None, num_splits: int = 1,
+                     kernel=gwb) -> Optional[dict]:
+    """Compile without a GPU (checks the kernel against the installed triton) as a launch with
+    ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
+    returns the kernel's shared memory, warps and PTX, or None without Gluon. ``kernel``: the
+    kernel module (today's, or another revision's from ``gluon_ab.kernel_at``)."""
+    gwb = kernel
+    if gwb.gluon is None:
+        return None
+    bn, q_smem, num_buf, lay, sub = gwb._build(d, page, gwb.gl.bfloat16, num_buf)
+    if pingpong is None:
+        pingpong = gwb.default_pingpong(d)
+    if producer_regs is None:
+        producer_regs = gwb.PRODUCER_REGS
+    desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
+    const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
+             "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
+    if num_splits == 1:
+        const["NUM_SPLITS"] = 1  # as a launch specializes it
+    # The kernel's own parameter list, typed by name: bf16 tensors, float32 outputs, int32
+    # tables, the two descriptors, the float scale; every other parameter is an int32.
+    typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",
+             "timer_ptr": "*i64", "k_desc": desc, "v_desc": desc, "qk_scale": "fp32"}
+    sig = {k: "constexpr" if k in const else typed.get(k, "*bf16" if k.endswith("_ptr") else "i32")
+           for k in gwb._kernel(overlap, sub, pingpong, bn, q_smem).arg_names}
+    # What a launch specializes on: pointers 16-byte aligned (fits() requires it) and integers
+    # that are multiples of 16: here the tensors' strides (multiples of the head dim for the
+    # contiguous tensors and pool views the benches and tests launch with), not the block
+    # table's row stride (its ring length, 65 at the MiniMax shape). Without the strides' hint
+    # the output is stored 2 bytes at a time and Q loaded 4 bytes at a time, unlike those launches.
+    aligned = {(i, ): [["tt.divisibility", 16]] for i, (k, t) in enumerate(sig.items())
+               if t.startswith("*") or (k.startswith("s_") and k != "s_btn")}
+    src = GluonASTSource(gwb._kernel(overlap, sub, pingpong, bn, q_smem), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
+    warps = 4 + 4 * consumers
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})
+    return {"shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "ptx": k.asm.get("ptx", "")}
