@@ -115,16 +115,23 @@ def resolve_max_draft_len(flat: dict, explicit: Optional[int] = None) -> tuple[i
     return r.max_draft_len, reason
 
 
-def serving_keys(serving: Optional[dict], dtype: str, where: str) -> dict:
-    """``docs.serving`` keys, each a field of the decoding config and none of :data:`DERIVED_KEYS`."""
+def serving_keys(serving: Optional[dict], derived: dict, dtype: str, where: str) -> dict:
+    """The ``docs.serving`` keys the snippet adds: each a field of the decoding config. A key of
+    :data:`DERIVED_KEYS` may only restate the derived value (it is not written twice);
+    ``speculative_model`` there describes the folder for the docs table and never replaces the
+    snippet's (the converted folder or a placeholder). Anything else: one-line UserError."""
     out = {}
     for key, value in (serving or {}).items():
-        check = key if isinstance(key, str) else repr(key)
-        if key in DERIVED_KEYS:
-            raise UserError(f"{where}: docs.serving key {check!r} is derived by emit and may not be set")
+        shown = key if isinstance(key, str) else repr(key)
         if key not in DECODING_CONFIG_FIELDS[dtype]:
-            raise UserError(f"{where}: docs.serving key {check!r} is not a field of TensorRT-LLM's "
+            raise UserError(f"{where}: docs.serving key {shown!r} is not a field of TensorRT-LLM's "
                             f"{dtype}DecodingConfig (fields: {', '.join(sorted(DECODING_CONFIG_FIELDS[dtype]))})")
+        if key == "speculative_model":
+            continue
+        if key in DERIVED_KEYS:
+            if derived.get(key) != value:
+                raise UserError(f"{where}: docs.serving {key} = {value!r} contradicts the derived {derived.get(key)!r}")
+            continue
         out[key] = value
     return out
 
@@ -139,7 +146,7 @@ def speculative_config(resolved: ResolvedDrafter, speculative_model: Optional[st
            "target_layer_ids": list(resolved.target_layer_ids), "attention_backend": SNIPPET_ATTENTION_BACKEND}
     if dtype == "DSpark":
         cfg["block_size"] = resolved.block_size
-    cfg.update(serving_keys(serving, dtype, where))
+    cfg.update(serving_keys(serving, dict(cfg), dtype, where))
     assert set(cfg) <= DECODING_CONFIG_FIELDS[dtype]
     return cfg
 
