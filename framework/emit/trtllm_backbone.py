@@ -20,8 +20,9 @@ Imported only inside TensorRT-LLM (by an emitted package); :func:`backbone_class
   (``swiglu`` or ``swiglu_oai``), computed here, since GatedMLP's forward runs only SiLU;
 - ``_torch/models/modeling_qwen3.py`` @ 010bb95fbad3c678792a9edf659970299a1a320b, ``Qwen3Model``:
   ``Embedding(vocab, hidden, dtype=, mapping=config.mapping, tensor_parallel_mode=COLUMN,
-  gather_output=True)`` (``Embedding``/``LMHead`` drop the mode under attention DP, as
-  ``DecoderModelForCausalLM`` does for ``lm_head``: the tie block's assertions hold);
+  gather_output=True)``; under attention DP unsharded (no mapping, no mode), as
+  ``DecoderModelForCausalLM.__init__`` builds ``lm_head`` there (``LMHead(vocab, hidden,
+  dtype=)``), so the tie block's TP size / mode assertions hold in both layouts;
 - ``_torch/models/modeling_utils.py``: ``DecoderModel``, ``DecoderModelForCausalLM(model, *,
   config, hidden_size, vocab_size)``, ``register_auto_model``.
 
@@ -148,8 +149,11 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
         def __init__(self, r, model_config, max_positions):
             super().__init__(model_config)
             d, dtype = r.dims, r.torch_dtype
-            self.embed_tokens = Embedding(d.vocab, d.hidden, dtype=dtype, mapping=model_config.mapping,
-                                          tensor_parallel_mode=TP.COLUMN, gather_output=True)
+            if model_config.mapping.enable_attention_dp:  # unsharded, as DecoderModelForCausalLM's lm_head
+                self.embed_tokens = Embedding(d.vocab, d.hidden, dtype=dtype)
+            else:
+                self.embed_tokens = Embedding(d.vocab, d.hidden, dtype=dtype, mapping=model_config.mapping,
+                                              tensor_parallel_mode=TP.COLUMN, gather_output=True)
             self.layers = nn.ModuleList([DraftsmithDecoderLayer(r, model_config, max_positions)
                                          for _ in range(d.num_layers)])
             self.norm = norm(r, "norm", d.hidden, dtype)
