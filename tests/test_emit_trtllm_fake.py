@@ -15,7 +15,8 @@ class lacks): ``Mapping`` (tensorrt_llm/mapping.py: ``tp_rank = rank % tp_size``
 its fused loaders take each part's rank slice, ``load_weight_shard``), ``Embedding`` /
 ``LMHead`` (``_torch/modules/embedding.py`` @ 06d0733f: no TP mode under attention DP),
 ``RMSNorm`` (``_torch/modules/rms_norm.py``: ``(x, residual) -> (norm(x + residual), x +
-residual)``; ``use_gemma``: ``1 + w``), ``RotaryEmbedding`` / ``RopeParams`` (attributes only),
+residual)``; ``use_gemma``: ``1 + w``), ``RotaryEmbedding`` / ``RopeParams``
+(``_torch/attention/rotary_embedding.py``; attributes only),
 ``DecoderModel`` / ``DecoderModelForCausalLM`` (``_torch/models/modeling_utils.py``: the LMHead
 COLUMN unless attention DP, then the excerpt's tie block), the registries. Row-parallel
 all-reduce: single process, so ``tp_size > 1`` modules are only built, not run.
@@ -190,14 +191,14 @@ def build(trt_version="1.4.0rc4"):
 
     @dataclass(kw_only=True)
     class RopeParams:
-        """STAND-IN: attention_backend/interface.py RopeParams (fields the backbone passes)."""
+        """STAND-IN: RopeParams as _torch/attention/rotary_embedding.py imports it (fields the backbone passes)."""
 
         dim: int = 0
         theta: float = 10000.0
         max_positions: int = 1024
 
     class RotaryEmbedding(nn.Module):
-        """STAND-IN: modules/rotary_embedding.py RotaryEmbedding (attributes _init_rope reads)."""
+        """STAND-IN: _torch/attention/rotary_embedding.py RotaryEmbedding (attributes _init_rope reads)."""
 
         def __init__(self, rope_params, *, head_dim, is_neox=True):
             super().__init__()
@@ -290,7 +291,7 @@ def build(trt_version="1.4.0rc4"):
         "tensorrt_llm._torch": mod("tensorrt_llm._torch", __path__=[]),
         "tensorrt_llm._torch.models": mod("tensorrt_llm._torch.models", __path__=[]),
         "tensorrt_llm._torch.modules": mod("tensorrt_llm._torch.modules", __path__=[]),
-        "tensorrt_llm._torch.attention_backend": mod("tensorrt_llm._torch.attention_backend", __path__=[]),
+        "tensorrt_llm._torch.attention": mod("tensorrt_llm._torch.attention", __path__=[]),
         "tensorrt_llm._torch.speculative": mod("tensorrt_llm._torch.speculative", __path__=[]),
         "tensorrt_llm._torch.models.modeling_utils": mod(
             "tensorrt_llm._torch.models.modeling_utils", DecoderModel=DecoderModel,
@@ -310,10 +311,8 @@ def build(trt_version="1.4.0rc4"):
         "tensorrt_llm._torch.modules.embedding": mod("tensorrt_llm._torch.modules.embedding", Embedding=Embedding,
                                                      LMHead=LMHead),
         "tensorrt_llm._torch.modules.rms_norm": mod("tensorrt_llm._torch.modules.rms_norm", RMSNorm=RMSNorm),
-        "tensorrt_llm._torch.modules.rotary_embedding": mod("tensorrt_llm._torch.modules.rotary_embedding",
-                                                            RotaryEmbedding=RotaryEmbedding),
-        "tensorrt_llm._torch.attention_backend.interface": mod("tensorrt_llm._torch.attention_backend.interface",
-                                                               RopeParams=RopeParams),
+        "tensorrt_llm._torch.attention.rotary_embedding": mod("tensorrt_llm._torch.attention.rotary_embedding",
+                                                              RotaryEmbedding=RotaryEmbedding, RopeParams=RopeParams),
     }
     ns = types.SimpleNamespace(ld=ld, mu_ns=mu_ns, df=df, ds=ds, Linear=Linear, Mapping=Mapping, TP=TensorParallelMode,
                                WeightMode=WeightMode, MODEL_CLASS_MAPPING=MODEL_CLASS_MAPPING, BUILDERS=BUILDERS,

@@ -81,8 +81,8 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
     Linear, TP, WeightMode, WLC = lin.Linear, lin.TensorParallelMode, lin.WeightMode, lin.WeightsLoadingConfig
     Embedding = _trt("tensorrt_llm._torch.modules.embedding").Embedding
     RMSNorm = _trt("tensorrt_llm._torch.modules.rms_norm").RMSNorm
-    RotaryEmbedding = _trt("tensorrt_llm._torch.modules.rotary_embedding").RotaryEmbedding
-    RopeParams = _trt("tensorrt_llm._torch.attention_backend.interface").RopeParams
+    rotary = _trt(ROTARY_MODULE)
+    RotaryEmbedding, RopeParams = rotary.RotaryEmbedding, rotary.RopeParams
 
     def norm(r, kind, size, dtype):
         return RMSNorm(hidden_size=size, eps=r.rms_norm_eps, dtype=dtype, use_gemma=r.norms[kind] == "gemma")
@@ -173,5 +173,9 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
     return mu.register_auto_model(architecture)(DraftsmithBackbone)
 
 
+#: Where the pinned DFlashForCausalLM imports RotaryEmbedding from (amukkara modeling_dflash.py @
+#: d70a2287); the module also imports RopeParams in both layouts (NVIDIA
+#: _torch/attention/rotary_embedding.py @ 047098b7 and @ b744e0a5).
+ROTARY_MODULE = "tensorrt_llm._torch.attention.rotary_embedding"
 #: RoPE table rows when the config has no max_position_embeddings.
 ROPE_TABLE_POSITIONS = 262144
