@@ -18,8 +18,8 @@ its fused loaders take each part's rank slice, ``load_weight_shard``), ``Embeddi
 residual)``; ``use_gemma``: ``1 + w``), ``RotaryEmbedding`` / ``RopeParams``
 (``_torch/attention/rotary_embedding.py``; attributes only),
 ``DecoderModel`` / ``DecoderModelForCausalLM`` (``_torch/models/modeling_utils.py``: the LMHead
-COLUMN unless attention DP, then the excerpt's tie block), the registries. Row-parallel
-all-reduce: single process, so ``tp_size > 1`` modules are only built, not run.
+COLUMN unless attention DP, then the excerpt's tie block), the registries. The row-parallel
+all-reduce is ``torch.distributed.all_reduce`` (gloo in the multi-process test).
 
 Tests of the fake itself are at the bottom.
 """
@@ -150,9 +150,12 @@ def build(trt_version="1.4.0rc4"):
                                            allow_partial_loading=allow_partial_loading)
 
         def forward(self, x, all_reduce_params=None, **_):
-            if self.tp_size > 1 and self.tp_mode == TensorParallelMode.ROW:
-                raise NotImplementedError("stand-in: no all-reduce in one process")
-            return F.linear(x, self.weight)
+            y = F.linear(x, self.weight)
+            if self.tp_size > 1 and self.tp_mode == TensorParallelMode.ROW and self.reduce_output:
+                if not torch.distributed.is_initialized():
+                    raise NotImplementedError("stand-in: the row-parallel all-reduce needs torch.distributed")
+                torch.distributed.all_reduce(y)  # AllReduce inside the ROW Linear (linear.py)
+            return y
 
     class LMHead(Linear):
         """STAND-IN: embedding.py LMHead (no TP mode under attention DP)."""
@@ -318,6 +321,13 @@ def build(trt_version="1.4.0rc4"):
                                WeightMode=WeightMode, MODEL_CLASS_MAPPING=MODEL_CLASS_MAPPING, BUILDERS=BUILDERS,
                                ModelConfig=ld.ModelConfig, Mode=SpeculativeDecodingMode, dup_kv=dup_kv)
     return modules, ns
+
+
+def install_modules(modules) -> None:
+    """Put the fake in ``sys.modules`` for good (a spawned test process)."""
+    for name in [n for n in sys.modules if n == "tensorrt_llm" or n.startswith("tensorrt_llm.")]:
+        del sys.modules[name]
+    sys.modules.update(modules)
 
 
 @pytest.fixture
