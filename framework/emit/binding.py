@@ -25,7 +25,8 @@ import torch
 from ...lowering.base import DEVICE_CLASSES, PagedKV, device_class, get_lowering
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
-from .forward import BlockDecode
+from .forward import BlockDecode, paged_layer_cache  # noqa: F401  (re-exported)
+from .forward import write_block as _write_block
 from .names import MAX_PACKAGE_DATA_BYTES, check_package_data
 
 #: The file of an emitted package holding its resolved drafter and emission facts.
@@ -192,3 +193,16 @@ def device_class_of(module: torch.nn.Module) -> str:
     """The device class of ``module``'s parameters (``cpu``, ``sm90``, ``sm100``, ``sm120`` ...)."""
     p = next(module.parameters(), None)
     return device_class(p.device if p is not None else None)
+
+
+def dense_layer_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                      ctx_lens: torch.Tensor) -> PagedKV:
+    """One layer of TensorRT-LLM's VANILLA dense arena (``ctx_k_cache[:, layer]``
+    ``[slots, capacity, nkv, hd]``) as a :class:`PagedKV` with one page of ``capacity`` tokens a
+    slot; ``slots`` ``[N, 1]`` int32. Views, no copy."""
+    return PagedKV(k_cache, v_cache, slots, ctx_lens)
+
+
+def write_block(cache: PagedKV, k: torch.Tensor, v: torch.Tensor) -> None:
+    """:func:`.forward.write_block` with its own ``0..B-1`` arange (for callers outside a decode)."""
+    _write_block(cache, k, v, torch.arange(k.shape[1], device=k.device))

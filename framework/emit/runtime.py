@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ...lowering.base import DEVICE_CLASSES, device_class
-from .binding import PackagedDrafter, check_engine_version
+from ...lowering.base import DEVICE_CLASSES
+from .binding import PackagedDrafter, check_engine_version, device_class_of
 from .names import GENERATED, check_backbone
 
 #: The TensorRT-LLM release the emitted package needs at least (the draft-model registry and
@@ -131,12 +131,6 @@ def _bound(model):
     if bound is None:
         bound = vars(model)["_draftsmith_bound"] = model._draftsmith_package.bind(model.config)
     return bound
-
-
-def device_class_of(module) -> str:
-    """The device class of ``module``'s parameters (``cpu``, ``sm90``, ``sm100`` ...)."""
-    p = next(module.parameters(), None)
-    return device_class(p.device if p is not None else None)
 
 
 def drafter_class(base: type, drafter: PackagedDrafter, module_name: str = __name__) -> type:
