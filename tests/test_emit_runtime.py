@@ -279,6 +279,9 @@ def test_the_forward_reuses_its_buffers_after_the_first_call(imported, monkeypat
     assert calls == [] and vars(model)["_draftsmith_decode"] is decode
     assert {k: v.data_ptr() for k, v in decode.buffers.items() if isinstance(v, torch.Tensor)} == ptrs
     torch.testing.assert_close(first, second)
+    third = model.dflash_forward(noise[:1], pos[:BLOCK], ctx[:1], kc.clone(), vc.clone(), slots[:1])  # fewer rows
+    assert calls == [] and {k: v.data_ptr() for k, v in decode.buffers.items() if isinstance(v, torch.Tensor)} == ptrs
+    torch.testing.assert_close(third, first[:BLOCK])
 
 
 @pytest.mark.gpu

@@ -35,16 +35,24 @@ class BlockDecode:
         self.adapter, self.masks, self.fns = adapter, tuple(masks), tuple(fns)
         self.rotary_dim, self.theta, self.max_positions = rotary_dim, float(theta), int(max_positions)
         self.buffers: Optional[dict] = None
+        self._tables: dict = {}  # device -> (cos, sin), built once
+        self._retired: list = []  # staging buffers a captured graph may still read: kept alive
 
     # -- buffers --------------------------------------------------------------------------
+    def _rope_tables(self, device):
+        key = str(device)
+        if key not in self._tables:
+            half = self.rotary_dim // 2
+            inv = 1.0 / (self.theta ** (torch.arange(0, half, dtype=torch.float64, device=device) * 2
+                                        / self.rotary_dim))
+            freqs = torch.outer(torch.arange(self.max_positions, dtype=torch.float64, device=device), inv)
+            self._tables[key] = (freqs.cos().float(), freqs.sin().float())
+        return self._tables[key]
+
     def _build(self, device, rows: int, blk: int, pages_per_seq: int) -> dict:
-        half = self.rotary_dim // 2
-        inv = 1.0 / (self.theta ** (torch.arange(0, half, dtype=torch.float64, device=device) * 2 / self.rotary_dim))
-        pos = torch.arange(self.max_positions, dtype=torch.float64, device=device)
-        freqs = torch.outer(pos, inv)
+        cos, sin = self._rope_tables(device)
         return dict(
-            device=device, rows=rows, blk=blk, pages=pages_per_seq,
-            cos=freqs.cos().float(), sin=freqs.sin().float(),
+            device=device, rows=rows, blk=blk, pages=pages_per_seq, cos=cos, sin=sin,
             arange=torch.arange(blk, dtype=torch.long, device=device),
             slots=torch.zeros(rows, 1, dtype=torch.int32, device=device),
             ctx=torch.zeros(rows, dtype=torch.int32, device=device),
@@ -52,10 +60,13 @@ class BlockDecode:
         )
 
     def buffers_for(self, device, rows: int, blk: int, pages_per_seq: int) -> dict:
-        """The buffers, built on the first call (and only rebuilt if a later call needs more rows,
-        another block width, more pages or another device: never under one captured graph)."""
+        """The buffers, built on the first call; a later call that needs more rows, another block
+        width, more pages or another device gets new staging buffers (the RoPE table stays) and
+        the old ones are kept alive for any graph captured with them."""
         b = self.buffers
         if b is None or b["device"] != device or b["rows"] < rows or b["blk"] != blk or b["pages"] < pages_per_seq:
+            if b is not None:
+                self._retired.append(b)
             self.buffers = b = self._build(device, rows, blk, pages_per_seq)
         return b
 
