@@ -227,3 +227,11 @@ def test_importing_every_emitted_package_creates_no_marker(tmp_path, capsys, mon
                 del sys.modules[n]
         assert mod.ARCHITECTURE in fake_trtllm.MODEL_CLASS_MAPPING and mod.ARCHITECTURE not in ns_before
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("backbone", ["os:system", "builtins:exec", "subprocess:Popen"])
+def test_backbone_payload_through_a_command_line_override(tmp_path, capsys, backbone):
+    rc, out, err = run_emit(capsys, "adapter=minimax_dspark", f"adapter.engine.trtllm_backbone={backbone}",
+                            f"out={tmp_path / 'out'}")
+    assert_refused(rc, err, tmp_path / "out", tmp_path / "MARKER")
+    assert "must come from a TensorRT-LLM module" in err
