@@ -386,8 +386,8 @@ def _descriptors(kp, vp, cfg: Config, d: int, d_pad: int, one_page: bool = False
 
     page = kp.shape[1]
     if d != d_pad or cfg.block_n > page or (page % cfg.block_n and not one_page):
-        raise ValueError(f"tma tiles need a power-of-2 head dim and tiles inside a page (block_n dividing the page "
-                         f"size, or one page a sequence); got D={d}, block_n={cfg.block_n}, page={page}")
+        raise ValueError(f"tma tiles need a power-of-2 head dim and block_n <= page size, dividing it unless a "
+                         f"sequence has one page; got D={d}, block_n={cfg.block_n}, page={page}")
     (k_rows, strides), (v_rows, v_strides) = tma_rows(kp), tma_rows(vp)
     if v_strides != strides:
         raise ValueError("tma tiles need k_pages and v_pages in the same layout")
