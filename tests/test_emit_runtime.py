@@ -17,7 +17,7 @@ from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.emit.render import EngineNames, write_package
 from oracles import oracle
 from test_emit_trtllm_fake import fake_trtllm  # noqa: F401  (fixture)
-from test_host import BLOCK, D, HID, HKV, HQ, INTER, LAYERS, VOCAB, make_config
+from test_host import BLOCK, D, HID, HKV, HQ, INTER, LAYERS, make_config
 
 ARCH = "TinyDraftModel"
 
