@@ -367,3 +367,26 @@ def test_block_decode_per_rank_across_processes_equals_tp1(imported, tmp_path, t
                        join=True, start_method="spawn")
     for rank in range(tp):
         torch.testing.assert_close(torch.load(tmp_path / f"out.{rank}"), want, atol=1e-5, rtol=1e-5)
+
+
+def test_block_decode_reads_the_paged_pool_as_the_dense_arena(imported):
+    """The same context in TensorRT-LLM's paged HND pool (TRTLLM/FA4/XQA: ``[L, pages, 2, nkv, P,
+    hd]``, rows of ``ctx_page_table`` picked by ``ctx_cache_batch_idx``) gives the same block decode."""
+    pkg, config, ns = imported
+    model = build_drafter(ns, config)
+    model.draft_model_full.load_weights(random_weights(), allow_partial_loading=True)
+    noise, pos, ctx, kc, vc, slots = decode_inputs()
+    want = model.dflash_forward(noise, pos, ctx, kc.clone(), vc.clone(), slots)
+    P, L, cap = 8, len(LAYERS), kc.shape[2]
+    per_slot = -(-cap // P)
+    g = torch.Generator().manual_seed(9)
+    order = torch.randperm(kc.shape[0] * per_slot, generator=g)  # pages in any order
+    page_table = order.view(kc.shape[0], per_slot).to(torch.int32)
+    pool = torch.full((L, kc.shape[0] * per_slot, 2, HKV, P, D), float("nan"))
+    for s in range(kc.shape[0]):
+        for t in range(cap):
+            pg, sl = int(page_table[s, t // P]), t % P
+            pool[:, pg, 0, :, sl] = kc[s, :, t]
+            pool[:, pg, 1, :, sl] = vc[s, :, t]
+    got = model.dflash_forward(noise, pos, ctx, None, None, slots, ctx_kv_cache=pool, ctx_page_table=page_table)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -56,15 +56,15 @@ class BlockDecode:
             arange=torch.arange(blk, dtype=torch.long, device=device),
             slots=torch.zeros(rows, 1, dtype=torch.int32, device=device),
             ctx=torch.zeros(rows, dtype=torch.int32, device=device),
-            table=torch.zeros(rows, max(1, pages_per_seq), dtype=torch.int32, device=device),
+            table=torch.zeros(rows, pages_per_seq, dtype=torch.int32, device=device),
         )
 
     def buffers_for(self, device, rows: int, blk: int, pages_per_seq: int) -> dict:
         """The buffers, built on the first call; a later call that needs more rows, another block
-        width, more pages or another device gets new staging buffers (the RoPE table stays) and
+        width, another page-table width or another device gets new staging buffers (the RoPE table stays) and
         the old ones are kept alive for any graph captured with them."""
         b = self.buffers
-        if b is None or b["device"] != device or b["rows"] < rows or b["blk"] != blk or b["pages"] < pages_per_seq:
+        if b is None or b["device"] != device or b["rows"] < rows or b["blk"] != blk or b["pages"] != pages_per_seq:
             if b is not None:
                 self._retired.append(b)
             self.buffers = b = self._build(device, rows, blk, pages_per_seq)
@@ -97,8 +97,12 @@ class BlockDecode:
         ctx = buf["ctx"][:b]
         ctx.copy_(num_ctx_per_req[:b])
         if paged:
-            table = buf["table"][:b, :ctx_page_table.shape[1]]
-            torch.index_select(ctx_page_table, 0, ctx_cache_batch_idx[:b].long(), out=table)
+            table = buf["table"][:b]  # contiguous rows of the table's width
+            rows = ctx_cache_batch_idx[:b].long()
+            if ctx_page_table.dtype == torch.int32:
+                torch.index_select(ctx_page_table, 0, rows, out=table)
+            else:
+                table.copy_(ctx_page_table.index_select(0, rows))
         else:
             table = buf["slots"][:b]
             table.copy_(ctx_cache_batch_idx[:b].view(-1, 1))
