@@ -8,7 +8,9 @@ Shapes and units (N sequences, B block queries, Hq query heads, Hkv KV heads, D 
 - ``q``: ``[N, B, Hq, D]``; block query ``j`` of sequence ``n`` sits at position
   ``C_n + j`` where ``C_n = cache.ctx_lens[n]`` (the context length).
 - ``cache``: a :class:`PagedKV` holding the context keys/values (already k-normed and
-  roped) at positions ``0..C_n-1``.
+  roped) at positions ``0..C_n-1``; pages of any size (TensorRT-LLM's VANILLA dense arena is
+  one page of ``max_ctx + block`` tokens per slot), each lowering's ``pools`` naming the
+  backends whose pools it reads.
 - ``k_blk``, ``v_blk``: ``[N, B, Hkv, D]``, the block's own keys/values at ``C_n + j``.
 - ``mask``: a :class:`MaskSpec` (section 2 of the drafter reference).
 - ``scale``: softmax scale, usually ``1/sqrt(D)``.
@@ -153,6 +155,9 @@ class LoweringInfo:
     available: Callable[[], bool]  # whether it can run in this process (libraries, GPU)
     needs_context_kernel: bool = False  # whether it needs the engine's separate context kernel
     head_dims: Optional[tuple[int, ...]] = None  # head dims it supports; None = any
+    #: TensorRT-LLM DFlash attention backends whose context pool it reads in place: VANILLA's
+    #: dense arena (one page of any length per slot) and the paged HND pool of TRTLLM/FA4/XQA.
+    pools: tuple[str, ...] = ("VANILLA", "TRTLLM", "FA4", "XQA")
 
 
 LOWERINGS: Registry[LoweringInfo] = Registry("lowering", builtins=__package__)

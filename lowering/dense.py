@@ -2,6 +2,9 @@
 
 Per sequence: gather the context K/V the mask can reach, append the block K/V, build the
 explicit boolean mask with :meth:`MaskSpec.allowed`, softmax in float32. Any device.
+
+Reads any :class:`PagedKV` (pages of any size): TensorRT-LLM's VANILLA dense arena and the
+paged HND pool of TRTLLM/FA4/XQA alike.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ How it computes it:
   warpgroups; same contract and splits, same merge): on an H200 at the MiniMax shape 3-5%
   less time than the Triton kernel at batch 1 and 16, 8-13% at batch 64-256 (80-86% of
   copy bandwidth there).
+- Pools it reads in place: TensorRT-LLM's paged HND pools (TRTLLM, FA4, XQA backends:
+  ``ctx_kv_cache[layer][:, 0/1].transpose(1, 2)``, pages of any size) and the VANILLA dense
+  arena (``ctx_k_cache[:, layer]``, one page of any length ``max_ctx + block`` per slot).
 - CUDA-graph capturable: no host syncs (``ctx_lens`` is only read on the device), the grid
   and ``S`` come from tensor shapes and the device's multiprocessor count.
 
@@ -335,13 +338,17 @@ def choose_config(
 
 def tma_fits(q: torch.Tensor, cache: PagedKV) -> bool:
     """Tensor-descriptor (TMA) tiles apply: a Hopper-or-newer GPU, a power-of-2
-    head dim of at most 256 (a TMA box row), pages of at least 64 tokens, K and V pages both in one
+    head dim of at most 256 (a TMA box row), pages of at least 64 tokens that no 64- or 32-key
+    tile crosses (a multiple of 64 tokens, or one page per sequence: the VANILLA dense arena,
+    where every tile lies in the sequence's only page), K and V pages both in one
     :func:`page_layout`."""
     kp, vp = cache.k_pages, cache.v_pages
     d = q.shape[-1]
+    page = kp.shape[1]
     layout = page_layout(kp)
     return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9 and d == next_pow2(d)
-            and 16 <= d <= 256 and kp.shape[1] >= 64 and layout is not None and layout == page_layout(vp))
+            and 16 <= d <= 256 and page >= 64 and (page % 64 == 0 or cache.ring_pages == 1)
+            and layout is not None and layout == page_layout(vp))
 
 
 # --------------------------------------------------------------------------------------
@@ -361,9 +368,6 @@ def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
     kp, vp = cache.k_pages, cache.v_pages
     if kp.shape[2:] != (hkv, d) or vp.shape != kp.shape:
         raise ValueError(f"cache pages must be [pages, P, {hkv}, {d}], got {tuple(kp.shape)}, {tuple(vp.shape)}")
-    p = kp.shape[1]
-    if p & (p - 1):
-        raise ValueError(f"page size must be a power of 2, got {p}")
     if cache.block_table.shape[0] != n or cache.ctx_lens.shape != (n,):
         raise ValueError("block_table must be [N, R] and ctx_lens [N]")
     for name, t in (("q", q), ("k_blk", k_blk), ("v_blk", v_blk), ("k_pages", kp), ("v_pages", vp)):
@@ -375,15 +379,15 @@ def _check(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec):
         check_interpreter()
 
 
-def _descriptors(kp, vp, cfg: Config, d: int, d_pad: int):
+def _descriptors(kp, vp, cfg: Config, d: int, d_pad: int, one_page: bool = False):
     """``(k_desc, v_desc, (TMA_PAGE, TMA_HEAD, TMA_COL))``: 2-D tensor descriptors with box
     ``[block_n, D]`` (one tile, one page, one KV head) over :func:`tma_rows` of the pages."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     page = kp.shape[1]
-    if d != d_pad or cfg.block_n > page:
-        raise ValueError(f"tma tiles need a power-of-2 head dim and block_n <= page size; got D={d}, "
-                         f"block_n={cfg.block_n}, page={page}")
+    if d != d_pad or cfg.block_n > page or (page % cfg.block_n and not one_page):
+        raise ValueError(f"tma tiles need a power-of-2 head dim and block_n <= page size, dividing it unless a "
+                         f"sequence has one page; got D={d}, block_n={cfg.block_n}, page={page}")
     (k_rows, strides), (v_rows, v_strides) = tma_rows(kp), tma_rows(vp)
     if v_strides != strides:
         raise ValueError("tma tiles need k_pages and v_pages in the same layout")
@@ -436,7 +440,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     bt_i32 = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx_i32 = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
 
-    k_desc, v_desc, tma_strides = _descriptors(kp, vp, cfg, d, d_pad) if cfg.tma else (kp, vp, (0, 0, 0))
+    k_desc, v_desc, tma_strides = _descriptors(kp, vp, cfg, d, d_pad, ring == 1) if cfg.tma else (kp, vp, (0, 0, 0))
     (attn,) = _kernels()
     # float32 operands and IEEE dots for float32 inputs, and always in the interpreter, whose
     # tl.dot is wrong on bfloat16 operands (triton 3.9, seen on a bare 16x16 product).

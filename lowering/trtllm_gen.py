@@ -23,6 +23,9 @@ Cost: the ring cannot hold the block's K/V (the contract keeps them apart and th
 has no spare slots), so each call copies every sequence's reachable context
 (``<= W - 1`` tokens for a windowed layer, all ``C`` for a full one) plus its block into
 scratch pages. An engine that reserves scratch pages in its pool would avoid the copy.
+
+Pools: reads any :class:`PagedKV` (pages of any size) through ``PagedKV.gather`` into its
+scratch pages: the VANILLA dense arena and the TRTLLM/FA4/XQA paged pools.
 """
 
 from __future__ import annotations

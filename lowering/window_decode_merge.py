@@ -13,6 +13,9 @@ A decode provider is ``decode(q, cache, k_blk, v_blk, window_left, scale) -> (ou
 with ``window_left`` ``W-1`` or ``-1`` (unbounded), ``out`` ``[N, B, Hq, D]`` (any float
 dtype) and ``lse`` ``[N, B, Hq]`` float32 in the provider's base (``lse_base``: ``"e"``
 for natural logs, ``2`` for base-2 logs such as trtllm-gen's).
+
+Pools: reads any :class:`PagedKV` (pages of any size) through ``PagedKV.gather``: the
+VANILLA dense arena and the TRTLLM/FA4/XQA paged pools.
 """
 
 from __future__ import annotations

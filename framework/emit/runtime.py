@@ -1,0 +1,197 @@
+"""What an emitted package runs when TensorRT-LLM imports it: :func:`install`.
+
+The package's Python is fixed text (:mod:`.fixed`), the same for every adapter; it hands its
+folder to :func:`install`, which
+
+1. reads and validates ``resolved.json`` (:class:`~.binding.PackagedDrafter`, :mod:`.names`)
+   before importing anything of TensorRT-LLM;
+2. refuses a TensorRT-LLM older than :data:`TRTLLM_MINIMUM_VERSION`;
+3. refuses, in one line, an architecture TensorRT-LLM itself already registers (a native
+   class would otherwise be mixed with our backbone and converted checkpoint in processes
+   that never imported this package);
+4. registers the backbone (generated: :mod:`.trtllm_backbone`; or a TensorRT-LLM class the
+   spec names, validated by :func:`~.names.check_backbone`) under the architecture;
+5. registers a draft-model builder for the decoding type that returns the drafter class for
+   this architecture and defers to the previously registered builder for any other.
+
+Every TensorRT-LLM name is imported through :data:`TRTLLM_NAMES` (the list the conformance
+shim must provide). A second :func:`install` of the same folder returns the first result.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ...lowering.base import DEVICE_CLASSES
+from .binding import PackagedDrafter, check_engine_version, device_class_of
+from .names import GENERATED, check_backbone
+
+#: The TensorRT-LLM release the emitted package needs at least (the draft-model registry and
+#: the modeling_dspark split).
+TRTLLM_MINIMUM_VERSION = "1.4.0rc1"
+#: decoding type -> (module, class) of TensorRT-LLM's drafter base (closed).
+DECODING_BASES = {
+    "DFlash": ("tensorrt_llm._torch.models.modeling_dflash", "DFlashForCausalLM"),
+    "DSpark": ("tensorrt_llm._torch.models.modeling_dspark", "GQADSparkForCausalLM"),
+}
+#: decoding type -> SpeculativeDecodingMode member.
+MODES = {"DFlash": "DFLASH", "DSpark": "DSPARK"}
+REGISTRY_MODULE = "tensorrt_llm._torch.models.modeling_utils"
+SPEC_MODE_MODULE = "tensorrt_llm._torch.speculative.interface"
+#: every TensorRT-LLM module.name the installed package reads (besides the backbone's, see
+#: :mod:`.trtllm_backbone`).
+TRTLLM_NAMES = (
+    "tensorrt_llm.__version__",
+    *(f"{m}.{c}" for m, c in DECODING_BASES.values()),
+    f"{REGISTRY_MODULE}.register_auto_model",
+    f"{REGISTRY_MODULE}.register_draft_model",
+    f"{REGISTRY_MODULE}.get_registered_draft_model_builder",
+    f"{REGISTRY_MODULE}.get_registered_model_class (or MODEL_CLASS_MAPPING)",
+    f"{SPEC_MODE_MODULE}.SpeculativeDecodingMode.DFLASH / DSPARK",
+)
+
+
+@dataclass
+class Installed:
+    """What :func:`install` registered."""
+
+    drafter: PackagedDrafter
+    architecture: str
+    max_draft_len: int
+    drafter_class: type
+    builder: Callable
+    backbone: Any
+
+
+_INSTALLED: dict[str, Installed] = {}
+
+
+def install(package_dir: "str | Path", module_name: str = __name__) -> Installed:
+    """Register the package at ``package_dir`` with TensorRT-LLM (see the module docstring).
+    ``module_name``: the emitted module's ``__name__``; the registered classes and builder
+    carry it as ``__module__``, so TensorRT-LLM hands a worker process the module that
+    installs them (``export_external_model_modules``)."""
+    key = str(Path(package_dir).resolve())
+    if key in _INSTALLED:
+        return _INSTALLED[key]
+    drafter = PackagedDrafter.from_package(package_dir)
+    trt = importlib.import_module("tensorrt_llm")
+    check_engine_version(str(getattr(trt, "__version__", "0")), TRTLLM_MINIMUM_VERSION, drafter.package)
+    mu = importlib.import_module(REGISTRY_MODULE)
+    refuse_native(drafter.architecture, mu)
+    base_module, base_name = DECODING_BASES[drafter.decoding_type]
+    base = getattr(importlib.import_module(base_module), base_name)
+    cls = drafter_class(base, drafter, module_name)
+    backbone = register_backbone(drafter, mu, module_name)
+    mode = getattr(importlib.import_module(SPEC_MODE_MODULE).SpeculativeDecodingMode, MODES[drafter.decoding_type])
+    builder = make_builder(drafter, cls, mu.get_registered_draft_model_builder(mode), module_name)
+    mu.register_draft_model(mode)(builder)
+    done = Installed(drafter, drafter.architecture, drafter.resolved.max_draft_len, cls, builder, backbone)
+    _INSTALLED[key] = done
+    return done
+
+
+def refuse_native(architecture: str, mu: Any) -> None:
+    """ImportError in one line when TensorRT-LLM registers ``architecture`` itself (a class from
+    a ``tensorrt_llm.`` module) or another package already did."""
+    lookup = getattr(mu, "get_registered_model_class", None)
+    found = lookup(architecture) if lookup is not None else getattr(mu, "MODEL_CLASS_MAPPING", {}).get(architecture)
+    if found is None:
+        return
+    where = f"{getattr(found, '__module__', '?')}.{getattr(found, '__qualname__', found)}"
+    if where.startswith("tensorrt_llm."):
+        raise ImportError(f"TensorRT-LLM registers architecture {architecture!r} natively ({where}); serve this "
+                          "drafter with TensorRT-LLM's own class, not a draftsmith package (refusing to mix them)")
+    raise ImportError(f"architecture {architecture!r} is already registered by {where}; import one package per "
+                      "architecture")
+
+
+def register_backbone(drafter: PackagedDrafter, mu: Any, module_name: str = __name__):
+    """The backbone class registered under the architecture (None when the package registers none)."""
+    name = check_backbone(drafter.backbone, "resolved.json backbone")
+    if name is None:
+        return None
+    if name == GENERATED:
+        from .trtllm_backbone import backbone_class
+
+        return backbone_class(drafter.architecture, drafter, module_name)
+    module, cls_name = name.split(":")
+    base = getattr(importlib.import_module(module), cls_name)
+    cls = type("DraftsmithBackbone", (base,), {"__doc__": "The backbone named at emission, under the drafter "
+                                                          "architecture.", "__module__": module_name})
+    return mu.register_auto_model(drafter.architecture)(cls)
+
+
+def _bound(model):
+    """The checkpoint's compiled drafter, bound once per drafter module."""
+    bound = vars(model).get("_draftsmith_bound")
+    if bound is None:
+        bound = vars(model)["_draftsmith_bound"] = model._draftsmith_package.bind(model.config)
+    return bound
+
+
+def drafter_class(base: type, drafter: PackagedDrafter, module_name: str = __name__) -> type:
+    """``base`` (TensorRT-LLM's DFlash/DSpark drafter) whose masks and block attention come from
+    the compiled drafter."""
+
+    def _get_attention_mask_args(self, layer_idx):
+        """``(causal, (left, right))`` of layer ``layer_idx`` as trained."""
+        return _bound(self).mask_args(layer_idx)
+
+    def _resolve_block_attention(self, layer_idx):
+        """The trained mask, with no window substitution."""
+        return _bound(self).mask_args(layer_idx)
+
+    def validate_block_attention_windows(self):
+        """TensorRT-LLM's check, then whether the spec's lowerings run on this device (one line)."""
+        base.validate_block_attention_windows(self)
+        device = device_class_of(self)
+        if device not in DEVICE_CLASSES:
+            raise ValueError(f"{drafter.adapter}: no lowering table for device class {device} (known: "
+                             f"{', '.join(DEVICE_CLASSES)}); re-emit with a lowering for it")
+        _bound(self).check_combination(self.dflash_attention_backend, device)
+
+    def dflash_forward(self, noise_embedding, query_positions, num_ctx_per_req, ctx_k_cache, ctx_v_cache,
+                       ctx_cache_batch_idx, ctx_kv_cache=None, ctx_page_table=None):
+        """The block decode with each layer's attention through its draftsmith lowering (per rank)."""
+        decode = vars(self).get("_draftsmith_decode")
+        if decode is None:
+            max_pos = getattr(self.config, "max_position_embeddings", None) or ROPE_TABLE_POSITIONS
+            decode = vars(self)["_draftsmith_decode"] = _bound(self).block_decode(device_class_of(self), max_pos)
+        return decode(self, noise_embedding, query_positions, num_ctx_per_req, ctx_k_cache, ctx_v_cache,
+                      ctx_cache_batch_idx, ctx_kv_cache, ctx_page_table)
+
+    body = dict(
+        __doc__=f"{base.__name__} whose masks and block attention come from the compiled drafter.",
+        __module__=module_name,
+        _draftsmith_package=drafter,
+        _get_attention_mask_args=_get_attention_mask_args,
+        _resolve_block_attention=_resolve_block_attention,
+        validate_block_attention_windows=validate_block_attention_windows,
+        dflash_forward=dflash_forward,
+    )
+    return type("DraftsmithDrafter", (base,), body)
+
+
+def make_builder(drafter: PackagedDrafter, cls: type, previous: Any, module_name: str = __name__) -> Callable:
+    """The draft-model builder: ``cls`` for this architecture, ``previous`` for any other."""
+
+    def build_draft_model(model_config, draft_config, lm_head, model):
+        architectures = getattr(draft_config.pretrained_config, "architectures", None) or []
+        if drafter.architecture not in architectures:
+            if previous is None:
+                raise ValueError(f"no draft-model builder for architectures {architectures!r} (this package "
+                                 f"serves {drafter.architecture!r})")
+            return previous(model_config, draft_config, lm_head, model)
+        drafter.bind(draft_config.pretrained_config)  # refuses an unconverted checkpoint in one line
+        return cls(draft_config, dflash_attention_backend=model_config.spec_config.attention_backend)
+
+    build_draft_model.__module__ = module_name
+    return build_draft_model
+
+
+#: RoPE table rows when the config has no max_position_embeddings.
+ROPE_TABLE_POSITIONS = 262144
