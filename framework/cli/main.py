@@ -47,7 +47,7 @@ def _need(opts: dict, key: str, command: str) -> str:
 
 def _adapter(spec, path, opts, source: Path | None = None):
     if spec is not None:
-        return compile_spec(spec, path)
+        return compile_spec(spec, path, opts.get("adapter_overrides", ()))
     if source is None:
         raise UserError("missing adapter=NAME (`draftsmith adapters` lists them)")
     raw = read_config(source)
