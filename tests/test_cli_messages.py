@@ -59,3 +59,18 @@ def test_the_same_mistake_in_a_file_is_blamed_on_the_file(src, tmp_path, capsys)
     # an override elsewhere does not take the blame for the file's mistake
     assert main(["inspect", "adapter=mine", f"adapter_dir={d}", f"source={src}", "adapter.attention.window=2048"]) == 2
     assert one_error(capsys).startswith(f"error: {d / 'mine.yaml'}: family:")
+
+
+@pytest.mark.parametrize("args", [["schema"], ["help", "convert"]], ids=["schema", "help"])
+def test_output_into_a_closed_pipe_ends_quietly(args):
+    """``draftsmith schema | head -c 10``: the reader gone before the output is written (its read
+    end closed first), the command exits 0 and writes no ``Broken pipe`` line (it did: the
+    OSError handler took the BrokenPipeError for an environment error, exit 2)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "draftsmith", *args], stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)

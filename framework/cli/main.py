@@ -422,6 +422,8 @@ def _main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         return getattr(e, "exit_code", 130)
+    except BrokenPipeError:  # the reader of our output stopped early: main() ends quietly
+        raise
     except OSError as e:  # the environment refused: read-only or missing parent, disk full, ulimit -f
         where = e.filename or "draftsmith"
         print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
