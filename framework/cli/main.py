@@ -14,30 +14,44 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from ... import __version__
-from .. import docs
-from ..compile.engine import compile_spec, route
-from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
-from ..convert.checkpoint import drafter_subfolder_hint, read_config
-from ..convert.execute import execute
 from ..convert.locate import converted_by, locate
-from ..convert.export import export
-from ..convert.plan import Problem, format_report as format_plan_rows
-from ..convert.synth import synthesize
-from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
-from ..eval import command as eval_command
 from ..io.gc_pause import paused_gc
 from ..io.publish import install_signal_handlers
-from ..runtime.draft import format_report, report_json, run_draft
-from ..runtime.memory import check_draft_memory, check_lowering
 from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import json_schema
-from . import init
 from .compose import compose
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
+
+#: Commands that run without the stages below (nor torch): start-up stays short.
+LIGHT_COMMANDS = ("adapters", "schema")
+
+
+def _import_stages() -> None:
+    """Import torch and the stages the other commands call, binding the names this module's
+    commands use; done once, when such a command runs (``--version``, ``help`` and
+    :data:`LIGHT_COMMANDS` never pay torch's start-up)."""
+    global torch, docs, compile_spec, route, ResolvedDrafter, defaulted, dump_sources, drafter_subfolder_hint
+    global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
+    global spec_overrides, write_package, eval_command, format_report, report_json, run_draft
+    global check_draft_memory, check_lowering, init
+    import torch
+
+    from .. import docs
+    from ..compile.engine import compile_spec, route
+    from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
+    from ..convert.checkpoint import drafter_subfolder_hint, read_config
+    from ..convert.execute import execute
+    from ..convert.export import export
+    from ..convert.plan import Problem, format_report as format_plan_rows
+    from ..convert.synth import synthesize
+    from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
+    from ..eval import command as eval_command
+    from ..runtime.draft import format_report, report_json, run_draft
+    from ..runtime.memory import check_draft_memory, check_lowering
+    from . import init
+
 
 def _need(opts: dict, key: str, command: str) -> str:
     if opts.get(key) in (None, ""):
@@ -409,6 +423,8 @@ def _main(argv: list[str] | None = None) -> int:
     install_signal_handlers()  # SIGTERM/SIGHUP clean up like Ctrl-C
     try:
         opts, spec, path = compose(command, args)
+        if command not in LIGHT_COMMANDS or opts.get("threads") is not None:
+            _import_stages()
         set_threads(opts.get("threads"))
         return COMMANDS[command](opts, spec, path) or 0
     except IncompleteCheckpoint as e:
