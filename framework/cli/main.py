@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ... import __version__
-from ..convert.locate import converted_by, locate
+from ..convert.locate import converted_by, locate, no_subfolder_hint
 from ..errors import IncompleteCheckpoint, UserError
 from ..io.gc_pause import paused_gc
 from ..io.publish import install_signal_handlers
@@ -65,31 +65,28 @@ def _adapter(spec, path, opts, source: Path | None = None):
     if source is None:
         raise UserError("missing adapter=NAME (`draftsmith adapters` lists them)")
     raw = read_config(source)
-    return route(raw, opts.get("adapter_dir"), where=f"{source / 'config.json'}{drafter_subfolder_hint(source)}")
+    hint = drafter_subfolder_hint(source) or no_subfolder_hint(source, _subfolders(None, opts))
+    return route(raw, opts.get("adapter_dir"), where=f"{source / 'config.json'}{hint}")
 
 
-def _subfolders(spec, opts) -> tuple[list[str], list[str]]:
-    """Where drafters may sit under a model root and the architectures they have: the chosen
-    adapter's ``match.subfolders`` and ``match.architectures``, else every known adapter's."""
+def _subfolders(spec, opts) -> list[str]:
+    """Where drafters may sit under a model root: the chosen adapter's ``match.subfolders``,
+    else every known adapter's."""
     if spec is not None:
-        return list(spec.match.subfolders), list(spec.match.architectures)
-    subs: list[str] = []
-    archs: list[str] = []
+        return list(spec.match.subfolders)
+    out: list[str] = []
     for name in adapter_files(opts.get("adapter_dir")):
         try:
-            match = load_spec(name, adapter_dir=opts.get("adapter_dir"))[0].match
+            out += load_spec(name, adapter_dir=opts.get("adapter_dir"))[0].match.subfolders
         except UserError:
             continue  # a broken adapter file is reported when it is chosen, not here
-        subs += match.subfolders
-        archs += match.architectures
-    return subs, archs
+    return out
 
 
 def _source(opts, spec, key: str = "source") -> Path:
     """``source=`` resolved (folder, model root's drafter subfolder, or a Hugging Face cache
     snapshot); a note on stderr says where it went."""
-    subs, archs = _subfolders(spec, opts)
-    found = locate(opts[key], subs, key=key, architectures=archs)
+    found = locate(opts[key], _subfolders(spec, opts), key=key)
     if found.how:
         print(f"{key}={opts[key]}: using {found.path} ({found.how})", file=sys.stderr)
     return found.path
@@ -297,8 +294,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
                 "converted in a temporary folder removed afterwards)")
     else:
         note = ""
-        subs, archs = _subfolders(spec, opts)
-        found = locate(opts["checkpoint"], subs, key="checkpoint", allow_converted=True, architectures=archs)
+        found = locate(opts["checkpoint"], _subfolders(spec, opts), key="checkpoint", allow_converted=True)
         checkpoint = found.path
         if converted_by(checkpoint) is None:  # a source checkpoint: convert it first
             adapter = _adapter(spec, path, opts, checkpoint)

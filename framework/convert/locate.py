@@ -79,14 +79,11 @@ def converted_by(folder: Path) -> Optional[str]:
     return f"draftsmith {version} with {section.get('adapter', '?')}"
 
 
-def locate(text: str, subfolders: Iterable[str] = (), key: str = "source", allow_converted: bool = False,
-           architectures: Iterable[str] = ()) -> Located:
+def locate(text: str, subfolders: Iterable[str] = (), key: str = "source", allow_converted: bool = False) -> Located:
     """Resolve ``key=text`` to a checkpoint folder (see the module docstring). ``subfolders``:
-    where drafters may sit under a model root (the adapters' ``match.subfolders``);
-    ``architectures``: the drafter architectures those adapters serve (to tell a model root's
-    own ``config.json`` from a drafter's; empty: not checked)."""
+    where drafters may sit under a model root (the adapters' ``match.subfolders``)."""
     path, how = given_folder(text, key)
-    path, sub = drafter_folder(path, text, subfolders, architectures, key)
+    path, sub = drafter_folder(path, text, subfolders, key)
     how = ", ".join(h for h in (how, sub) if h)
     if not allow_converted:
         by = converted_by(path)
@@ -110,28 +107,10 @@ def given_folder(text: str, key: str = "source") -> tuple[Path, str]:
     return path, how
 
 
-def foreign_architectures(folder: Path, served: set[str]) -> Optional[list[str]]:
-    """The ``architectures`` of ``folder/config.json`` when it is no drafter config those
-    architectures cover (a model's own config), else None (a drafter's, one carrying
-    speculators' ``speculators_model_type`` marker, a converted one, or unreadable: left to the reader)."""
-    try:
-        raw = load_json(folder / "config.json", MAX_CONFIG_BYTES, "config.json")
-    except (UserError, OSError, ValueError):
-        return None
-    if not isinstance(raw, dict) or raw.get("speculators_model_type") is not None or "draftsmith" in raw:
-        return None
-    archs = raw.get("architectures")
-    archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
-    return None if served.intersection(archs) else archs
-
-
-def drafter_folder(path: Path, text: str, subfolders: Iterable[str], architectures: Iterable[str] = (),
-                   key: str = "source") -> tuple[Path, str]:
+def drafter_folder(path: Path, text: str, subfolders: Iterable[str], key: str = "source") -> tuple[Path, str]:
     """The drafter's folder in ``path``: a declared subfolder holding a ``config.json`` (a model
     root as downloaded: the target's ``config.json`` beside it is never read as the drafter's),
-    else ``path`` itself. A ``config.json`` whose architectures are none of ``architectures``
-    beside no drafter subfolder is refused in one line naming the subfolders looked for.
-    Returns the folder and how it was found ("" or "drafter subfolder NAME/")."""
+    else ``path`` itself. Returns the folder and how it was found ("" or "drafter subfolder NAME/")."""
     names = list(dict.fromkeys(subfolders))
     found = [s for s in names if is_regular(path / s / "config.json")]
     if len(found) > 1:
@@ -139,13 +118,14 @@ def drafter_folder(path: Path, text: str, subfolders: Iterable[str], architectur
                         f"{key}={path / found[0]}")
     if found:
         return path / found[0], f"drafter subfolder {found[0]}/"
-    served = set(architectures)
-    if names and served and (path / "config.json").is_file():
-        archs = foreign_architectures(path, served)
-        if archs is not None:
-            looked = ", ".join(f"{s}/" for s in names)
-            raise UserError(f"{key}={text}: its config.json is {', '.join(archs) or 'no architectures'}'s, which no "
-                            f"adapter here serves ({', '.join(sorted(served))}), and no drafter subfolder is in it "
-                            f"(looked for {looked}): a model root whose drafter is not downloaded? "
-                            f"(else pass {key}=<the drafter's folder>)")
     return path, ""
+
+
+def no_subfolder_hint(folder: Path, subfolders: Iterable[str]) -> str:
+    """For an error about ``folder``'s ``config.json`` that no adapter serves: the drafter
+    subfolders looked for in it (a model root whose drafter is not there), or "" when
+    ``folder`` is itself such a subfolder or none is declared."""
+    names = list(dict.fromkeys(subfolders))
+    if not names or folder.name in names:
+        return ""
+    return f" (nor a model root holding its drafter: no {', '.join(n + '/' for n in names)} in it)"
