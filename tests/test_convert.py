@@ -183,8 +183,9 @@ def test_cli_target_root_hint(synth, tmp_path, capsys):
     root.mkdir()
     (root / "config.json").write_text(json.dumps({"architectures": ["MiniMaxM3ForCausalLM"]}))
     (root / "dspark").symlink_to(synth.path)
-    assert main(["inspect", f"source={root}"]) == 2
-    assert "target model's root" in capsys.readouterr().err
+    # the target's root as downloaded: the drafter is read from dspark/ (issue 36; it was refused)
+    assert main(["inspect", f"source={root}"]) == 0
+    assert f"using {root / 'dspark'} (drafter subfolder dspark/)" in capsys.readouterr().err
 
 
 def test_spec_typo_one_line_error(tmp_path, capsys):

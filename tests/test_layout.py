@@ -36,13 +36,21 @@ def modules() -> dict[str, Path]:
     return out
 
 
+#: The one function allowed to import the package's own modules: the command line's stages,
+#: imported when a command needs them so that ``--version``, ``help``, ``adapters`` and
+#: ``schema`` start without torch (its imports count as the module's own for the cycle check).
+DEFERRED = {("draftsmith.framework.cli.main", "_import_stages")}
+
+
 def imports(name: str, path: Path, top_level: bool) -> list[tuple[str, int]]:
     """``(imported module, line)`` of the package's own modules imported by ``name``:
-    module-level statements (``top_level``) or those inside functions (not)."""
+    module-level statements (``top_level``, with those of its :data:`DEFERRED` function) or
+    those inside other functions (not)."""
     tree = ast.parse(path.read_text())
     is_pkg = path.name == "__init__.py"
     known = modules()
-    funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and (name, n.name) not in DEFERRED]
     inside = {id(n) for f in funcs for n in ast.walk(f) if n is not f}
     out = []
     for node in ast.walk(tree):

@@ -9,6 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 import torch
 from test_walkthrough import _repo_state, guide_commands
 
@@ -64,3 +65,59 @@ def test_readme_adapter_in_short_is_a_valid_spec(tmp_path):
     spec, _ = load_spec(str(f))
     assert spec.name == name and spec.match.architectures == ["MyDraftModel"]
     assert [r.kind for r in spec.weights.rename][:3] == ["template", "prefix", "regex"]
+
+
+def setup_line() -> str:
+    """The one command of the "Set up" section's first bash block."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Set up"):]
+    block = re.search(r"^```bash\n(.*?)^```$", section, re.M | re.S).group(1)
+    lines = [l for l in block.splitlines() if l.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_setup_line_runs_twice_and_leaves_only_ignored_files(tmp_path, monkeypatch, capsys):
+    """The set-up line's ``draftsmith`` steps, run twice in one folder, exit 0 both times; what
+    the line creates (its venv included) is covered by the repository's ``.gitignore``."""
+    import subprocess
+
+    line = setup_line()
+    steps = [shlex.split(s.strip()) for s in line.split("&&")]
+    runs = [s[1:] for s in steps if s[0] == "draftsmith"]
+    assert [r[0] for r in runs] == ["convert", "draft"], runs
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    try:
+        for attempt in (1, 2):
+            for argv in runs:
+                rc = cli.main(argv + ["threads=1", "progress=false"])
+                cap = capsys.readouterr()
+                assert rc == 0, f"run {attempt}: `draftsmith {' '.join(argv)}` exited {rc}:\n{(cap.out + cap.err)[-2000:]}"
+    finally:
+        torch.set_num_threads(threads)
+    venvs = [s[3] for s in steps if s[:3] == ["python3", "-m", "venv"]]
+    created = sorted(p.name + "/" if p.is_dir() else p.name for p in tmp_path.iterdir()) + [v + "/" for v in venvs]
+    assert {"first-run/", "first-run.source/", ".venv/"} <= set(created), created
+    repo = README.parent
+    if not (repo / ".git").exists():
+        pytest.skip("not a git checkout: .gitignore cannot be asked")
+    for name in created:
+        p = subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", "--no-index", name], timeout=30)
+        assert p.returncode == 0, f"{name} (created by the README's set-up line) is not in .gitignore"
+
+
+def test_skips_say_why_and_readme_installs_what_ci_does():
+    """pytest prints every skip's reason; the README's test set-up installs the crosscheck
+    extra and speculators exactly as ``.ci/run`` does (else the crosschecks skip)."""
+    import tomllib
+
+    repo = README.parent
+    opts = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert any(o.startswith("-r") and ("s" in o[2:] or "a" in o[2:]) for o in shlex.split(opts.get("addopts", "")))
+    ci = (repo / ".ci" / "run").read_text()
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("Run the tests"):text.index("## Use")]
+    assert "-e '.[test,crosscheck]'" in ci and "pip install -e '.[test,crosscheck]'" in section
+    nodeps = re.search(r"^python -m pip install -q --no-deps ([^\n]+)", ci, re.M).group(1).strip()
+    assert f"--no-deps {nodeps}" in section, nodeps

@@ -18,55 +18,83 @@ Transforms come from the closed :data:`TRANSFORMS` registry; a spec names them b
 from __future__ import annotations
 
 from .regex import compile_regex
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Optional
 
-import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from ..registry import Registry
 
-# safetensors dtype strings <-> torch dtypes (the subset drafters use).
-ST_TO_TORCH: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
+# safetensors dtype strings -> torch dtype names (the subset drafters use); the torch tables
+# below are built from these on first use, so that reading a spec never imports torch.
+ST_DTYPES: dict[str, str] = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E8M0": "float8_e8m0fnu",  # where torch has it
 }
-if hasattr(torch, "float8_e8m0fnu"):
-    ST_TO_TORCH["F8_E8M0"] = torch.float8_e8m0fnu
-TORCH_TO_ST = {v: k for k, v in ST_TO_TORCH.items()}
+#: dtype names a spec or config may give (``torch_dtype``, a transform's ``dtype``).
+PLAIN_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
-DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
+
+@functools.cache
+def torch_tables() -> dict[str, dict]:
+    """``ST_TO_TORCH`` (safetensors string -> torch dtype), ``TORCH_TO_ST`` and ``DTYPE_NAMES``
+    (plain name -> torch dtype)."""
+    import torch
+
+    st = {k: getattr(torch, v) for k, v in ST_DTYPES.items() if hasattr(torch, v)}
+    return {"ST_TO_TORCH": st, "TORCH_TO_ST": {v: k for k, v in st.items()},
+            "DTYPE_NAMES": {n: getattr(torch, n) for n in PLAIN_DTYPES}}
+
+
+def __getattr__(name: str):
+    """``ST_TO_TORCH``, ``TORCH_TO_ST``, ``DTYPE_NAMES``: the torch tables (torch imported here)."""
+    tables = torch_tables() if name in ("ST_TO_TORCH", "TORCH_TO_ST", "DTYPE_NAMES") else {}
+    if name in tables:
+        return tables[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _dtype_key(name: str) -> str:
+    """``name`` without a ``torch.`` prefix; a ``ValueError`` naming the known dtypes unless it
+    is a plain or safetensors dtype name (no torch needed)."""
+    key = str(name).removeprefix("torch.")
+    if key not in PLAIN_DTYPES and key not in ST_DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(PLAIN_DTYPES))}")
+    return key
 
 
 def dtype_from_name(name: str) -> torch.dtype:
     """``"bfloat16"`` / ``"torch.bfloat16"`` / ``"BF16"`` -> ``torch.bfloat16``."""
-    key = str(name).removeprefix("torch.")
-    if key in DTYPE_NAMES:
-        return DTYPE_NAMES[key]
-    if key in ST_TO_TORCH:
-        return ST_TO_TORCH[key]
-    raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(DTYPE_NAMES))}")
+    key, tables = _dtype_key(name), torch_tables()
+    if key in tables["DTYPE_NAMES"]:
+        return tables["DTYPE_NAMES"][key]
+    if key in tables["ST_TO_TORCH"]:
+        return tables["ST_TO_TORCH"][key]
+    raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(PLAIN_DTYPES))}")
+
+
+def check_dtype_name(name: str) -> None:
+    """A ``ValueError`` naming the known dtypes unless :func:`dtype_from_name` knows ``name``
+    (checked by name, without importing torch)."""
+    _dtype_key(name)
 
 
 def _known_dtype_name(v: Optional[str]) -> Optional[str]:
     if v is not None:
-        dtype_from_name(v)  # ValueError naming the known dtypes
+        check_dtype_name(v)  # ValueError naming the known dtypes
     return v
 
 
@@ -94,7 +122,7 @@ class TensorMeta:
         return n
 
     def __str__(self) -> str:
-        return f"{TORCH_TO_ST.get(self.dtype, dtype_name(self.dtype))}{list(self.shape)}"
+        return f"{torch_tables()['TORCH_TO_ST'].get(self.dtype, dtype_name(self.dtype))}{list(self.shape)}"
 
 
 class TransformError(ValueError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from .base import (Binding, Context, DtypeName, Params, TensorMeta, Transform, TransformError, dtype_from_name,
                    register_transform)
 
@@ -24,6 +23,7 @@ class Cast(Transform):
         return dtype_from_name(self.params.dtype) if self.params.dtype else ctx.dtype
 
     def meta(self, b: Binding, inputs: dict[str, TensorMeta], ctx: Context) -> dict[str, TensorMeta]:
+        import torch
         x = inputs["x"]
         if not x.dtype.is_floating_point or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
             raise TransformError(f"{b.inputs['x']}: cast takes a float16/bfloat16/float32 tensor, found {x}")

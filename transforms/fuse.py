@@ -11,7 +11,6 @@ Both name their tensors with templates (see :mod:`.names`), e.g. q/k/v into qkv:
 
 from __future__ import annotations
 
-import torch
 
 from .base import Binding, Context, Params, TensorMeta, Transform, TransformError, register_transform
 from .names import NameTemplate
@@ -85,10 +84,12 @@ class Fuse(Transform):
         return {b.outputs[0]: TensorMeta(tuple(shape), base.dtype)}
 
     def forward(self, b, inputs, ctx):
+        import torch
         parts = [inputs[f"part{k}"] for k in range(len(self.ins))]
         return {b.outputs[0]: torch.cat(parts, dim=self.params.dim)}
 
     def inverse(self, b, outputs, ctx):
+        import torch
         if self.params.sizes is None:
             raise TransformError(f"{b.outputs[0]}: fuse needs params.sizes to be inverted (synthesized)")
         sizes = [ctx.size(s) for s in self.params.sizes]
@@ -134,8 +135,10 @@ class Split(Transform):
         return out
 
     def forward(self, b, inputs, ctx):
+        import torch
         parts = torch.split(inputs["x0"], self._sizes(ctx), dim=self.params.dim)
         return {n: p.contiguous() for n, p in zip(b.outputs, parts)}
 
     def inverse(self, b, outputs, ctx):
+        import torch
         return {b.inputs["x0"]: torch.cat([outputs[n] for n in b.outputs], dim=self.params.dim)}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 
 from .base import (
     Binding,
@@ -22,10 +21,11 @@ from .base import (
     TransformError,
     dtype_from_name,
     register_transform,
+    torch_tables,
 )
 
 BLOCK = 32
-SCALE_DTYPES = (torch.uint8,) + ((torch.float8_e8m0fnu,) if hasattr(torch, "float8_e8m0fnu") else ())
+SCALE_DTYPES = ("U8", "F8_E8M0")  # safetensors names; F8_E8M0 where torch has it
 E4M3_MAX = 448.0
 CHUNK_ELEMENTS = 1 << 19  # rows per step in dequantize: about 1 MiB of bf16
 
@@ -43,6 +43,7 @@ class MXFP8Params(Params):
 
 def scale_exponents(scale: torch.Tensor) -> torch.Tensor:
     """Scale bytes as int32 ``e`` (``2**(e-127)``), from uint8 or float8_e8m0fnu storage."""
+    import torch
     return scale.view(torch.uint8).to(torch.int32)
 
 
@@ -55,6 +56,7 @@ def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, po
     bfloat16/float32 the product is formed directly in the output dtype (a power-of-two
     scale multiplies exactly, rounding once).
     """
+    import torch
     e = scale.view(torch.uint8)
     if bool((e == 255).any()):
         raise TransformError("scale byte 255 (NaN in UE8M0)")
@@ -85,6 +87,7 @@ def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, po
 
 def quantize(w: torch.Tensor, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Right inverse of :func:`dequantize`: per block the smallest exponent that fits 448."""
+    import torch
     k = w.shape[-1]
     nb = -(-k // BLOCK)
     wf = w.to(torch.float32)
@@ -127,11 +130,13 @@ class DequantMXFP8(Transform):
         return dtype_from_name(self.params.dtype) if self.params.dtype else ctx.dtype
 
     def meta(self, b: Binding, inputs: dict[str, TensorMeta], ctx: Context) -> dict[str, TensorMeta]:
+        import torch
         w, s = inputs["weight"], inputs["scale"]
         wn, sn = b.inputs["weight"], b.inputs["scale"]
         if w.dtype != torch.float8_e4m3fn:
             raise TransformError(f"{wn}: MXFP8 weight must be F8_E4M3, found {w}")
-        if s.dtype not in SCALE_DTYPES:
+        st = torch_tables()["ST_TO_TORCH"]
+        if s.dtype not in [st[n] for n in SCALE_DTYPES if n in st]:
             raise TransformError(f"{sn}: MXFP8 scale must be U8 or F8_E8M0, found {s}")
         if len(w.shape) < 1:
             raise TransformError(f"{wn}: MXFP8 weight must have at least one dim")
@@ -147,10 +152,12 @@ class DequantMXFP8(Transform):
             raise TransformError(f"{b.inputs['scale']}: {e}") from None
 
     def inverse(self, b, outputs, ctx):
+        import torch
         q, s = quantize(outputs[b.outputs[0]], getattr(torch, self.params.synth_scale_dtype))
         return {b.inputs["weight"]: q, b.inputs["scale"]: s}
 
     def sample(self, b, out_metas, gen, ctx):
+        import torch
         meta = out_metas[b.outputs[0]]
         w = torch.randn(meta.shape, generator=gen) * float(meta.shape[-1]) ** -0.5  # unit-RMS activations
         q, s = quantize(w, torch.uint8)

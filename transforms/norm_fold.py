@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
-
 from .base import Binding, Context, Params, TensorMeta, Transform, TransformError, register_transform
 
 
 def gemma_multiplier(w: torch.Tensor) -> torch.Tensor:
     """The factor a Gemma RMSNorm applies, ``1 + w``, in float32 (the one place of this rule;
     the fused Triton kernels in ``framework/runtime/fused.py`` spell it inside the kernel)."""
+    import torch
     return 1.0 + w.to(torch.float32)
 
 
@@ -27,6 +26,7 @@ def fold_gemma(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def unfold_gemma(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The inverse of :func:`fold_gemma`: ``dtype(float32(y) - 1)``."""
+    import torch
     return (y.to(torch.float32) - 1.0).to(dtype)
 
 
@@ -60,6 +60,7 @@ class NormFoldGemma(Transform):
         return {b.inputs["x"]: unfold_gemma(y, y.dtype)}
 
     def sample(self, b, out_metas, gen, ctx):
+        import torch
         meta = out_metas[b.outputs[0]]
         if self.params.mode == "keep":  # Gemma weights sit near 0
             return {b.outputs[0]: (0.1 * torch.randn(meta.shape, generator=gen)).to(meta.dtype)}

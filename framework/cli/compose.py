@@ -81,6 +81,7 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
     spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides)
     check_name_kept(spec, path)
     opts["adapter"] = chosen
+    opts["adapter_overrides"] = list(overrides)  # for the compile step's blame (Adapter.blame)
     return opts, spec, path
 
 

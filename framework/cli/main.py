@@ -14,30 +14,44 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from ... import __version__
-from .. import docs
-from ..compile.engine import compile_spec, route
-from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
-from ..convert.checkpoint import drafter_subfolder_hint, read_config
-from ..convert.execute import execute
-from ..convert.locate import converted_by, locate
-from ..convert.export import export
-from ..convert.plan import Problem, format_report as format_plan_rows
-from ..convert.synth import synthesize
-from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
+from ..convert.locate import converted_by, locate, no_subfolder_hint
 from ..errors import IncompleteCheckpoint, UserError
-from ..eval import command as eval_command
 from ..io.gc_pause import paused_gc
 from ..io.publish import install_signal_handlers
-from ..runtime.draft import format_report, report_json, run_draft
-from ..runtime.memory import check_draft_memory, check_lowering
 from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import json_schema
-from . import init
 from .compose import compose
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
+
+#: Commands that run without the stages below (nor torch): start-up stays short.
+LIGHT_COMMANDS = ("adapters", "schema")
+
+
+def _import_stages() -> None:
+    """Import torch and the stages the other commands call, binding the names this module's
+    commands use; done once, when such a command runs (``--version``, ``help`` and
+    :data:`LIGHT_COMMANDS` never pay torch's start-up)."""
+    global torch, docs, compile_spec, route, ResolvedDrafter, defaulted, dump_sources, drafter_subfolder_hint
+    global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
+    global spec_overrides, write_package, eval_command, format_report, report_json, run_draft
+    global check_draft_memory, check_lowering, init
+    import torch
+
+    from .. import docs
+    from ..compile.engine import compile_spec, route
+    from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
+    from ..convert.checkpoint import drafter_subfolder_hint, read_config
+    from ..convert.execute import execute
+    from ..convert.export import export
+    from ..convert.plan import Problem, format_report as format_plan_rows
+    from ..convert.synth import synthesize
+    from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
+    from ..eval import command as eval_command
+    from ..runtime.draft import format_report, report_json, run_draft
+    from ..runtime.memory import check_draft_memory, check_lowering
+    from . import init
+
 
 def _need(opts: dict, key: str, command: str) -> str:
     if opts.get(key) in (None, ""):
@@ -47,11 +61,12 @@ def _need(opts: dict, key: str, command: str) -> str:
 
 def _adapter(spec, path, opts, source: Path | None = None):
     if spec is not None:
-        return compile_spec(spec, path)
+        return compile_spec(spec, path, opts.get("adapter_overrides", ()))
     if source is None:
         raise UserError("missing adapter=NAME (`draftsmith adapters` lists them)")
     raw = read_config(source)
-    return route(raw, opts.get("adapter_dir"), where=f"{source / 'config.json'}{drafter_subfolder_hint(source)}")
+    hint = drafter_subfolder_hint(source) or no_subfolder_hint(source, _subfolders(None, opts))
+    return route(raw, opts.get("adapter_dir"), where=f"{source / 'config.json'}{hint}")
 
 
 def _subfolders(spec, opts) -> list[str]:
@@ -404,6 +419,8 @@ def _main(argv: list[str] | None = None) -> int:
     install_signal_handlers()  # SIGTERM/SIGHUP clean up like Ctrl-C
     try:
         opts, spec, path = compose(command, args)
+        if command not in LIGHT_COMMANDS or opts.get("threads") is not None:
+            _import_stages()
         set_threads(opts.get("threads"))
         return COMMANDS[command](opts, spec, path) or 0
     except IncompleteCheckpoint as e:
@@ -417,6 +434,8 @@ def _main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         return getattr(e, "exit_code", 130)
+    except BrokenPipeError:  # the reader of our output stopped early: main() ends quietly
+        raise
     except OSError as e:  # the environment refused: read-only or missing parent, disk full, ulimit -f
         where = e.filename or "draftsmith"
         print(f"error: {where}: {e.strerror or e}", file=sys.stderr)

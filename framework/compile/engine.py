@@ -10,7 +10,7 @@ import difflib
 import hashlib
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from pydantic import ValidationError
@@ -35,39 +35,55 @@ from ..spec.yaml_lines import line_of, load_yaml
 class Adapter:
     """A compiled spec: config flattening, weight conversion plan, attention table."""
 
-    def __init__(self, spec: AdapterSpec, path: Path | None = None):
+    def __init__(self, spec: AdapterSpec, path: Path | None = None, overrides: Sequence[str] = ()):
+        """``overrides``: the ``adapter.KEY=VALUE`` arguments that made ``spec`` from the file at
+        ``path``; a problem at (or under) an overridden key names the argument, not the file."""
         self.spec = spec
         self.path = path or Path(f"<{spec.name}>")
         self.name = spec.name
-        where = str(self.path)
+        self.overrides = tuple(overrides)
+        blame = self.blame
         try:
             self.family = get_family(spec.family)
         except KeyError as e:
-            raise UserError(f"{where}: family: {e.args[0]}") from None
+            raise UserError(f"{blame('family')}: family: {e.args[0]}") from None
         try:
             self.renamer = Renamer(spec.weights.rename)
         except ValueError as e:
-            raise UserError(f"{where}: weights.rename: {e}") from None
+            raise UserError(f"{blame('weights', 'rename')}: weights.rename: {e}") from None
         self.transforms: list[Transform] = []
         for i, rule in enumerate(spec.weights.transforms):
             key = f"weights.transforms[{i}]"
             try:
                 cls = get_transform(rule.op)
             except KeyError as e:
-                raise UserError(f"{where}: {key}.op: {e.args[0]}") from None
+                raise UserError(f"{blame('weights', 'transforms', i, 'op')}: {key}.op: {e.args[0]}") from None
             try:
                 params = cls.Params.model_validate(rule.params)
                 self.transforms.append(cls(params, rule.match))
             except ValidationError as e:
                 raise UserError(*(
-                    f"{where}: {key}.params.{key_path(err['loc'])}: {_params_msg(err, cls)}" for err in e.errors()
+                    f"{blame('weights', 'transforms', i, 'params', *err['loc'])}: {key}.params.{key_path(err['loc'])}: "
+                    f"{_params_msg(err, cls)}" for err in e.errors()
                 )) from None
             except ValueError as e:
-                raise UserError(f"{where}: {key}: {e}") from None
+                raise UserError(f"{blame('weights', 'transforms', i)}: {key}: {e}") from None
         for kind, choice in spec.attention.lowering.items():
             for dev in DEVICE_CLASSES:
-                check_lowering(getattr(choice, dev), dev, where=f"{where}: attention.lowering.{kind}.{dev}")
+                check_lowering(getattr(choice, dev), dev,
+                               where=f"{blame('attention', 'lowering', kind, dev)}: attention.lowering.{kind}.{dev}")
         self.check_norm_coverage()
+
+    def blame(self, *key: str | int) -> str:
+        """Who set spec key ``key`` (``("weights", "transforms", 0, "op")``): ``command line:
+        adapter.K=V`` when an override reaches it (at, above or below it), else the file."""
+        for arg in self.overrides:
+            name = arg.lstrip("+~").split("=", 1)[0].removeprefix("adapter.")
+            path = tuple(int(p) if p.isdigit() else p for p in name.split("."))
+            n = min(len(path), len(key))
+            if path[:n] == tuple(key[:n]):
+                return f"command line: {arg}"
+        return str(self.path)
 
     def check_norm_coverage(self) -> None:
         """A drafter's norms are all Gemma (each kind folded or kept by a ``norm_fold_gemma``
@@ -173,14 +189,15 @@ def _params_msg(err: dict, cls) -> str:
         f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known) or 'none'}")
 
 
-def compile_spec(spec: AdapterSpec, path: Path | None = None) -> Adapter:
-    return Adapter(spec, path)
+def compile_spec(spec: AdapterSpec, path: Path | None = None, overrides: Sequence[str] = ()) -> Adapter:
+    return Adapter(spec, path, overrides)
 
 
 def load_adapter(adapter: str, overrides=(), adapter_dir=None) -> Adapter:
     """Load, validate and compile adapter ``adapter`` (name or YAML path)."""
+    overrides = tuple(overrides)
     spec, path = load_spec(adapter, overrides, adapter_dir)
-    return compile_spec(spec, path)
+    return compile_spec(spec, path, overrides)
 
 
 def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> Adapter:

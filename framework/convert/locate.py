@@ -3,8 +3,10 @@
 ``source=`` may be
 
 - a local folder holding the drafter (``config.json`` + safetensors);
-- a model root holding the drafter in a known subfolder (``<MiniMax checkpoint>/dspark``),
-  the subfolders an adapter declares in ``match.subfolders``;
+- a model root as downloaded, holding the drafter in a subfolder an adapter declares in
+  ``match.subfolders`` (``<MiniMax checkpoint>/dspark``): the subfolder is used whenever it
+  holds a ``config.json``, and the root's own ``config.json`` (the target's) is never read as
+  the drafter's;
 - a Hugging Face repo id ``org/name`` or ``org/name@revision``, resolved from the local
   Hugging Face cache only (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else the default), with
   ``huggingface_hub``'s cache API; nothing is downloaded.
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from ..errors import UserError
-from ..io.safe_read import MAX_CONFIG_BYTES, load_json
+from ..io.safe_read import MAX_CONFIG_BYTES, is_regular, load_json
 
 #: ``org/name`` or ``org/name@revision`` (Hugging Face's repo-id characters).
 REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<rev>[A-Za-z0-9_./-]+))?$")
@@ -57,7 +59,7 @@ def from_hub_cache(repo_id: str, revision: Optional[str], key: str = "source") -
     except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
         where = hub_cache_dir() or "the default Hugging Face cache (~/.cache/huggingface/hub)"
         raise UserError(f"{key}={shown}: not a local folder, and no snapshot of {shown} in {where} "
-                        "(draftsmith never downloads: fetch it with `huggingface-cli download` first)") from None
+                        "(draftsmith never downloads: fetch it with `hf download` first)") from None
 
 
 def converted_by(folder: Path) -> Optional[str]:
@@ -80,6 +82,20 @@ def converted_by(folder: Path) -> Optional[str]:
 def locate(text: str, subfolders: Iterable[str] = (), key: str = "source", allow_converted: bool = False) -> Located:
     """Resolve ``key=text`` to a checkpoint folder (see the module docstring). ``subfolders``:
     where drafters may sit under a model root (the adapters' ``match.subfolders``)."""
+    path, how = given_folder(text, key)
+    path, sub = drafter_folder(path, text, subfolders, key)
+    how = ", ".join(h for h in (how, sub) if h)
+    if not allow_converted:
+        by = converted_by(path)
+        if by is not None:
+            raise UserError(f"{key}={text}: already converted by {by} (use it as draft checkpoint= or serve it; "
+                            "convert the original checkpoint instead)")
+    return Located(path, how)
+
+
+def given_folder(text: str, key: str = "source") -> tuple[Path, str]:
+    """``key=text`` as a folder: a local path, else a Hugging Face repo id's cached snapshot;
+    with how it was found ("" or "Hugging Face cache")."""
     path, how = Path(os.path.expanduser(text)), ""
     if not path.exists():
         m = REPO_ID.match(text)
@@ -88,17 +104,28 @@ def locate(text: str, subfolders: Iterable[str] = (), key: str = "source", allow
         path, how = from_hub_cache(m["repo"], m["rev"], key), "Hugging Face cache"
     if not path.is_dir():
         raise UserError(f"{key}={text}: not a folder")
-    if not (path / "config.json").is_file():
-        found = [s for s in dict.fromkeys(subfolders) if (path / s / "config.json").is_file()]
-        if len(found) > 1:
-            raise UserError(f"{key}={text}: holds several drafters ({', '.join(found)}): name one, e.g. "
-                            f"{key}={path / found[0]}")
-        if found:
-            path = path / found[0]
-            how = ", ".join(h for h in (how, f"drafter subfolder {found[0]}/") if h)
-    if not allow_converted:
-        by = converted_by(path)
-        if by is not None:
-            raise UserError(f"{key}={text}: already converted by {by} (use it as draft checkpoint= or serve it; "
-                            "convert the original checkpoint instead)")
-    return Located(path, how)
+    return path, how
+
+
+def drafter_folder(path: Path, text: str, subfolders: Iterable[str], key: str = "source") -> tuple[Path, str]:
+    """The drafter's folder in ``path``: a declared subfolder holding a ``config.json`` (a model
+    root as downloaded: the target's ``config.json`` beside it is never read as the drafter's),
+    else ``path`` itself. Returns the folder and how it was found ("" or "drafter subfolder NAME/")."""
+    names = list(dict.fromkeys(subfolders))
+    found = [s for s in names if is_regular(path / s / "config.json")]
+    if len(found) > 1:
+        raise UserError(f"{key}={text}: holds several drafters ({', '.join(found)}): name one, e.g. "
+                        f"{key}={path / found[0]}")
+    if found:
+        return path / found[0], f"drafter subfolder {found[0]}/"
+    return path, ""
+
+
+def no_subfolder_hint(folder: Path, subfolders: Iterable[str]) -> str:
+    """For an error about ``folder``'s ``config.json`` that no adapter serves: the drafter
+    subfolders looked for in it (a model root whose drafter is not there), or "" when
+    ``folder`` is itself such a subfolder or none is declared."""
+    names = list(dict.fromkeys(subfolders))
+    if not names or folder.name in names:
+        return ""
+    return f" (nor a model root holding its drafter: no {', '.join(n + '/' for n in names)} in it)"

@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...transforms.base import dtype_from_name
+from ...transforms.base import check_dtype_name
 from ...transforms.regex import MAX_REGEX_LEN, check_template, compile_regex
 
 def check_regex(pattern: str) -> str:
@@ -97,7 +97,7 @@ class ConfigSpec(Strict):
     @field_validator("default_dtype")
     @classmethod
     def _dtype(cls, v: str) -> str:
-        dtype_from_name(v)  # ValueError naming the known dtypes
+        check_dtype_name(v)  # ValueError naming the known dtypes
         return v
     refuse_unhandled_quantization: bool = Field(
         True,
