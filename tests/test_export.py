@@ -211,3 +211,33 @@ def test_cli_convert_to(tmp_path, capsys):
     assert main(["convert", f"source={s}", f"out={tmp_path / 'x'}", "to=speculators", "verifier=org/v"]) == 0
     assert main(["inspect", f"source={tmp_path / 'x'}"]) == 0
     assert "speculators_dflash" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("to", ["speculators", "trtllm_dflash"])
+def test_int_rope_theta_exports(tmp_path, to):
+    """Issue 37 point 4: speculators 0.9 / transformers 5 write ``rope_parameters.rope_theta:
+    1000000`` (a JSON integer); the export carries it beside the flattened float ``rope_theta``
+    and reading it back must see one value (compared as numbers), not refuse it."""
+    src = load_adapter("speculators_dflash")
+    synthesize(src, "tiny", tmp_path / "s", seed=1, layout="speculators")
+    raw = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert type(raw["transformer_layer_config"]["rope_parameters"]["rope_theta"]) is int
+    x = export(src, tmp_path / "s", tmp_path / "x", to, verifier="org/v")
+    back = route(json.loads((x / "config.json").read_text())).flatten_config(json.loads((x / "config.json").read_text()))
+    assert back["rope_theta"] == 1e6
+
+
+@pytest.mark.parametrize("a,b,same", [
+    (1000000, 1000000.0, True), (10000, 10000, True), (1000000, 1000001, False),
+    ("1000000", 1000000, False), (True, 1.0, False),
+])
+def test_rope_theta_spellings_compared_as_numbers(a, b, same):
+    from draftsmith.framework.compile.family import get_family
+    cfg = {"rope_theta": a, "rope_parameters": {"rope_theta": b, "rope_type": "default"}, "head_dim": 32}
+    fam = get_family("gqa_dflash")
+    if same:
+        fam.complete_rope(cfg)
+        assert cfg["rope_theta"] == float(b) and cfg["rotary_dim"] == 32
+    else:
+        with pytest.raises(UserError, match="rope_theta"):
+            fam.complete_rope(cfg)

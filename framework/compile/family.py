@@ -91,7 +91,7 @@ class GQADFlash:
         """
         rp, rs = _rope_blocks(cfg)
         where, theta = _one("rope_theta", ("rope_theta", cfg.get("rope_theta")),
-                            ("rope_parameters.rope_theta", rp.get("rope_theta")))
+                            ("rope_parameters.rope_theta", rp.get("rope_theta")), number=True)
         if theta is None:
             raise UserError("config: rope_theta is not set (neither rope_theta nor rope_parameters.rope_theta; "
                             "give it as a `default:` in the spec's config.fields if the drafter's trainer fixed it)")
@@ -100,7 +100,7 @@ class GQADFlash:
         cfg["rope_theta"] = float(theta)
         self.rope_scaling(cfg)
         where, factor = _one("partial_rotary_factor", ("partial_rotary_factor", cfg.get("partial_rotary_factor")),
-                            ("rope_parameters.partial_rotary_factor", rp.get("partial_rotary_factor")))
+                            ("rope_parameters.partial_rotary_factor", rp.get("partial_rotary_factor")), number=True)
         d = cfg["head_dim"]
         if cfg.get("rotary_dim") is None:
             if factor is not None and not (isinstance(factor, (int, float)) and 0 < factor <= 1):
@@ -196,14 +196,23 @@ def _rope_blocks(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return rp or {}, rs or {}
 
 
-def _one(key: str, *spellings: tuple[str, Any]):
+def _one(key: str, *spellings: tuple[str, Any], number: bool = False):
     """``(where, value)`` of the one value ``spellings`` give for ``key`` (``(None, None)``
-    without any); different values are refused."""
+    without any); different values are refused. ``number``: the key is declared a number, so
+    JSON ``1000000`` and ``1000000.0`` are one value (compared as floats); otherwise values
+    compare with their type (``"1"`` is not ``1``, ``true`` is not ``1``)."""
     found = [(where, v) for where, v in spellings if v is not None]
-    if len({repr(v) for _, v in found}) > 1:
+    if len({_value_key(v, number) for _, v in found}) > 1:
         raise UserError(f"config: {key} is given twice with different values: "
                         + ", ".join(f"{w}={v!r}" for w, v in found))
     return found[0] if found else (None, None)
+
+
+def _value_key(v: Any, number: bool) -> tuple[str, Any]:
+    """What ``_one`` compares: a number of a key declared numeric as a float, else type and repr."""
+    if number and type(v) in (int, float):
+        return ("number", float(v))
+    return (type(v).__name__, repr(v))
 
 
 FAMILIES: Registry[GQADFlash] = Registry("family")
