@@ -37,6 +37,46 @@ class GQADFlash:
     derived = {"head_dim": "hidden_size / num_attention_heads",
                "rotary_dim": "head_dim (x partial_rotary_factor when given)",
                "target_hidden_size": "hidden_size"}
+    #: flattened config keys the family reads (dotted; each covers its subtree). Together with
+    #: a spec's ``config.fields`` aliases, ``dtype_keys``, ``fixed`` and ``irrelevant``, every key of
+    #: a drafter config must be accounted for (``compile/keys.py``).
+    consumes = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+        "rotary_dim", "partial_rotary_factor", "intermediate_size", "vocab_size", "target_hidden_size",
+        "rms_norm_eps", "hidden_act", "swiglu_alpha", "swiglu_limit",
+        "rope_theta", "rope_parameters", "rope_scaling", "original_max_position_embeddings",  # compile/rope.py refuses unknown parameters
+        "layer_types", "sliding_window", "use_sliding_window", "is_causal", "sliding_window_non_causal",
+        "dflash_config.block_size", "dflash_config.mask_token_id", "dflash_config.target_layer_ids",
+        "dflash_config.use_swa", "dflash_config.swa_window_size", "dflash_config.attention_value_scale",
+        "dspark_config.markov_rank", "dspark_config.markov_head_type", "dspark_config.enable_confidence_head",
+        "dspark_config.confidence_head_with_markov", "dspark_config.sample_from_anchor",
+        "dspark_config.shift_label",  # TensorRT-LLM's spelling: must agree with sample_from_anchor
+    )
+    #: keys transformers' ``PreTrainedConfig`` (4.57, 5.x) writes into every saved config that no
+    #: drafter forward reads -> why (reported like a spec's ``config.irrelevant``)
+    irrelevant = {
+        "_name_or_path": "where transformers loaded the config from",
+        "transformers_version": "the writer's version",
+        "use_cache": "generation bookkeeping (the drafter's KV cache is the engine's)",
+        "initializer_range": "training initialization",
+        "attention_dropout": "dropout is inactive at inference",
+        "bos_token_id": "tokenizer metadata", "eos_token_id": "tokenizer metadata", "pad_token_id": "tokenizer metadata",
+        "chunk_size_feed_forward": "a memory/speed split of the MLP, same math",
+        "id2label": "classification heads only", "label2id": "classification heads only",
+        "problem_type": "classification heads only", "is_encoder_decoder": "false for every drafter",
+        "output_attentions": "forward outputs", "output_hidden_states": "forward outputs", "return_dict": "forward outputs",
+        "tie_word_embeddings": "the drafter holds no embedding or LM head (both are the target's)",
+        "max_position_embeddings": "sizes a reader's RoPE table; positions are computed exactly",
+        "num_target_layers": "the target's depth: z-lab and SGLang derive target_layer_ids from it only when "
+                             "none are given (they are required here); exports keep it",
+        "max_window_layers": "Qwen3Config derives layer_types from it only when they are absent "
+                             "(attention.hf_window_switch then refuses use_sliding_window)",
+    }
+    #: keys no forward reads that exports keep: the target's depth (readers derive layer ids from it
+    #: when none are given)
+    carried = ("num_target_layers",)
+    #: keys whose value the family's math hard-codes: any other value is refused
+    fixed = {"attention_bias": False}
     required = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
         "intermediate_size", "vocab_size", "dflash_config.block_size",
