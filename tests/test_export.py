@@ -247,3 +247,41 @@ def test_rope_theta_spellings_compared_as_numbers(a, b, same):
     else:
         with pytest.raises(UserError, match="rope_theta"):
             fam.complete_rope(cfg)
+
+
+def test_speculators_export_writes_no_is_causal(tmp_path, checkpoints):
+    """Issue 37 point 5: speculators' own save has no ``is_causal``; vLLM's ``_dflash_layer_causal``
+    takes one for every layer first, so a causal sliding layer beside a full non-causal one would
+    run non-causally there. The export says it with ``sliding_window_non_causal`` alone."""
+    ck = checkpoints("speculators_dflash")
+    masks = [(m.causal, m.window is not None) for m in R.from_config(read(ck.converted)[0]).masks]
+    assert masks == [(True, True), (False, False)]  # the case: causal window, full non-causal
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, ck, "speculators")
+    assert "is_causal" not in json.dumps(raw)
+    assert raw["sliding_window_non_causal"] is False
+    assert_same_semantics(ref_cfg, back_cfg)
+
+
+def test_zlab_export_of_a_gemma_drafter_drops_use_gemma_norm(tmp_path, checkpoints):
+    """Issue 37 point 6: norms re-stored as ``1 + w`` for z-lab's plain RMSNorm must not travel
+    with ``use_gemma_norm: true`` (SGLang would add 1 again). The MiniMax drafter, exported to a
+    z-lab spec whose runtime is told it can run the rest (``export.unsupported`` emptied, a
+    ``sample_from_anchor`` key)."""
+    from draftsmith.framework.spec.loading import adapter_files
+    d = tmp_path / "adapters"
+    d.mkdir()
+    for name, path in adapter_files().items():
+        text = path.read_text()
+        if name == "zlab_dflash":
+            text = text.replace("  unsupported: [swiglu_oai, partial_rotary, causal_windows, heads, target_hidden]",
+                                "  unsupported: []").replace(
+                "    dspark_config.sample_from_anchor: {default: false}",
+                "    dspark_config.sample_from_anchor: {from: [sample_from_anchor], default: false}")
+        (d / f"{name}.yaml").write_text(text)
+    ck = checkpoints("minimax_dspark")
+    assert read(ck.converted)[0]["use_gemma_norm"] is True
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, ck, "zlab_dflash", adapter_dir=d)
+    assert "use_gemma_norm" not in json.dumps(raw) and "qk_norm_type" not in json.dumps(raw)
+    assert all(v == "plain" for v in R.from_config(back_cfg).norms.values())
+    n = "layers.0.input_layernorm.weight"
+    assert same_bits(back[n], (1.0 + ref[n].float()).to(ref[n].dtype))

@@ -114,8 +114,10 @@ def resolve_target(to: str, flat: dict[str, Any], adapter_dir=None):
 # ---- config -------------------------------------------------------------------------------------
 
 
-def _attention_keys(cfg: dict, masks: Sequence[MaskSpec]) -> None:
-    """Write the resolved per-layer causality back as explicit keys (in place)."""
+def _attention_keys(cfg: dict, masks: Sequence[MaskSpec],
+                    keys: Sequence[str] = ("is_causal", "sliding_window_non_causal")) -> None:
+    """Write the resolved per-layer causality back as explicit keys (in place), only those of
+    ``keys`` (the target's ``export.causality_keys``)."""
     win = {m.causal for m in masks if m.window is not None}
     full = {m.causal for m in masks if m.window is None}
     cfg.pop("is_causal", None)
@@ -126,6 +128,9 @@ def _attention_keys(cfg: dict, masks: Sequence[MaskSpec]) -> None:
         cfg["is_causal"] = next(iter(win))
     if len(win) == 1:
         cfg["sliding_window_non_causal"] = not win.pop()
+    for k in ("is_causal", "sliding_window_non_causal"):
+        if k not in keys:
+            cfg.pop(k, None)
     cfg["use_sliding_window"] = any(m.window is not None for m in masks)
 
 
@@ -230,7 +235,7 @@ def source_config_from_flat(target, flat: dict[str, Any], source_raw: dict | Non
     pop_dotted(cfg, VALUE_SCALE)  # folded into o_proj by the export (no target format's runtime reads it)
     for key, value in spec.config.fixed.items():  # the values the target spec's math hard-codes
         set_dotted(cfg, key, copy.deepcopy(value))
-    _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks)
+    _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks, spec.export.causality_keys)
     dc = cfg.setdefault("dflash_config", {})
     if spec.target_layer_ids == "input":
         dc["target_layer_ids"] = [i + 1 for i in dc["target_layer_ids"]]

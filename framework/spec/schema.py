@@ -281,6 +281,13 @@ class EngineSpec(Strict):
 
 
 class ExportSpec(Strict):
+    causality_keys: list[Literal["is_causal", "sliding_window_non_causal"]] = Field(
+        default_factory=lambda: ["is_causal", "sliding_window_non_causal"],
+        description="The explicit causality keys an export to this format writes (the resolved masks must "
+        "read back from them and the `attention` defaults, else the export is refused). Leave out one the "
+        "format's writer never writes and a reader would misapply: speculators saves no `is_causal`, and "
+        "vLLM's qwen3_dflash reads an `is_causal` for every layer before `sliding_window_non_causal`.",
+    )
     alias: Optional[str] = Field(
         None, pattern=r"^[a-z][a-z0-9_]*$",
         description="A name `draftsmith convert to=<alias>` resolves to this adapter (besides its own name).",
