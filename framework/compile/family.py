@@ -73,8 +73,8 @@ class GQADFlash:
                              "(attention.hf_window_switch then refuses use_sliding_window)",
     }
     #: keys no forward reads that exports keep: the target's depth (readers derive layer ids from it
-    #: when none are given)
-    carried = ("num_target_layers",)
+    #: when none are given) and the RoPE table size (z-lab's MLX loader requires it)
+    carried = ("num_target_layers", "max_position_embeddings")
     #: keys whose value the family's math hard-codes: any other value is refused
     fixed = {"attention_bias": False}
     required = (

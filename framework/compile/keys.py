@@ -30,37 +30,35 @@ ROUTING_KEYS = ("architectures", "model_type", "speculators_model_type")
 VALUE_SCALE = "dflash_config.attention_value_scale"
 
 
-def accounted_keys(adapter) -> dict[str, str]:
-    """Dotted key -> who accounts for it (each entry covers the key's subtree)."""
-    spec = adapter.spec.config
-    out = {k: f"family {adapter.family.name}" for k in adapter.family.consumes}
+def accounted_keys(family, cs) -> dict[str, str]:
+    """Dotted key -> who accounts for it (each entry covers the key's subtree): ``family``'s
+    lists and config spec ``cs``'s aliases, dtype keys, ``fixed``, ``irrelevant``, ``writer_ignores``."""
+    out = {k: f"family {family.name}" for k in family.consumes}
     out.update({k: "routing" for k in ROUTING_KEYS})
-    out.update({k: "config.dtype_keys" for k in spec.dtype_keys})
-    for key, rule in spec.fields.items():
+    out.update({k: "config.dtype_keys" for k in cs.dtype_keys})
+    for key, rule in cs.fields.items():
         out.update({a: f"config.fields.{key}" for a in rule.from_})
-    out.update({k: f"family {adapter.family.name} (fixed)" for k in adapter.family.fixed})
-    out.update({k: f"family {adapter.family.name} (irrelevant)" for k in adapter.family.irrelevant})
-    out.update({k: "config.fixed" for k in spec.fixed})
-    out.update({k: "config.irrelevant" for k in spec.irrelevant})
-    out.update({k: "config.writer_ignores" for k in spec.writer_ignores})
+    out.update({k: f"family {family.name} (fixed)" for k in family.fixed})
+    out.update({k: f"family {family.name} (irrelevant)" for k in family.irrelevant})
+    out.update({k: "config.fixed" for k in cs.fixed})
+    out.update({k: "config.irrelevant" for k in cs.irrelevant})
+    out.update({k: "config.writer_ignores" for k in cs.writer_ignores})
     return out
 
 
-def _walk(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for k, v in d.items():
-        yield prefix + str(k), v
-
-
-def unaccounted(adapter, merged: dict[str, Any]) -> list[str]:
-    """Dotted keys of ``merged`` nobody accounts for (non-null leaves, mappings walked)."""
-    known = accounted_keys(adapter)
+def unaccounted(family, cs, quant_methods, merged: dict[str, Any]) -> list[str]:
+    """Dotted keys of ``merged`` (a raw config, sections merged) that neither ``family`` nor config
+    spec ``cs`` accounts for: non-null leaves, mappings walked; a ``quantization_config`` whose
+    method is in ``quant_methods`` (dequantized by a weight transform) counts as read."""
+    known = accounted_keys(family, cs)
     qc = merged.get("quantization_config")
-    if isinstance(qc, dict) and qc.get("quant_method") in adapter.quant_methods:
+    if isinstance(qc, dict) and qc.get("quant_method") in quant_methods:
         known["quantization_config"] = "weights.transforms"
     out: list[str] = []
 
     def visit(d: dict[str, Any], prefix: str) -> None:
-        for key, v in _walk(d, prefix):
+        for k, v in d.items():
+            key = prefix + str(k)
             if v is None or key in known:
                 continue
             if isinstance(v, dict):
@@ -101,7 +99,7 @@ def account(adapter, raw: dict[str, Any], merged: dict[str, Any], out: dict[str,
     spec, sections = adapter.spec.config, adapter.spec.config.sections
     problems = [f"{where}: {_spelled(raw, sections, k)}: not read by family {adapter.family.name} nor adapter "
                 f"{adapter.name}: refused (a key that changes nothing goes under config.irrelevant with its reason)"
-                for k in unaccounted(adapter, merged)]
+                for k in unaccounted(adapter.family, spec, adapter.quant_methods, merged)]
     sources = dict(resolved.sources)
     for key, want in adapter.family.fixed.items():
         got = get_dotted(merged, key)

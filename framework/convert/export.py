@@ -233,7 +233,7 @@ def source_config_from_flat(target, flat: dict[str, Any], source_raw: dict | Non
     derived = derived_values(target, flat, source_raw, verifier)
     cfg = family_view(target.family, flat)
     pop_dotted(cfg, VALUE_SCALE)  # folded into o_proj by the export (no target format's runtime reads it)
-    for key, value in spec.config.fixed.items():  # the values the target spec's math hard-codes
+    for key, value in {**target.family.fixed, **spec.config.fixed}.items():  # values the target's math hard-codes
         set_dotted(cfg, key, copy.deepcopy(value))
     _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks, spec.export.causality_keys)
     dc = cfg.setdefault("dflash_config", {})
