@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import UserError
 from .dotted import get_dotted

@@ -73,6 +73,7 @@ from ...transforms.base import Context
 from ...transforms.names import NameTemplate
 from ...transforms.norm_fold import fold_gemma, unfold_gemma
 from ..compile.engine import load_adapter
+from ..compile.keys import VALUE_SCALE
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
@@ -89,7 +90,6 @@ _REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding
               "use_sliding_window")
 #: flattened-config keys that never go back into a source config
 _NOT_CARRIED = ("draftsmith",)
-VALUE_SCALE = "dflash_config.attention_value_scale"
 _O_PROJ = NameTemplate("layers.{i}.self_attn.o_proj.weight")
 
 
