@@ -1,6 +1,7 @@
 """Issue 37: every config key accounted for (read by the family, a spec alias, ``config.fixed``
 or ``config.irrelevant``), else refused in one line; ``dflash_config.attention_value_scale``
-(MiMo's DFlash drafters; vLLM and SGLang multiply V by it before attention) run by the host
+(MiMo's DFlash drafters; SGLang 0.5.23 ``models/dflash.py`` multiplies V by it before attention,
+for the block and the context K/V alike, as read from its wheel) run by the host
 and folded into ``o_proj`` by exports, each checked against the float64 oracle."""
 
 from __future__ import annotations

@@ -88,7 +88,8 @@ class DFlashAttention(nn.Module):
         """Keys/values of ``y [..., T, hidden]`` at positions ``pos [..., T]``.
 
         Returns ``k = rope(k_norm(k_proj(y)))``, ``v = value_scale * v_proj(y)`` (scaled before it
-        is cached, as vLLM and SGLang do), each ``[..., T, Hkv, D]``.
+        is cached, for block and context alike, as SGLang 0.5.23 ``models/dflash.py`` does in
+        ``DFlashAttention.forward`` and its context K/V path), each ``[..., T, Hkv, D]``.
         ``kv_proj``: ``(k_proj(y), v_proj(y))`` when already computed.
         """
         shp = y.shape[:-1] + (self.kv_heads, self.head_dim)
