@@ -154,8 +154,12 @@ def test_partial_rotary_factor_in_rope_parameters():
         h["rope_parameters"] = {"rope_theta": h.pop("rope_theta"), "rope_type": "default",
                                 "partial_rotary_factor": 0.5}
 
-    cfg = flat("speculators_dflash", edit)
+    cfg = flat("trtllm_dflash", edit)
     assert cfg["rotary_dim"] == cfg["head_dim"] // 2
+    # speculators' backbone ignores it (issue 37 point 2; tests/test_crosscheck_speculators_writer_forward.py)
+    cfg = flat("speculators_dflash", edit)
+    assert cfg["rotary_dim"] == cfg["head_dim"]
+    assert set(ResolvedDrafter.from_config(cfg).writer_ignored) == {"rope_parameters.partial_rotary_factor"}
 
 
 # --- rules that match nothing ---------------------------------------------------------------
