@@ -161,8 +161,9 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
         q = rope(norm((y @ w[a_ + "q_proj.weight"].T).view(b, HQ, D), w[a_ + "q_norm.weight"], "q_norm"), pb)
         kc = rope(norm((c @ w[a_ + "k_proj.weight"].T).view(t, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pc)
         kb = rope(norm((y @ w[a_ + "k_proj.weight"].T).view(b, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pb)
-        vc = (c @ w[a_ + "v_proj.weight"].T).view(t, HKV, D)
-        vb = (y @ w[a_ + "v_proj.weight"].T).view(b, HKV, D)
+        vs = config["dflash_config"].get("attention_value_scale", 1.0)  # V scaled before attention (MiMo)
+        vc = vs * (c @ w[a_ + "v_proj.weight"].T).view(t, HKV, D)
+        vb = vs * (y @ w[a_ + "v_proj.weight"].T).view(b, HKV, D)
         if mask.window is not None:
             assert ctx_start == 0 or ctx_start <= c_len - (mask.window - 1), "reference context too short"
         else:

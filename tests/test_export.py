@@ -41,8 +41,14 @@ SEMANTIC = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_
 
 
 def assert_same_semantics(ref_cfg, back_cfg):
+    """The keys the family reads agree (a source format's own keys, e.g. MiniMax's
+    ``dspark_config.hybrid_context_fusion``, are not the drafter's semantics)."""
+    from draftsmith.framework.compile.family import get_family
+    from draftsmith.framework.convert.export import family_view
+    fam = get_family("gqa_dflash")
+    ref_view, back_view = family_view(fam, ref_cfg), family_view(fam, back_cfg)
     for k in SEMANTIC:
-        assert back_cfg.get(k) == ref_cfg.get(k), k
+        assert back_view.get(k) == ref_view.get(k), k
     back, ref = R.from_config(back_cfg), R.from_config(ref_cfg)
     assert back.masks == ref.masks
     assert back.max_draft_len == ref.max_draft_len
@@ -211,3 +217,71 @@ def test_cli_convert_to(tmp_path, capsys):
     assert main(["convert", f"source={s}", f"out={tmp_path / 'x'}", "to=speculators", "verifier=org/v"]) == 0
     assert main(["inspect", f"source={tmp_path / 'x'}"]) == 0
     assert "speculators_dflash" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("to", ["speculators", "trtllm_dflash"])
+def test_int_rope_theta_exports(tmp_path, to):
+    """Issue 37 point 4: speculators 0.9 / transformers 5 write ``rope_parameters.rope_theta:
+    1000000`` (a JSON integer); the export carries it beside the flattened float ``rope_theta``
+    and reading it back must see one value (compared as numbers), not refuse it."""
+    src = load_adapter("speculators_dflash")
+    synthesize(src, "tiny", tmp_path / "s", seed=1, layout="speculators")
+    raw = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert type(raw["transformer_layer_config"]["rope_parameters"]["rope_theta"]) is int
+    x = export(src, tmp_path / "s", tmp_path / "x", to, verifier="org/v")
+    back = route(json.loads((x / "config.json").read_text())).flatten_config(json.loads((x / "config.json").read_text()))
+    assert back["rope_theta"] == 1e6
+
+
+@pytest.mark.parametrize("a,b,same", [
+    (1000000, 1000000.0, True), (10000, 10000, True), (1000000, 1000001, False),
+    ("1000000", 1000000, False), (True, 1.0, False),
+])
+def test_rope_theta_spellings_compared_as_numbers(a, b, same):
+    from draftsmith.framework.compile.family import get_family
+    cfg = {"rope_theta": a, "rope_parameters": {"rope_theta": b, "rope_type": "default"}, "head_dim": 32}
+    fam = get_family("gqa_dflash")
+    if same:
+        fam.complete_rope(cfg)
+        assert cfg["rope_theta"] == float(b) and cfg["rotary_dim"] == 32
+    else:
+        with pytest.raises(UserError, match="rope_theta"):
+            fam.complete_rope(cfg)
+
+
+def test_speculators_export_writes_no_is_causal(tmp_path, checkpoints):
+    """Issue 37 point 5: speculators' own save has no ``is_causal``; vLLM's ``_dflash_layer_causal``
+    takes one for every layer first, so a causal sliding layer beside a full non-causal one would
+    run non-causally there. The export says it with ``sliding_window_non_causal`` alone."""
+    ck = checkpoints("speculators_dflash")
+    masks = [(m.causal, m.window is not None) for m in R.from_config(read(ck.converted)[0]).masks]
+    assert masks == [(True, True), (False, False)]  # the case: causal window, full non-causal
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, ck, "speculators")
+    assert "is_causal" not in json.dumps(raw)
+    assert raw["sliding_window_non_causal"] is False
+    assert_same_semantics(ref_cfg, back_cfg)
+
+
+def test_zlab_export_of_a_gemma_drafter_drops_use_gemma_norm(tmp_path, checkpoints):
+    """Issue 37 point 6: norms re-stored as ``1 + w`` for z-lab's plain RMSNorm must not travel
+    with ``use_gemma_norm: true`` (SGLang would add 1 again). The MiniMax drafter, exported to a
+    z-lab spec whose runtime is told it can run the rest (``export.unsupported`` emptied, a
+    ``sample_from_anchor`` key)."""
+    from draftsmith.framework.spec.loading import adapter_files
+    d = tmp_path / "adapters"
+    d.mkdir()
+    for name, path in adapter_files().items():
+        text = path.read_text()
+        if name == "zlab_dflash":
+            text = text.replace("  unsupported: [swiglu_oai, partial_rotary, causal_windows, heads, target_hidden]",
+                                "  unsupported: []").replace(
+                "    dspark_config.sample_from_anchor: {default: false}",
+                "    dspark_config.sample_from_anchor: {from: [sample_from_anchor], default: false}")
+        (d / f"{name}.yaml").write_text(text)
+    ck = checkpoints("minimax_dspark")
+    assert read(ck.converted)[0]["use_gemma_norm"] is True
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, ck, "zlab_dflash", adapter_dir=d)
+    assert "use_gemma_norm" not in json.dumps(raw) and "qk_norm_type" not in json.dumps(raw)
+    assert all(v == "plain" for v in R.from_config(back_cfg).norms.values())
+    n = "layers.0.input_layernorm.weight"
+    assert same_bits(back[n], (1.0 + ref[n].float()).to(ref[n].dtype))

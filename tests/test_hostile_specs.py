@@ -113,7 +113,7 @@ def fresh_name() -> str:
 # ----------------------------------------------------------------------------- schema-typed paths
 def _typed_leaves(data, path=()):
     """(path, value) of every leaf whose type the schema (or a transform's params) checks."""
-    free = [("synth", "config"), ("synth", "tiny"), ("docs", "serving")]
+    free = [("synth", "config"), ("synth", "tiny"), ("docs", "serving"), ("config", "fixed")]  # fixed: any JSON value
     if any(path[: len(f)] == f for f in free):
         return
     if len(path) == 4 and path[:2] == ("config", "fields") and path[3] == "default":

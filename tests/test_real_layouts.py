@@ -154,8 +154,12 @@ def test_partial_rotary_factor_in_rope_parameters():
         h["rope_parameters"] = {"rope_theta": h.pop("rope_theta"), "rope_type": "default",
                                 "partial_rotary_factor": 0.5}
 
-    cfg = flat("speculators_dflash", edit)
+    cfg = flat("trtllm_dflash", edit)
     assert cfg["rotary_dim"] == cfg["head_dim"] // 2
+    # speculators' backbone ignores it (issue 37 point 2; tests/test_crosscheck_speculators_writer_forward.py)
+    cfg = flat("speculators_dflash", edit)
+    assert cfg["rotary_dim"] == cfg["head_dim"]
+    assert set(ResolvedDrafter.from_config(cfg).writer_ignored) == {"rope_parameters.partial_rotary_factor"}
 
 
 # --- rules that match nothing ---------------------------------------------------------------
@@ -253,13 +257,14 @@ def test_convert_lists_defaults(tmp_path, capsys):
         "sample_from_anchor": (False, "spec default (config.fields.dspark_config.sample_from_anchor.default)"),
         "heads.markov_rank": (0, "family gqa_dflash default"),
         "rope.type": ("default", "family gqa_dflash default"),
+        "value_scale": (1.0, "family gqa_dflash default (no value scale)"),
     }
     capsys.readouterr()
     assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 't'}"]) == 0
     out = capsys.readouterr().out
     block = out.split("defaults (not in config.json): ", 1)[1]
     count, *lines = block.strip().splitlines()
-    assert int(count) == len(lines) == 9  # the five above, confidence(_with_markov), markov_head_type, rope.scaling
+    assert int(count) == len(lines) == 10  # the six above, confidence(_with_markov), markov_head_type, rope.scaling
     for field, (value, source) in want.items():
         assert f"  {field} = {value}  ({source})" in lines, field
     assert not any(l.strip().startswith(("dims.", "block_size", "rms_norm_eps")) for l in lines)  # from config.json
@@ -268,7 +273,7 @@ def test_convert_lists_defaults(tmp_path, capsys):
         assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 'j'}",
                      "format=json", "overwrite=true", *extra]) == 0
         rows = {r["field"]: (r["value"], r["source"]) for r in json.loads(capsys.readouterr().out)["defaults"]}
-        assert len(rows) == 9 and all(rows[k] == v for k, v in want.items()), rows
+        assert len(rows) == 10 and all(rows[k] == v for k, v in want.items()), rows
     # a checkpoint that states every value: nothing defaulted but the family's absent heads
     rewrite_config(tmp_path / "s", lambda raw: raw.update(rope_theta=1e6, sliding_window=24))
     assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 'u'}", "format=json"]) == 0

@@ -30,7 +30,10 @@ import torch
 from ..convert.checkpoint import read_config, read_headers
 from ..errors import UserError
 from ..compile.dotted import get_dotted
+from ..compile.family import get_family
 from ..compile.flatten import merge_sections
+from ..compile.keys import unaccounted
+from ...transforms.base import get_transform
 from ..spec.commented_yaml import dump
 from ..spec.schema import (AdapterSpec, AttentionSpec, ConfigSpec, DocsSpec, FieldRule, MatchSpec, RenameRule,
                            SynthSpec, TransformRule, WeightsSpec)
@@ -306,6 +309,14 @@ def infer(source: Path, name: str | None = None) -> Inferred:
         comments[("config", "sections")] = "nested backbone config, merged over the top level"
     if isinstance(merged.get("quantization_config"), dict):
         config.drop = ["quantization_config"]
+    if isinstance(merged.get("use_gemma_norm"), bool):
+        config.fixed = {"use_gemma_norm": merged["use_gemma_norm"]}  # what the norm transforms above implement
+    dequantized = {get_transform(t.op).quant_method for t in transforms} - {None}
+    unread = unaccounted(get_family("gqa_dflash"), config, dequantized, merged)  # compile/keys.py
+    if unread:
+        config.irrelevant = {k: "draftsmith init: no rule reads it" for k in unread}
+        comments[("config", "irrelevant")] = todo(f"keys no rule reads ({', '.join(unread)}): confirm each changes "
+                                                  "nothing the drafter computes, else the math needs it")
 
     ids_keys = found_alias["dflash_config.target_layer_ids"]
     if ids_keys[:1] == ["aux_hidden_state_layer_ids"] and "speculators_model_type" in raw:

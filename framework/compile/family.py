@@ -37,6 +37,46 @@ class GQADFlash:
     derived = {"head_dim": "hidden_size / num_attention_heads",
                "rotary_dim": "head_dim (x partial_rotary_factor when given)",
                "target_hidden_size": "hidden_size"}
+    #: flattened config keys the family reads (dotted; each covers its subtree). Together with
+    #: a spec's ``config.fields`` aliases, ``dtype_keys``, ``fixed`` and ``irrelevant``, every key of
+    #: a drafter config must be accounted for (``compile/keys.py``).
+    consumes = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+        "rotary_dim", "partial_rotary_factor", "intermediate_size", "vocab_size", "target_hidden_size",
+        "rms_norm_eps", "hidden_act", "swiglu_alpha", "swiglu_limit",
+        "rope_theta", "rope_parameters", "rope_scaling", "original_max_position_embeddings",  # compile/rope.py refuses unknown parameters
+        "layer_types", "sliding_window", "use_sliding_window", "is_causal", "sliding_window_non_causal",
+        "dflash_config.block_size", "dflash_config.mask_token_id", "dflash_config.target_layer_ids",
+        "dflash_config.use_swa", "dflash_config.swa_window_size", "dflash_config.attention_value_scale",
+        "dspark_config.markov_rank", "dspark_config.markov_head_type", "dspark_config.enable_confidence_head",
+        "dspark_config.confidence_head_with_markov", "dspark_config.sample_from_anchor",
+        "dspark_config.shift_label",  # TensorRT-LLM's spelling: must agree with sample_from_anchor
+    )
+    #: keys transformers' ``PreTrainedConfig`` (4.57, 5.x) writes into every saved config that no
+    #: drafter forward reads -> why (reported like a spec's ``config.irrelevant``)
+    irrelevant = {
+        "_name_or_path": "where transformers loaded the config from",
+        "transformers_version": "the writer's version",
+        "use_cache": "generation bookkeeping (the drafter's KV cache is the engine's)",
+        "initializer_range": "training initialization",
+        "attention_dropout": "dropout is inactive at inference",
+        "bos_token_id": "tokenizer metadata", "eos_token_id": "tokenizer metadata", "pad_token_id": "tokenizer metadata",
+        "chunk_size_feed_forward": "a memory/speed split of the MLP, same math",
+        "id2label": "classification heads only", "label2id": "classification heads only",
+        "problem_type": "classification heads only", "is_encoder_decoder": "false for every drafter",
+        "output_attentions": "forward outputs", "output_hidden_states": "forward outputs", "return_dict": "forward outputs",
+        "tie_word_embeddings": "the drafter holds no embedding or LM head (both are the target's)",
+        "max_position_embeddings": "sizes a reader's RoPE table; positions are computed exactly",
+        "num_target_layers": "the target's depth: z-lab and SGLang derive target_layer_ids from it only when "
+                             "none are given (they are required here); exports keep it",
+        "max_window_layers": "Qwen3Config derives layer_types from it only when they are absent "
+                             "(attention.hf_window_switch then refuses use_sliding_window)",
+    }
+    #: keys no forward reads that exports keep: the target's depth (readers derive layer ids from it
+    #: when none are given) and the RoPE table size (z-lab's MLX loader requires it)
+    carried = ("num_target_layers", "max_position_embeddings")
+    #: keys whose value the family's math hard-codes: any other value is refused
+    fixed = {"attention_bias": False}
     required = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
         "intermediate_size", "vocab_size", "dflash_config.block_size",
@@ -91,7 +131,7 @@ class GQADFlash:
         """
         rp, rs = _rope_blocks(cfg)
         where, theta = _one("rope_theta", ("rope_theta", cfg.get("rope_theta")),
-                            ("rope_parameters.rope_theta", rp.get("rope_theta")))
+                            ("rope_parameters.rope_theta", rp.get("rope_theta")), number=True)
         if theta is None:
             raise UserError("config: rope_theta is not set (neither rope_theta nor rope_parameters.rope_theta; "
                             "give it as a `default:` in the spec's config.fields if the drafter's trainer fixed it)")
@@ -100,7 +140,7 @@ class GQADFlash:
         cfg["rope_theta"] = float(theta)
         self.rope_scaling(cfg)
         where, factor = _one("partial_rotary_factor", ("partial_rotary_factor", cfg.get("partial_rotary_factor")),
-                            ("rope_parameters.partial_rotary_factor", rp.get("partial_rotary_factor")))
+                            ("rope_parameters.partial_rotary_factor", rp.get("partial_rotary_factor")), number=True)
         d = cfg["head_dim"]
         if cfg.get("rotary_dim") is None:
             if factor is not None and not (isinstance(factor, (int, float)) and 0 < factor <= 1):
@@ -196,14 +236,23 @@ def _rope_blocks(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return rp or {}, rs or {}
 
 
-def _one(key: str, *spellings: tuple[str, Any]):
+def _one(key: str, *spellings: tuple[str, Any], number: bool = False):
     """``(where, value)`` of the one value ``spellings`` give for ``key`` (``(None, None)``
-    without any); different values are refused."""
+    without any); different values are refused. ``number``: the key is declared a number, so
+    JSON ``1000000`` and ``1000000.0`` are one value (compared as floats); otherwise values
+    compare with their type (``"1"`` is not ``1``, ``true`` is not ``1``)."""
     found = [(where, v) for where, v in spellings if v is not None]
-    if len({repr(v) for _, v in found}) > 1:
+    if len({_value_key(v, number) for _, v in found}) > 1:
         raise UserError(f"config: {key} is given twice with different values: "
                         + ", ".join(f"{w}={v!r}" for w, v in found))
     return found[0] if found else (None, None)
+
+
+def _value_key(v: Any, number: bool) -> tuple[str, Any]:
+    """What ``_one`` compares: a number of a key declared numeric as a float, else type and repr."""
+    if number and type(v) in (int, float):
+        return ("number", float(v))
+    return (type(v).__name__, repr(v))
 
 
 FAMILIES: Registry[GQADFlash] = Registry("family")

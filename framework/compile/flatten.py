@@ -13,6 +13,7 @@ from ..errors import UserError
 from .attention import resolve_layers, write_back
 from .config_types import check_config_types
 from .dotted import get_dotted, pop_dotted, set_dotted
+from .keys import account
 from .resolved import CONFIG_PREFIX, SPEC_DEFAULT, VALUE_MARK, ResolvedDrafter
 
 
@@ -114,6 +115,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     if spec.target_layer_ids == "input":
         sources["dflash_config.target_layer_ids"] += " (input convention, shifted by -1)"
     resolved = resolve(adapter, out, layers, sources, where, taken)
+    resolved = account(adapter, raw, merged, out, resolved, where)  # every key read, fixed or irrelevant
     if spec.max_draft_len is not None and spec.max_draft_len != resolved.max_draft_len:
         raise UserError(
             f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {resolved.max_draft_len} "

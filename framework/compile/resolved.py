@@ -188,6 +188,15 @@ class ResolvedDrafter(_Frozen):
         description="per norm kind: ``gemma`` (stored ``w``, applied as ``1 + w``) or ``plain``")
     heads: Heads = Field(description="Markov and confidence heads")
     layers: tuple[LayerPlan, ...] = Field(description="per layer: mask and lowering per device class")
+    value_scale: float = Field(1.0, description="``dflash_config.attention_value_scale``: every layer's values "
+                                                "(context and block) are multiplied by it before attention; 1 = none",
+                               gt=0, strict=True, allow_inf_nan=False)
+    writer_ignored: dict[str, str] = Field(default_factory=dict,
+                                           description="config keys the checkpoint's writer ignores (and so "
+                                                       "draftsmith) -> the reader that would run them differently")
+    irrelevant: dict[str, str] = Field(default_factory=dict,
+                                       description="config keys the spec declares irrelevant (present in the "
+                                                   "checkpoint's config) -> the reason")
     sources: dict[str, str] = Field(description="for every math-bearing field (dotted path): where its value came "
                                                 "from, a checkpoint key or a spec/family default; plus "
                                                 "``config.<key>`` for each other flattened key that took a spec "
@@ -339,5 +348,9 @@ def defaulted(resolved: ResolvedDrafter) -> list[tuple[str, Any, str]]:
 def dump_sources(resolved: ResolvedDrafter, rows: list[tuple[str, Any, str]] | None = None) -> str:
     """The loading report's lines: ``field = value  (source)``, one per math-bearing field
     (``rows``: a selection of :func:`source_rows`, default all)."""
-    rows = source_rows(resolved) if rows is None else rows
-    return "\n".join(f"{key} = {value}  ({src})" for key, value, src in rows)
+    lines = [f"{key} = {value}  ({src})" for key, value, src in (source_rows(resolved) if rows is None else rows)]
+    if rows is None:
+        lines += [f"irrelevant {key}  (spec config.irrelevant: {why})" for key, why in sorted(resolved.irrelevant.items())]
+        lines += [f"ignored as the writer does: {key}  (a reader differs: {who})"
+                  for key, who in sorted(resolved.writer_ignored.items())]
+    return "\n".join(lines)

@@ -17,8 +17,7 @@ The config is an inverse of :func:`~.flatten.flatten`, derived from the flattene
   windowed layers) besides ``layer_types`` / ``sliding_window`` / ``use_sliding_window``
   (HF's switch for windows, e.g. ``Qwen3Config``); per-layer causality
   that differs inside one kind cannot be written;
-- every other key of the flattened config is carried over (the ``draftsmith`` section
-  excepted). Keys go where the target adapter's ``synth.config`` template has them (top
+- every other key the family reads is carried over (see below). Keys go where the target adapter's ``synth.config`` template has them (top
   level and/or a ``config.sections`` section); keys the template lacks go into its first
   section when it has one (the backbone), else to the top level;
 - format descriptors the flattened config lacks are copied from the template: strings
@@ -39,10 +38,14 @@ adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and 
 reverse as ``bf16(float32(w) - 1)``; every other tensor is exact where the target's
 inverse transforms are (not for a re-quantization such as MXFP8).
 
-Other keys only the source format's runtime reads are carried as they are
-(``use_gemma_norm``, ``qk_norm_type``, ...): draftsmith reads them back consistently
-(``use_gemma_norm`` stays ``true`` although the norms were re-stored plainly). A draft
-vocabulary smaller than the target's (speculators' ``t2d`` / ``d2t``) is not produced.
+Only the keys the family reads are carried (:func:`family_view`), plus the target spec's
+``config.fixed`` values; keys only the source format's runtime reads (``use_gemma_norm``,
+``qk_norm_type``, ...) are left behind, so the target's reader never applies them to
+tensors re-stored for it (a ``use_gemma_norm: true`` beside norms stored as ``1 + w`` would
+make SGLang add 1 twice). A value scale (``dflash_config.attention_value_scale``) is folded
+into every ``o_proj`` (:func:`fold_value_scale`) and not written: no target format's own
+runtime reads it. A draft vocabulary smaller than the target's (speculators' ``t2d`` /
+``d2t``) is not produced.
 
 The result is checked before anything is written: the target adapter must route the
 written config to itself and flatten it back to the same values (shapes, block size, mask
@@ -70,6 +73,7 @@ from ...transforms.base import Context
 from ...transforms.names import NameTemplate
 from ...transforms.norm_fold import fold_gemma, unfold_gemma
 from ..compile.engine import load_adapter
+from ..compile.keys import VALUE_SCALE
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
@@ -86,6 +90,7 @@ _REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding
               "use_sliding_window")
 #: flattened-config keys that never go back into a source config
 _NOT_CARRIED = ("draftsmith",)
+_O_PROJ = NameTemplate("layers.{i}.self_attn.o_proj.weight")
 
 
 def resolve_target(to: str, flat: dict[str, Any], adapter_dir=None):
@@ -109,8 +114,10 @@ def resolve_target(to: str, flat: dict[str, Any], adapter_dir=None):
 # ---- config -------------------------------------------------------------------------------------
 
 
-def _attention_keys(cfg: dict, masks: Sequence[MaskSpec]) -> None:
-    """Write the resolved per-layer causality back as explicit keys (in place)."""
+def _attention_keys(cfg: dict, masks: Sequence[MaskSpec],
+                    keys: Sequence[str] = ("is_causal", "sliding_window_non_causal")) -> None:
+    """Write the resolved per-layer causality back as explicit keys (in place), only those of
+    ``keys`` (the target's ``export.causality_keys``)."""
     win = {m.causal for m in masks if m.window is not None}
     full = {m.causal for m in masks if m.window is None}
     cfg.pop("is_causal", None)
@@ -121,6 +128,9 @@ def _attention_keys(cfg: dict, masks: Sequence[MaskSpec]) -> None:
         cfg["is_causal"] = next(iter(win))
     if len(win) == 1:
         cfg["sliding_window_non_causal"] = not win.pop()
+    for k in ("is_causal", "sliding_window_non_causal"):
+        if k not in keys:
+            cfg.pop(k, None)
     cfg["use_sliding_window"] = any(m.window is not None for m in masks)
 
 
@@ -221,11 +231,11 @@ def source_config_from_flat(target, flat: dict[str, Any], source_raw: dict | Non
     spec = target.spec
     refuse_unsupported(target, ResolvedDrafter.from_config(flat))
     derived = derived_values(target, flat, source_raw, verifier)
-    cfg = copy.deepcopy(flat)
-    for k in (*_NOT_CARRIED, *markers, *spec.export.markers):
-        cfg.pop(k, None)
-    cfg.pop("model_type", None)  # names the source format: the template's goes in
-    _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks)
+    cfg = family_view(target.family, flat)
+    pop_dotted(cfg, VALUE_SCALE)  # folded into o_proj by the export (no target format's runtime reads it)
+    for key, value in {**target.family.fixed, **spec.config.fixed}.items():  # values the target's math hard-codes
+        set_dotted(cfg, key, copy.deepcopy(value))
+    _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks, spec.export.causality_keys)
     dc = cfg.setdefault("dflash_config", {})
     if spec.target_layer_ids == "input":
         dc["target_layer_ids"] = [i + 1 for i in dc["target_layer_ids"]]
@@ -271,6 +281,24 @@ def source_config_from_flat(target, flat: dict[str, Any], source_raw: dict | Non
     return raw
 
 
+#: family keys an export never writes: TensorRT-LLM's mirror of sample_from_anchor, written
+#: back under the target's own alias (``config.fields``) when it has one
+_NOT_EXPORTED = ("dspark_config.shift_label",)
+
+
+def family_view(family, flat: dict[str, Any]) -> dict[str, Any]:
+    """The keys of flattened config ``flat`` that the family reads (``family.consumes``) or
+    carries (``family.carried``), plus ``torch_dtype``: all an export carries. Keys only the source format's runtime reads
+    (``use_gemma_norm``, ``qk_norm_type``, ...) are left behind, so a reader of the target format
+    never applies them to tensors already re-stored for it."""
+    out: dict[str, Any] = {}
+    for key in (*family.consumes, *family.carried, "torch_dtype"):
+        v = get_dotted(flat, key)
+        if v is not None and key not in _NOT_EXPORTED:
+            set_dotted(out, key, copy.deepcopy(v))
+    return out
+
+
 def _compare(flat: dict, back: dict, drop: list[str], prefix: str = "") -> list[str]:
     out = []
     for k, v in flat.items():
@@ -291,7 +319,7 @@ def check_config(target, flat: dict, raw: dict, markers=frozenset()) -> dict:
         raise UserError(f"to={target.name}: the written config would not route to {target.name}")
     back = target.flatten_config(raw, where=f"{target.name} config (export)")
     skip = [*target.spec.config.drop, *markers, *target.spec.export.markers, *target.spec.export.derived]
-    problems = _compare(flat, back, skip)
+    problems = _compare(family_view(target.family, flat), family_view(target.family, back), [*skip, VALUE_SCALE])
     ours, theirs = ResolvedDrafter.from_config(flat), ResolvedDrafter.from_config(back)
     a = [(m.causal, m.window) for m in ours.masks]
     b = [(m.causal, m.window) for m in theirs.masks]
@@ -341,6 +369,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     if {n: (m.shape, m.dtype) for n, m in layout.items()} != {n: (m.shape, m.dtype) for n, m in plan.outputs.items()}:
         raise UserError(f"to={target.name}: the target layout differs from the converted one")
     src_styles, dst_styles = ResolvedDrafter.from_config(flat).norms, target.norm_styles()
+    value_scale = ResolvedDrafter.from_config(flat).value_scale
     ctx = Context(tflat)
     apps = inverse_apps(target, layout)
 
@@ -351,7 +380,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
         converted = execute(plan, work / "converted", progress=False)
         groups = tqdm(_groups(layout, apps), desc=f"export {target.name}", unit="group",
                       disable=None if progress else True, leave=False)
-        _write(target, converted, layout, apps, groups, src_styles, dst_styles, ctx, tmp)
+        _write(target, converted, layout, apps, groups, src_styles, dst_styles, ctx, tmp, value_scale)
         (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
         publish(tmp, out, overwrite, [source])
     except BaseException:
@@ -363,7 +392,14 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     return out
 
 
-def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path) -> None:
+def fold_value_scale(w: torch.Tensor, scale: float) -> torch.Tensor:
+    """``o_proj.weight`` with the value scale folded in: ``o_proj(attn(q, k, s v)) ==
+    (s W_o) attn(q, k, v)`` (attention is linear in V); ``s W_o`` formed in float32, rounded once."""
+    return w if scale == 1.0 else (w.float() * scale).to(w.dtype)
+
+
+def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path,
+           value_scale: float = 1.0) -> None:
     where = {n: st.file for n, st in read_headers(converted).items()}  # the hardened reader's checks
     saver = ShardedSaver(tmp, target.spec.weights.max_shard_bytes)
 
@@ -383,6 +419,8 @@ def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles
                 kind = _norm_kind(target.family, n)
                 if kind is not None:
                     t = restyle_norm(t, src_styles[kind], dst_styles[kind])
+                if _O_PROJ.match(n) is not None:
+                    t = fold_value_scale(t, value_scale)
                 tensors[n] = t
             for name, t in sorted(run_inverse(apps, tensors, ctx).items()):
                 saver.add(target.renamer.inverse(name), t)

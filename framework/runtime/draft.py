@@ -134,11 +134,15 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         time_ms=statistics.median(times), context_ms=context_ms,
     )
     if dump:
+        embed = model.embed_tokens.weight.detach().cpu().contiguous()
+        head = model.lm_head.weight.detach().cpu().contiguous()
+        if head.untyped_storage().data_ptr() == embed.untyped_storage().data_ptr():
+            head = head.clone()  # a tied target (no lm_head.weight): safetensors refuses shared storage
         tensors = {
             "inputs.target_hidden": dumped_hidden.contiguous(),
             "inputs.anchor": anchors[:1].clone(),
-            "target.embed_tokens": model.embed_tokens.weight.detach().cpu().contiguous(),
-            "target.lm_head": model.lm_head.weight.detach().cpu().contiguous(),
+            "target.embed_tokens": embed,
+            "target.lm_head": head,
             "outputs.logits": report.logits[0].contiguous(),
             "outputs.tokens": report.tokens[0].contiguous(),
         }

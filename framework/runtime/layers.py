@@ -35,6 +35,7 @@ class LayerShape:
     mlp: str  # "swiglu" | "swiglu_oai"
     alpha: float
     limit: float
+    value_scale: float = 1.0  # every value multiplied by it before attention (1: none)
 
     @classmethod
     def of(cls, r: ResolvedDrafter) -> "LayerShape":
@@ -42,7 +43,8 @@ class LayerShape:
         d = r.dims
         return cls(hidden=d.hidden, heads=d.heads, kv_heads=d.kv_heads, head_dim=d.head_dim,
                    rotary_dim=d.rotary_dim, rope_theta=r.rope.theta, eps=r.rms_norm_eps, inter=d.intermediate,
-                   mlp=r.mlp.kind, alpha=r.mlp.alpha or 0.0, limit=r.mlp.limit or 0.0)
+                   mlp=r.mlp.kind, alpha=r.mlp.alpha or 0.0, limit=r.mlp.limit or 0.0,
+                   value_scale=r.value_scale)
 
 
 class DFlashAttention(nn.Module):
@@ -63,6 +65,7 @@ class DFlashAttention(nn.Module):
         self.q_norm = RMSNorm(s.head_dim, s.eps, q_gemma)
         self.k_norm = RMSNorm(s.head_dim, s.eps, k_gemma)
         self.scale = s.head_dim**-0.5
+        self.value_scale = s.value_scale
         self.rope = rope  # shared by all layers; holds no parameters
         self.qkv = None  # set by stack_weights()
 
@@ -84,12 +87,17 @@ class DFlashAttention(nn.Module):
     def kv(self, y: torch.Tensor, pos: torch.Tensor, kv_proj=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values of ``y [..., T, hidden]`` at positions ``pos [..., T]``.
 
-        Returns ``k = rope(k_norm(k_proj(y)))``, ``v = v_proj(y)``, each ``[..., T, Hkv, D]``.
+        Returns ``k = rope(k_norm(k_proj(y)))``, ``v = value_scale * v_proj(y)`` (scaled before it
+        is cached, for block and context alike, as SGLang 0.5.23 ``models/dflash.py`` does in
+        ``DFlashAttention.forward`` and its context K/V path), each ``[..., T, Hkv, D]``.
         ``kv_proj``: ``(k_proj(y), v_proj(y))`` when already computed.
         """
         shp = y.shape[:-1] + (self.kv_heads, self.head_dim)
         k, v = kv_proj if kv_proj is not None else self.project(y, with_q=False)[1:]
-        return self.norm_rope(self.k_norm, k.view(shp), pos), v.view(shp)
+        v = v.view(shp)
+        if self.value_scale != 1.0:
+            v = v * self.value_scale
+        return self.norm_rope(self.k_norm, k.view(shp), pos), v
 
     def norm_rope(self, norm: RMSNorm, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """``rope(norm(x), pos)`` for ``x [..., T, H, D]``, as one kernel on CUDA."""

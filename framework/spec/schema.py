@@ -103,6 +103,45 @@ class ConfigSpec(Strict):
         True,
         description="Refuse a config whose `quantization_config.quant_method` no weight transform dequantizes.",
     )
+    irrelevant: dict[str, str] = Field(
+        default_factory=dict,
+        description="Config keys (dotted, in the merged view of the sections; a key naming a mapping covers "
+        "its whole subtree) that change nothing draftsmith computes, each with the reason, which the loading "
+        "report shows. Every non-null key of a drafter's config must be read (by the family, a `fields` alias, a "
+        "`dtype_keys` entry, the routing keys, a dequantized `quantization_config`), `fixed`, or declared here; "
+        "any other key, nested sections included, is refused in one line naming it.",
+    )
+    fixed: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Config keys (dotted, merged view) whose value this spec's math hard-codes (e.g. "
+        "`use_gemma_norm: true` where `weights.transforms` implement Gemma norms; `attention_bias: false`): "
+        "a config stating another value is refused in one line; absent, the spec's value is taken and "
+        "reported. An export to this adapter writes these values.",
+    )
+
+    writer_ignores: dict[str, str] = Field(
+        default_factory=dict,
+        description="Config keys (dotted, merged view) that the code which saved such checkpoints ignores, so "
+        "its forward (the one the drafter was trained with) is the truth and draftsmith ignores them too: "
+        "each must also be listed in `drop`; the value names the reader that would run the key differently "
+        "(e.g. `vLLM 0.33 qwen3_dflash rotates only the first partial_rotary_factor of each head`), which the "
+        "loading report shows when the key is present.",
+    )
+
+    @model_validator(mode="after")
+    def _writer_ignores_dropped(self):
+        missing = [k for k in self.writer_ignores if k not in self.drop]
+        if missing:
+            raise ValueError(f"writer_ignores {', '.join(missing)}: list each in drop too (draftsmith must not read it)")
+        return self
+
+    @field_validator("irrelevant")
+    @classmethod
+    def _reasons(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, why in v.items():
+            if not why.strip():
+                raise ValueError(f"irrelevant.{key}: give the reason the key changes nothing")
+        return v
 
 
 class RenameRule(Strict):
@@ -242,6 +281,13 @@ class EngineSpec(Strict):
 
 
 class ExportSpec(Strict):
+    causality_keys: list[Literal["is_causal", "sliding_window_non_causal"]] = Field(
+        default_factory=lambda: ["is_causal", "sliding_window_non_causal"],
+        description="The explicit causality keys an export to this format writes (the resolved masks must "
+        "read back from them and the `attention` defaults, else the export is refused). Leave out one the "
+        "format's writer never writes and a reader would misapply: speculators saves no `is_causal`, and "
+        "vLLM's qwen3_dflash reads an `is_causal` for every layer before `sliding_window_non_causal`.",
+    )
     alias: Optional[str] = Field(
         None, pattern=r"^[a-z][a-z0-9_]*$",
         description="A name `draftsmith convert to=<alias>` resolves to this adapter (besides its own name).",
