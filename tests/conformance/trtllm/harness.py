@@ -186,6 +186,16 @@ class Case:
         return self.drive("worker", arch_modules=serve.get("exported_arch_modules") or {})
 
 
+_CASES: dict = {}
+
+
+def get_case(name: str, tmp_path_factory) -> Case:
+    """The session's ``Case`` of adapter ``name`` (made once)."""
+    if name not in _CASES:
+        _CASES[name] = Case(name, tmp_path_factory.mktemp(f"trtllm-{name}"))
+    return _CASES[name]
+
+
 def mask_matrix(causal: bool, left: int, right: int, c: int, b: int) -> torch.Tensor:
     """Allowed (query, key) pairs of a block of ``b`` queries after ``c`` context keys, for
     flash-attn ``(causal, (left, right))`` bounds (``-1`` unbounded)."""
