@@ -76,6 +76,10 @@ def kv_agreement(dm):
     return diffs
 
 
+#: decoding_type -> mode, as the pinned decoding configs' ``spec_dec_mode`` properties answer
+#: (NVIDIA llm_args.py @ 00043967, ``DFlashDecodingConfig`` / ``DSparkDecodingConfig``; there is no
+#: ``SpeculativeDecodingMode.from_decoding_type``)
+SPEC_DEC_MODE = {"DFlash": "DFLASH", "DSpark": "DSPARK"}
 MANAGER_TOKENS_PER_BLOCK = 8  # several pages per request at the suite's context length
 
 
@@ -150,7 +154,7 @@ def main(args):
             # FA4 / XQA: DFlashForCausalLM @ d70a2287 runs them (its _supported_attention_backends);
             # whether the LLM-API config accepts them is not verified (CONTRACT.md, "Unverified").
             spec = SpecConfig(**snip) if backend in ("FA4", "XQA") else SpecConfig.from_snippet(snip)
-            spec.spec_dec_mode = SpeculativeDecodingMode.from_decoding_type(spec.decoding_type)
+            spec.spec_dec_mode = SpeculativeDecodingMode[SPEC_DEC_MODE[spec.decoding_type]]
             mc = ModelConfig(pretrained_config=None, spec_config=spec)
             dc = build_draft_config(mc)
             spec.resolve_from_drafter(dc.pretrained_config)

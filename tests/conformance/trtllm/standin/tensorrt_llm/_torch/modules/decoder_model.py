@@ -29,7 +29,7 @@ class Embedding(nn.Module):
 
 class DecoderModelForCausalLM(nn.Module):
     """Reproduces the loading contract of ``DecoderModelForCausalLM.load_weights(weights,
-    weight_mapper=None, allow_partial_loading=False)`` (modeling_utils.py @ cb4c622c,
+    weight_mapper=None, allow_partial_loading=False)`` (modeling_utils.py (index id 57359368733, commit not shown; cb4c622c, cited before, holds filter_weights, not these),
     ``_load_weights_impl``): parameters are filled by name; a fused module
     (``FUSED_MODULE_COMPONENTS``: qkv_proj <- q/k/v_proj, gate_up_proj <- gate/up_proj) is the
     concatenation of its components; with ``allow_partial_loading`` a module absent from the
