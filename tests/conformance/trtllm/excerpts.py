@@ -47,6 +47,36 @@ def loader():
     return importlib.import_module("loader")
 
 
+def run_patched(ld, build, *args, module_name=None, text_patch=None, **loader_globals):
+    """``build(*args)`` (a ``loader`` function) with, for its duration: ``loader_globals`` in place of
+    the loader's stubs of the same names (e.g. a transcribed registry for ``register_draft_model``),
+    the executed excerpt's ``__name__`` set to ``module_name`` (its real module path, so registries
+    that look at ``__module__`` see a built-in), and ``text_patch = (old, new)`` applied once to the
+    excerpt text. Everything else is the loader's."""
+    orig_exec = ld._exec
+    saved = {k: getattr(ld, k) for k in loader_globals}
+
+    def patched(fname, ns, text=None, tag=None):
+        if module_name:
+            ns.setdefault("__name__", module_name)
+        if text_patch:
+            _, src = ld._source(fname)
+            old, new = text_patch
+            assert src.count(old) == 1, f"{fname}: the statement to patch is not there once: {old}"
+            text, tag = src.replace(old, new), "patched"
+        return orig_exec(fname, ns, text, tag)
+
+    ld._exec = patched
+    for k, v in loader_globals.items():
+        setattr(ld, k, v)
+    try:
+        return build(*args)
+    finally:
+        ld._exec = orig_exec
+        for k, v in saved.items():
+            setattr(ld, k, v)
+
+
 def dflash_variant(ld, cu, rule: str):
     """The modeling_dflash excerpt executed as at d70a2287 (``rule="d70a2287"``) or with PR #17935's
     ``_get_attention_mask_args`` statement (``rule="pr17935"``: that one statement replaced, the
@@ -55,17 +85,4 @@ def dflash_variant(ld, cu, rule: str):
         return ld.dflash(cu)
     if rule != "pr17935":
         raise ValueError(rule)
-    orig = ld._exec
-
-    def patched(fname, ns, text=None, tag=None):
-        if fname == "modeling_dflash_excerpt.py":
-            _, src = ld._source(fname)
-            assert src.count(D70A2287_CAUSAL) == 1, "the d70a2287 causal statement is not in the excerpt once"
-            text, tag = src.replace(D70A2287_CAUSAL, PR17935_CAUSAL), "PR17935"
-        return orig(fname, ns, text, tag)
-
-    ld._exec = patched
-    try:
-        return ld.dflash(cu)
-    finally:
-        ld._exec = orig
+    return run_patched(ld, ld.dflash, cu, text_patch=(D70A2287_CAUSAL, PR17935_CAUSAL))
