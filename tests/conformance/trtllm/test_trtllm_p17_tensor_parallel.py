@@ -1,0 +1,97 @@
+"""Issue 35 item 3: tensor parallelism and attention DP across real processes (CPU, gloo).
+
+For tp 1, 2, 4, 8 (8 > every adapter's KV heads, so KV-head duplication is exercised) one pool of
+``tp`` processes (tp_drive.py) serves every adapter: each rank builds the emitted drafter with the
+target's ``Mapping`` (TensorRT-LLM hands the drafter ``mapping=model_config.mapping``), loads the
+converted checkpoint through ``_load_weights_impl`` (fused branch, ``duplicate_kv_weight``,
+``load_weight_shard``: standin/tensorrt_llm/_torch/modules/linear.py, models/decoder_model.py) and
+drafts one block with the row-parallel all-reduce done by ``torch.distributed.all_reduce``. Every
+rank's tokens must equal the TP 1 run's and the float64 oracle's, its logits within tolerance, and its
+layout per rank what TensorRT-LLM's modules hold (``heads // tp`` query heads, ``ceil(kv / tp)`` KV
+heads, ``intermediate // tp`` MLP rows); under attention DP the attention layout is unsharded."""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import ADAPTERS, HERE, assert_matches_oracle, get_case
+
+TP_SIZES = (1, 2, 4, 8)
+ATTENTION_DP_SIZES = (2, 8)
+POOLS = [(tp, False) for tp in TP_SIZES] + [(tp, True) for tp in ATTENTION_DP_SIZES]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def pools(tmp_path_factory):
+    """{(tp, attention_dp): {adapter: [rank results]}}, one process pool per entry."""
+    cases = {name: get_case(name, tmp_path_factory) for name in ADAPTERS}
+    root = tmp_path_factory.mktemp("tp")
+    out = {}
+    for tp, dp in POOLS:
+        runs = []
+        for name, case in cases.items():
+            res = str(root / f"{name}.tp{tp}{'dp' if dp else ''}.json")
+            runs.append({"mode": "serve", "package_dir": str(case.package()), "checkpoint": str(case.converted),
+                         "target": str(case.target), "inputs": str(case.inputs), "arch_modules": None,
+                         "backends": ["VANILLA"], "result": res})
+        job = root / f"job.tp{tp}{'dp' if dp else ''}.json"
+        job.write_text(json.dumps({"world_size": tp, "tp_size": tp, "attention_dp": dp, "port": _free_port(),
+                                   "runs": runs}))
+        procs = [subprocess.Popen([sys.executable, str(HERE / "tp_drive.py"), str(job), str(r)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(tp)]
+        errs = []
+        for p in procs:
+            _, e = p.communicate(timeout=600)
+            errs.append(e[-1500:] if p.returncode else "")
+        out[(tp, dp)] = {}
+        for run, name in zip(runs, cases):
+            ranks = []
+            for r in range(tp):
+                f = Path(run["result"] + f".rank{r}")
+                assert f.is_file(), f"tp {tp} rank {r} died: {errs[r]}"
+                ranks.append(json.loads(f.read_text()))
+            out[(tp, dp)][name] = ranks
+    return out
+
+
+def _vanilla(res):
+    assert "fatal" not in res, res["fatal"]["error"] + "\n" + res["fatal"]["trace"]
+    return res["backends"]["VANILLA"]
+
+
+@pytest.mark.parametrize("tp,dp", POOLS, ids=[f"tp{t}{'-attention_dp' if d else ''}" for t, d in POOLS])
+def test_every_rank_drafts_the_tp1_and_oracle_tokens(case, pools, tp, dp):
+    base = _vanilla(pools[(1, False)][case.adapter][0])
+    for r, res in enumerate(pools[(tp, dp)][case.adapter]):
+        out = _vanilla(res)
+        assert_matches_oracle(case, out, f"tp {tp}{' attention DP' if dp else ''} rank {r}")
+        assert out["tokens"] == base["tokens"], f"{case.adapter} tp {tp} rank {r}: tokens differ from TP 1"
+        got, want = torch.tensor(out["logits"]), torch.tensor(base["logits"])
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max())), \
+            f"{case.adapter} tp {tp} rank {r}: logits differ from TP 1 by {float((got - want).abs().max()):.3g}"
+
+
+@pytest.mark.parametrize("tp,dp", POOLS, ids=[f"tp{t}{'-attention_dp' if d else ''}" for t, d in POOLS])
+def test_each_rank_holds_tensorrt_llms_shard(case, pools, tp, dp):
+    d = case.config["draftsmith"]["dims"]
+    attn_tp = 1 if dp else tp
+    heads, kv = d["heads"] // attn_tp, (d["kv_heads"] + attn_tp - 1) // attn_tp
+    want = {"num_heads": heads, "num_kv_heads": kv, "qkv_rows": (heads + 2 * kv) * d["head_dim"],
+            "o_proj_cols": heads * d["head_dim"], "mlp_rows": 2 * d["intermediate"] // tp}
+    for r, res in enumerate(pools[(tp, dp)][case.adapter]):
+        out = _vanilla(res)
+        assert "build" not in out and "load" not in out, \
+            f"{case.adapter} tp {tp} rank {r}: {(out.get('build') or out.get('load'))['error']}"
+        assert out["rank_layout"] == want, (f"{case.adapter} tp {tp}{' attention DP' if dp else ''} rank {r}: "
+                                            f"holds {out['rank_layout']}, TensorRT-LLM's modules hold {want}")
