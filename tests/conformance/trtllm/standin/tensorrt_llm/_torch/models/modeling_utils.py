@@ -115,4 +115,4 @@ if not OLD:
 
 
 # ``DecoderModelForCausalLM`` lives in modeling_utils in TensorRT-LLM (index id 5904819667).
-from ..modules.decoder_model import DecoderModelForCausalLM  # noqa: E402,F401
+from ..modules.decoder_model import DecoderModel, DecoderModelForCausalLM  # noqa: E402,F401

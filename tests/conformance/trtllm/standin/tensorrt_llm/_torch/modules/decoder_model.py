@@ -12,19 +12,47 @@ class Embedding(nn.Module):
     """Reproduces NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch/modules/embedding.py`` @
     ``06d0733f493698c0855bfed9c3fc00dd198e279c``, ``Embedding``: the constructor signature
     ``(num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
-    gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False)``
-    and a ``weight`` of ``[num_embeddings, embedding_dim]`` looked up by id (no tensor parallelism)."""
+    gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False)``,
+    ``tp_size`` / ``tp_rank`` / ``tp_mode`` from the mapping (what the tie block of
+    ``DecoderModelForCausalLM.__init__`` compares), and a ``weight`` looked up by id. COLUMN keeps
+    ``embedding_dim / tp`` columns and gathers them (``gather_output``); ROW (vocab-split with an
+    all-reduce) is not reproduced and refused."""
 
     def __init__(self, num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
                  gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False):
+        from ...mapping import Mapping
+        from .linear import TensorParallelMode
+
         super().__init__()
-        if mapping is not None and getattr(mapping, "tp_size", 1) != 1:
-            raise NotImplementedError("stand-in: no tensor parallelism")
+        self.mapping = mapping or Mapping()
+        self.tp_size, self.tp_rank, self.tp_mode = self.mapping.tp_size, self.mapping.tp_rank, tensor_parallel_mode
+        self.gather_output = gather_output
+        if self.tp_mode == TensorParallelMode.ROW and self.tp_size > 1:
+            raise NotImplementedError("stand-in Embedding: ROW (vocab-split) parallelism is not reproduced")
+        cols = embedding_dim
+        if self.tp_mode == TensorParallelMode.COLUMN and self.tp_size > 1:
+            assert embedding_dim % self.tp_size == 0
+            cols = embedding_dim // self.tp_size
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, dtype=dtype), requires_grad=False)
+        self.weight = nn.Parameter(torch.empty(num_embeddings, cols, dtype=dtype), requires_grad=False)
 
     def forward(self, ids):
-        return self.weight[ids].float()
+        out = self.weight[ids].float()
+        if self.gather_output and self.tp_size > 1:
+            from ..distributed import allgather
+
+            out = allgather(out, self.mapping)
+        return out
+
+
+class DecoderModel(nn.Module):
+    """Reproduces NVIDIA/TensorRT-LLM modeling_utils.py (index id 5904819667) ``DecoderModel.__init__``:
+    ``self.dtype = model_config.pretrained_config.torch_dtype``, ``self.model_config``."""
+
+    def __init__(self, model_config):
+        super().__init__()
+        self.dtype = getattr(model_config.pretrained_config, "torch_dtype", None)
+        self.model_config = model_config
 
 
 def filter_weights(prefix, weights):
