@@ -31,12 +31,14 @@ def main(a):
     from safetensors.torch import load_file
 
     from tensorrt_llm._torch.model_config import ModelConfig
+    from tensorrt_llm._torch.models.modeling_utils import get_model_architecture
 
     pkg = Path(a["package_dir"])
     sys.path.insert(0, str(pkg.parent))
     drafter = importlib.import_module(f"{pkg.name}.drafter")
     cfg = types.SimpleNamespace(**json.loads((Path(a["checkpoint"]) / "config.json").read_text()))
-    backbone = drafter.DraftsmithBackbone(ModelConfig(pretrained_config=cfg))
+    backbone_cls, _ = get_model_architecture(cfg)  # what the package registered for its architecture
+    backbone = backbone_cls(ModelConfig(pretrained_config=cfg))
     weights = {}
     for f in sorted(Path(a["checkpoint"]).glob("*.safetensors")):
         weights.update({f"model.{k}": v for k, v in load_file(str(f)).items()})
@@ -48,7 +50,7 @@ def main(a):
         wlc = getattr(module, "weights_loading_config", None)
         mode = getattr(getattr(wlc, "weight_mode", None), "value", None) or "vanilla"
         rec = out["modules"][name] = {"dicts": len(PARAMS_MAP[name.split(".")[-1]]), "built_by": type(parent).__module__ + "." + type(parent).__name__,
-                                      "emitted": type(parent).__module__ == drafter.__name__, "mode": mode}
+                                      "emitted": type(parent).__module__.split(".")[0] in (pkg.name, "draftsmith"), "mode": mode}
         probe = mu["Linear"](module.in_features, module.out_features, bias=getattr(module, "bias", None) is not None,
                              weights_loading_config=mu["WeightsLoadingConfig"](weight_mode=mu["WeightMode"](mode)))
         try:
