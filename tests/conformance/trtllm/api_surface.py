@@ -86,12 +86,38 @@ def pinned_surface(src_dir: Path, loader, class_name: str) -> set:
     return names | set(dir(torch.nn.Module)) | set(vars(torch.nn.Module(), ))
 
 
+def _own_names(tree: ast.AST) -> set:
+    """Names draftsmith itself puts on its drafter subclass: the keys of a class body built with
+    ``type(name, bases, body)`` (a ``dict(...)`` call or a dict literal, direct or through a variable)
+    and instance entries written as ``vars(obj)["name"]``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            names.update(k.arg for k in node.keywords if k.arg)
+        if isinstance(node, ast.Dict):
+            names.update(k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == "vars"
+                and isinstance(node.slice, ast.Constant)):
+            names.add(node.slice.value)
+    return names
+
+
+def _builds_type(fn: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type" and len(n.args) == 3
+               for n in ast.walk(fn))
+
+
 def uses_on_drafter(path: Path, drafter_bases: set) -> list:
     """``(line, attribute, where)`` for each attribute read or written on a drafter instance in the
-    file at ``path``: ``self`` / ``super()`` inside a class deriving one of ``drafter_bases``, and
-    the parameters :data:`DRAFTER_PARAMS` of any function. Attributes the subclass itself defines
-    are left out (they are ours)."""
+    file at ``path``. Drafter instances: ``self`` / ``super()`` in a class deriving one of
+    ``drafter_bases``; ``self`` of a function nested in one that builds a class with
+    ``type(name, bases, body)`` (draftsmith's subclass made at import); unannotated parameters named
+    in :data:`DRAFTER_PARAMS` (an annotated one, e.g. ``drafter: PackagedDrafter``, is not the
+    engine's object). Names draftsmith's own subclass defines (its class body, a ``type()`` body,
+    ``vars(obj)["name"]``) are left out."""
     tree = ast.parse(path.read_text())
+    own_everywhere = _own_names(tree)
     out = []
 
     def visit(fn, roots, own):
@@ -101,7 +127,7 @@ def uses_on_drafter(path: Path, drafter_bases: set) -> list:
             v = node.value
             hit = (isinstance(v, ast.Name) and v.id in roots) or (
                 isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super")
-            if hit and node.attr not in own:
+            if hit and node.attr not in own and node.attr not in own_everywhere:
                 out.append((node.lineno, node.attr, f"{path.name}:{fn.name}"))
 
     for node in ast.walk(tree):
@@ -113,7 +139,13 @@ def uses_on_drafter(path: Path, drafter_bases: set) -> list:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         visit(item, {"self"}, own)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = {a.arg for a in node.args.args + node.args.kwonlyargs} & set(DRAFTER_PARAMS)
+            args = node.args.args + node.args.kwonlyargs
+            params = {a.arg for a in args if a.arg in DRAFTER_PARAMS and a.annotation is None}
             if params:
                 visit(node, params, set())
+            if _builds_type(node):
+                for inner in ast.walk(node):
+                    if (inner is not node and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))
+                            and inner.args.args and inner.args.args[0].arg == "self"):
+                        visit(inner, {"self"}, set())
     return out
