@@ -102,7 +102,14 @@ class DecoderModelForCausalLM(nn.Module):
         super().__init__()
         self.model_config = config
         self.model = model
-        self.lm_head = Linear(hidden_size, vocab_size, bias=False)
+        # LMHead(vocab, hidden, parallel_config=...) as DecoderModelForCausalLM.__init__ builds it (index id
+        # 5904819667): COLUMN with gather_output over the mapping's TP, unsharded (no mode) under attention DP
+        from .linear import TensorParallelMode
+
+        mapping = getattr(config, "mapping", None)
+        dp = mapping is None or mapping.enable_attention_dp
+        self.lm_head = Linear(hidden_size, vocab_size, bias=False, mapping=None if dp else mapping,
+                              tensor_parallel_mode=None if dp else TensorParallelMode.COLUMN, gather_output=not dp)
 
     @property
     def config(self):
