@@ -126,13 +126,25 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
     return dict(sorted(out.items()))
 
 
+#: Flattened ``model_type`` -> the one the converted config carries. TensorRT-LLM's
+#: ``load_pretrained_config`` (NVIDIA/TensorRT-LLM ``_torch/pyexecutor/config_utils.py`` @ 00679c66)
+#: hands a model_type it has no branch for, with no ``auto_map``, to ``AutoConfig``, which raises
+#: for ``minimax_m3`` under transformers 5.5.4 (TensorRT-LLM's pin; 5.23/5.24 know only
+#: ``minimax_m3_vl*``). ``minimax_m2``'s ``MiniMaxM2Config`` keeps every key of the converted config
+#: as written (it adds defaults only) and the math is read from the ``draftsmith`` section alone.
+#: Checked by tests/conformance/trtllm/test_trtllm_p12_loaded_config.py.
+TRTLLM_MODEL_TYPES = {"minimax_m3": "minimax_m2"}
+
+
 def trtllm_keys(out: dict[str, Any], merged: dict[str, Any], resolved: ResolvedDrafter) -> None:
     """Keys TensorRT-LLM's built-in drafter classes read, so a process that never imported the
     emitted package resolves the trained masks and slots (tests/conformance/trtllm/CONTRACT.md
     R2, R6): ``use_sliding_window`` (false when a window is non-causal: the window then comes
     from ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
-    (= ``sample_from_anchor``), and the raw top-level ``dspark_*`` fallbacks, kept as read."""
+    (= ``sample_from_anchor``), the raw top-level ``dspark_*`` fallbacks, kept as read, and a
+    ``model_type`` TensorRT-LLM's ``load_pretrained_config`` loads (:data:`TRTLLM_MODEL_TYPES`)."""
     windows = [m for m in resolved.masks if m.window is not None]
+    out["model_type"] = TRTLLM_MODEL_TYPES.get(out.get("model_type"), out.get("model_type"))
     out["use_sliding_window"] = bool(windows) and all(m.causal for m in windows)
     out.setdefault("dspark_config", {})["shift_label"] = resolved.sample_from_anchor
     for key, value in merged.items():

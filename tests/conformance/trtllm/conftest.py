@@ -2,14 +2,9 @@
 
 import pytest
 
-from harness import ADAPTERS, Case
-
-_CASES = {}
+from harness import ADAPTERS, get_case
 
 
 @pytest.fixture(params=ADAPTERS)
 def case(request, tmp_path_factory):
-    name = request.param
-    if name not in _CASES:
-        _CASES[name] = Case(name, tmp_path_factory.mktemp(f"trtllm-{name}"))
-    return _CASES[name]
+    return get_case(request.param, tmp_path_factory)

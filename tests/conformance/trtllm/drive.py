@@ -52,7 +52,7 @@ def target_model(target_dir):
     m.model = nn.Module()
     m.model.embed_tokens = Embedding(*emb.shape)
     m.model.embed_tokens.weight.data = emb.float()
-    m.lm_head = Linear(head.shape[1], head.shape[0])
+    m.lm_head = Linear(head.shape[1], head.shape[0], bias=False)
     m.lm_head.weight.data = head.float()
     return m
 
@@ -76,6 +76,10 @@ def kv_agreement(dm):
     return diffs
 
 
+#: decoding_type -> mode, as the pinned decoding configs' ``spec_dec_mode`` properties answer
+#: (NVIDIA llm_args.py @ 00043967, ``DFlashDecodingConfig`` / ``DSparkDecodingConfig``; there is no
+#: ``SpeculativeDecodingMode.from_decoding_type``)
+SPEC_DEC_MODE = {"DFlash": "DFLASH", "DSpark": "DSPARK"}
 MANAGER_TOKENS_PER_BLOCK = 8  # several pages per request at the suite's context length
 
 
@@ -133,6 +137,10 @@ def main(args):
     from tensorrt_llm._torch.speculative.interface import SpeculativeDecodingMode
     from tensorrt_llm.llmapi.llm_args import SpecConfig
 
+    from tensorrt_llm.mapping import Mapping
+
+    mapping = Mapping(**(args.get("mapping") or {}))  # the target's mapping (one rank of it)
+    res["mapping"] = {"tp_size": mapping.tp_size, "rank": mapping.rank, "attention_dp": mapping.enable_attention_dp}
     snippet = yaml.safe_load((pkg / "speculative_config.yaml").read_text())["speculative_config"]
     snippet["speculative_model"] = args["checkpoint"]
     res["snippet"] = snippet
@@ -150,8 +158,8 @@ def main(args):
             # FA4 / XQA: DFlashForCausalLM @ d70a2287 runs them (its _supported_attention_backends);
             # whether the LLM-API config accepts them is not verified (CONTRACT.md, "Unverified").
             spec = SpecConfig(**snip) if backend in ("FA4", "XQA") else SpecConfig.from_snippet(snip)
-            spec.spec_dec_mode = SpeculativeDecodingMode.from_decoding_type(spec.decoding_type)
-            mc = ModelConfig(pretrained_config=None, spec_config=spec)
+            spec.spec_dec_mode = SpeculativeDecodingMode[SPEC_DEC_MODE[spec.decoding_type]]
+            mc = ModelConfig(pretrained_config=None, spec_config=spec, mapping=mapping)
             dc = build_draft_config(mc)
             spec.resolve_from_drafter(dc.pretrained_config)
             out["spec_resolved"] = {k: getattr(spec, k) for k in ("block_size", "mask_token_id",
@@ -179,6 +187,11 @@ def main(args):
             dm.load_weights(weights=load_tensors(args["checkpoint"]), weight_mapper=None)
             dm.load_weights_from_target_model(tgt)
             out["kv_agreement"] = kv_agreement(dm)
+            a0 = dm.model.layers[0].self_attn
+            out["rank_layout"] = {"num_heads": a0.num_heads, "num_kv_heads": a0.num_key_value_heads,
+                                  "qkv_rows": int(a0.qkv_proj.weight.shape[0]),
+                                  "o_proj_cols": int(a0.o_proj.weight.shape[1]),
+                                  "mlp_rows": int(dm.model.layers[0].mlp.gate_up_proj.weight.shape[0])}
         except BaseException as e:  # noqa: BLE001
             out["load"] = err(e)
             continue
@@ -205,3 +218,11 @@ if __name__ == "__main__":
     except BaseException as e:  # noqa: BLE001
         result = {"fatal": err(e)}
     Path(a["result"]).write_text(json.dumps(result, default=str))
+    # The result is written; interpreter shutdown is not under test here. A package whose import leaves
+    # a thread blocking shutdown (seen once with branch emit's package, worker mode) would otherwise
+    # stall the suite until the harness timeout.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import os
+
+    os._exit(0)

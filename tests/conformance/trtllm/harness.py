@@ -57,13 +57,14 @@ class Case:
     adapter: str
     root: Path
     runs: dict = field(default_factory=dict)
+    synth_args: tuple = ()  # extra ``draftsmith synth`` arguments (e.g. an ``adapter.synth.tiny`` override)
 
     @cached_property
     def source(self) -> Path:
         out = self.root / "source"
         if (out / "config.json").is_file():
             return out
-        r = cli("synth", f"adapter={self.adapter}", "scale=tiny", f"out={out}", f"seed={SEED}")
+        r = cli("synth", f"adapter={self.adapter}", "scale=tiny", f"out={out}", f"seed={SEED}", *self.synth_args)
         assert r.returncode == 0, f"synth {self.adapter}: {r.stderr[-2000:]}"
         return out
 
@@ -184,6 +185,45 @@ class Case:
     def worker(self) -> dict:
         serve = self.serve()
         return self.drive("worker", arch_modules=serve.get("exported_arch_modules") or {})
+
+
+_CASES: dict = {}
+
+
+def get_case(name: str, tmp_path_factory) -> Case:
+    """The session's ``Case`` of adapter ``name`` (made once)."""
+    if name not in _CASES:
+        _CASES[name] = Case(name, tmp_path_factory.mktemp(f"trtllm-{name}"))
+    return _CASES[name]
+
+
+def tiny_heads_override(name: str, heads: int, kv_heads: int) -> str:
+    """The ``draftsmith synth`` argument giving adapter ``name``'s tiny checkpoint ``heads`` query and
+    ``kv_heads`` KV heads (its ``synth.tiny`` keys ending in ``num_attention_heads`` /
+    ``num_key_value_heads``, following ``extends``; merged into the tiny map)."""
+    import yaml
+
+    keys, spec = {}, yaml.safe_load((REPO / "adapters" / f"{name}.yaml").read_text())
+    while True:
+        for k in ((spec.get("synth") or {}).get("tiny") or {}):
+            for want, n in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
+                if k.endswith(want):
+                    keys.setdefault(want, (k, n))
+        if not spec.get("extends"):
+            break
+        spec = yaml.safe_load((REPO / "adapters" / f"{spec['extends']}.yaml").read_text())
+    assert len(keys) == 2, f"{name}: synth.tiny names no head counts ({keys})"
+    return "adapter.synth.tiny={" + ", ".join(f"{k}: {n}" for k, n in keys.values()) + "}"
+
+
+def get_wide_case(name: str, tmp_path_factory, heads: int = 8, kv_heads: int = 4) -> Case:
+    """Adapter ``name`` at tiny scale with ``heads`` / ``kv_heads`` (tensor parallelism up to ``heads``
+    ranks; KV heads duplicated past ``kv_heads``), made once per session."""
+    key = (name, heads, kv_heads)
+    if key not in _CASES:
+        _CASES[key] = Case(name, tmp_path_factory.mktemp(f"trtllm-{name}-h{heads}kv{kv_heads}"),
+                           synth_args=(tiny_heads_override(name, heads, kv_heads),))
+    return _CASES[key]
 
 
 def mask_matrix(causal: bool, left: int, right: int, c: int, b: int) -> torch.Tensor:

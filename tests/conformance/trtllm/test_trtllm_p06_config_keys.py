@@ -35,11 +35,19 @@ def test_use_sliding_window_is_explicit_and_no_window_is_inferred(case):
 
 
 def test_snippet_carries_the_drafter_keys(case):
+    """The drafter's keys, as far as the pinned decoding config defines them: ``DFlashDecodingConfig``
+    (NVIDIA llm_args.py @ 00043967) has ``mask_token_id`` and ``target_layer_ids`` but no ``block_size``
+    (``StrictBaseModel`` refuses it: test_trtllm_p14_decoding_config.py); ``DSparkDecodingConfig`` also
+    has ``block_size``."""
     res = case.serve()
     snip = res["snippet"]
     dc = case.config["dflash_config"]
-    want = {"block_size": dc["block_size"], "mask_token_id": dc["mask_token_id"],
-            "target_layer_ids": dc["target_layer_ids"], "max_draft_len": case.config["draftsmith"]["max_draft_len"]}
+    want = {"mask_token_id": dc["mask_token_id"], "target_layer_ids": dc["target_layer_ids"],
+            "max_draft_len": case.config["draftsmith"]["max_draft_len"]}
+    if not case.is_dflash:
+        want["block_size"] = dc["block_size"]
     got = {k: snip.get(k) for k in want}
     assert got == want, f"{case.adapter}: speculative_config {got}, want {want}"
+    if case.is_dflash:
+        assert "block_size" not in snip, f"{case.adapter}: the DFlash snippet carries block_size, which DFlashDecodingConfig lacks"
     assert snip.get("attention_backend") in ("AUTO", "VANILLA", "TRTLLM"), snip.get("attention_backend")

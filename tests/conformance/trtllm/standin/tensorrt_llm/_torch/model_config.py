@@ -12,11 +12,13 @@ from tensorrt_llm._torch.pyexecutor.config_utils import load_pretrained_config
 class ModelConfig:
     """Reproduces: amukkara/TensorRT-LLM, tensorrt_llm/_torch/model_config.py @ ad239ce3,
     ``ModelConfig`` (fields the drafter path reads: ``pretrained_config``, ``spec_config``,
-    ``attn_backend``, ``extra_attrs``, ``lm_head_gather_output``; frozen after ``from_pretrained``).
+    ``attn_backend``, ``extra_attrs``, ``lm_head_gather_output``, ``mapping`` (default ``Mapping()``);
+    frozen after ``from_pretrained``).
     """
 
     pretrained_config: Any = None
     spec_config: Any = None
+    mapping: Any = field(default_factory=lambda: __import__("tensorrt_llm.mapping", fromlist=["Mapping"]).Mapping())
     attn_backend: str = "TRTLLM"
     max_num_tokens: int = 8192
     lm_head_gather_output: bool = True
@@ -44,7 +46,7 @@ class ModelConfig:
             raise ValueError("checkpoint_dir is None.")
         pretrained = load_pretrained_config(checkpoint_dir, trust_remote_code=trust_remote_code)
         kwargs.pop("checkpoint_format", None)
-        allowed = {"spec_config", "attn_backend", "max_num_tokens"}
+        allowed = {"spec_config", "attn_backend", "max_num_tokens", "mapping"}
         cfg = cls(pretrained_config=pretrained, **{k: v for k, v in kwargs.items() if k in allowed})
         cfg._frozen = True
         return cfg

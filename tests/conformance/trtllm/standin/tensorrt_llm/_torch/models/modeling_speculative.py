@@ -7,9 +7,10 @@ from .modeling_utils import get_registered_draft_model_builder
 def external_drafter_config_kwargs(model_config, spec_config) -> dict:
     """Reproduces NVIDIA/TensorRT-LLM, modeling_speculative.py (index id 57359121401),
     ``external_drafter_config_kwargs``: ``trust_remote_code=True``, the target's backends,
-    ``spec_config=None`` -- and no ``checkpoint_format``."""
+    ``spec_config=None``, the target's ``mapping`` (``mapping=model_config.mapping``, issue 35) -- and no
+    ``checkpoint_format``."""
     return dict(trust_remote_code=True, attn_backend=model_config.attn_backend, spec_config=None,
-                max_num_tokens=model_config.max_num_tokens)
+                max_num_tokens=model_config.max_num_tokens, mapping=model_config.mapping)
 
 
 def build_draft_config(model_config):

@@ -18,13 +18,13 @@ FUSED_MODULE_COMPONENTS = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_
 
 
 def is_builtin_zoo_module(module_name: str) -> bool:
-    """Reproduces modeling_utils.py @ cb4c622c ``is_builtin_zoo_module``: a module inside
+    """Reproduces modeling_utils.py (index id 57359368733, commit not shown; cb4c622c, cited before, holds filter_weights, not these) ``is_builtin_zoo_module``: a module inside
     ``tensorrt_llm._torch.models``."""
     return module_name.startswith(BUILTIN_PREFIX)
 
 
 def _record(mapping: dict, key, obj):
-    """The slot rule both registries of modeling_utils.py @ cb4c622c apply: a built-in object
+    """The slot rule both registries of modeling_utils.py (index id 57359368733) apply: a built-in object
     only fills an empty slot, an external one always overwrites."""
     existing = mapping.get(key)
     if existing is None or existing is obj or not is_builtin_zoo_module(obj.__module__):
@@ -33,13 +33,13 @@ def _record(mapping: dict, key, obj):
 
 
 def register_auto_model(name: str):
-    """Reproduces modeling_utils.py @ cb4c622c ``register_auto_model``: records the class under
+    """Reproduces modeling_utils.py (index id 57359368733) ``register_auto_model``: records the class under
     architecture ``name`` (:func:`_record`)."""
     return lambda cls: _record(MODEL_CLASS_MAPPING, name, cls)
 
 
 def _ensure_model_registered(arch: str) -> None:
-    """Reproduces ``_ensure_model_registered`` @ cb4c622c: import the external provider declared
+    """Reproduces ``_ensure_model_registered`` (index id 57359368733): import the external provider declared
     for ``arch`` (``register_external_model_modules``), else the built-in one from the index."""
     full = _EXTERNAL_ARCH_TO_MODULE.get(arch)
     if full is None:
@@ -51,14 +51,14 @@ def _ensure_model_registered(arch: str) -> None:
 
 
 def get_registered_model_class(arch: str) -> Optional[type]:
-    """Reproduces ``get_registered_model_class`` @ cb4c622c (lazy provider import, then lookup)."""
+    """Reproduces ``get_registered_model_class`` (index id 57359368733) (lazy provider import, then lookup)."""
     if arch not in MODEL_CLASS_MAPPING:
         _ensure_model_registered(arch)
     return MODEL_CLASS_MAPPING.get(arch)
 
 
 def register_external_model_modules(arch_to_module: Dict[str, str]) -> None:
-    """Reproduces ``register_external_model_modules`` @ cb4c622c: declare where externally
+    """Reproduces ``register_external_model_modules`` (index id 57359368733): declare where externally
     registered *architectures* live (module names), importing nothing. Draft-model builders
     have no such declaration."""
     _EXTERNAL_ARCH_TO_MODULE.clear()
@@ -74,7 +74,7 @@ def export_external_model_modules() -> Dict[str, str]:
 
 
 def get_model_architecture(config):
-    """Reproduces ``get_model_architecture`` @ cb4c622c: ``architectures[0]`` through the
+    """Reproduces ``get_model_architecture`` (index id 57359368733): ``architectures[0]`` through the
     registry; RuntimeError when unknown or missing."""
     archs = getattr(config, "architectures", None)
     if not archs:
@@ -86,7 +86,7 @@ def get_model_architecture(config):
 
 
 def register_config_loader(name: str):
-    """Reproduces ``register_config_loader`` @ cb4c622c. Exists, but the drafter config is built by
+    """Reproduces ``register_config_loader`` (index id 57359368733). Exists, but the drafter config is built by
     ``ModelConfig.from_pretrained`` (modeling_speculative.py ``external_drafter_config_kwargs``
     passes no ``checkpoint_format``), so a loader registered here never sees a drafter."""
 
@@ -100,12 +100,12 @@ def register_config_loader(name: str):
 if not OLD:
 
     def register_draft_model(mode):
-        """Reproduces ``register_draft_model`` @ cb4c622c: records the builder under ``mode``
+        """Reproduces ``register_draft_model`` (index id 57359368733): records the builder under ``mode``
         (:func:`_record`)."""
         return lambda builder: _record(DRAFT_MODEL_BUILDER_MAPPING, mode, builder)
 
     def get_registered_draft_model_builder(mode) -> Optional[Callable]:
-        """Reproduces ``get_registered_draft_model_builder`` @ cb4c622c: import the built-in
+        """Reproduces ``get_registered_draft_model_builder`` (index id 57359368733): import the built-in
         provider of ``mode`` (``SPEC_MODE_TO_MODULE``) when the slot is empty, then look up."""
         if mode not in DRAFT_MODEL_BUILDER_MAPPING:
             mod = SPEC_MODE_TO_MODULE.get(mode.name)
@@ -115,4 +115,4 @@ if not OLD:
 
 
 # ``DecoderModelForCausalLM`` lives in modeling_utils in TensorRT-LLM (index id 5904819667).
-from ..modules.decoder_model import DecoderModelForCausalLM  # noqa: E402,F401
+from ..modules.decoder_model import DecoderModel, DecoderModelForCausalLM  # noqa: E402,F401

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 from torch import nn
 
-from .linear import Linear
+from ...mapping import Mapping
+from .linear import Linear, TensorParallelMode, WeightMode, WeightsLoadingConfig
 from ..attention.rotary_embedding import RopeParams, RotaryEmbedding
 
 
@@ -15,6 +16,11 @@ class Attention(nn.Module):
     ``o_proj``, ``q_size``, ``kv_size``, ``head_dim``, ``num_heads``, ``num_key_value_heads``,
     ``rotary_emb``, ``pos_embd_params``. Constructor keywords as modeling_minimaxm3.py @
     016beb63 passes them (``max_position_embeddings`` is a required argument there).
+
+    Per rank as issue 35 reads ``modules/attention.py`` (not re-read at a commit here): ``tp = 1``
+    under attention DP, else ``config.mapping.tp_size``; ``num_heads // tp`` query heads,
+    ``(num_kv_heads + tp - 1) // tp`` KV heads; ``qkv_proj`` COLUMN with ``WeightMode.FUSED_QKV_LINEAR``
+    over ``tp * (q_size + 2 * kv_size)`` rows, ``o_proj`` ROW.
     """
 
     def __init__(self, *, hidden_size, num_attention_heads, num_key_value_heads, max_position_embeddings,
@@ -22,12 +28,21 @@ class Attention(nn.Module):
         super().__init__()
         pc = getattr(config, "pretrained_config", None)
         hd = head_dim or getattr(pc, "head_dim", None) or hidden_size // num_attention_heads
-        self.head_dim, self.num_heads, self.num_key_value_heads = hd, num_attention_heads, num_key_value_heads
-        self.q_size, self.kv_size = num_attention_heads * hd, num_key_value_heads * hd
+        mapping = getattr(config, "mapping", None) or Mapping()
+        tp = 1 if mapping.enable_attention_dp else mapping.tp_size
+        if tp != mapping.tp_size:
+            mapping = Mapping(world_size=1, rank=0, tp_size=1)
+        self.head_dim = hd
+        self.num_heads = num_attention_heads // tp
+        self.num_key_value_heads = (num_key_value_heads + tp - 1) // tp
+        self.q_size, self.kv_size = self.num_heads * hd, self.num_key_value_heads * hd
         self.layer_idx = layer_idx
         self.max_position_embeddings = max_position_embeddings
-        self.qkv_proj = Linear(hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = Linear(self.q_size, hidden_size, bias=False)
+        self.qkv_proj = Linear(hidden_size, tp * (self.q_size + 2 * self.kv_size), bias=bias, mapping=mapping,
+                               tensor_parallel_mode=TensorParallelMode.COLUMN,
+                               weights_loading_config=WeightsLoadingConfig(weight_mode=WeightMode.FUSED_QKV_LINEAR))
+        self.o_proj = Linear(tp * self.q_size, hidden_size, bias=False, mapping=mapping,
+                             tensor_parallel_mode=TensorParallelMode.ROW)
         rope = pos_embd_params.rope if pos_embd_params is not None else None
         if rope is not None:
             rope = RopeParams(dim=rope.dim, theta=rope.theta, max_positions=max_position_embeddings)

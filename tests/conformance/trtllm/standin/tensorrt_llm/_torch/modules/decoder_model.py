@@ -12,54 +12,140 @@ class Embedding(nn.Module):
     """Reproduces NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch/modules/embedding.py`` @
     ``06d0733f493698c0855bfed9c3fc00dd198e279c``, ``Embedding``: the constructor signature
     ``(num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
-    gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False)``
-    and a ``weight`` of ``[num_embeddings, embedding_dim]`` looked up by id (no tensor parallelism)."""
+    gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False)``,
+    ``tp_size`` / ``tp_rank`` / ``tp_mode`` from the mapping (what the tie block of
+    ``DecoderModelForCausalLM.__init__`` compares), and a ``weight`` looked up by id. COLUMN keeps
+    ``embedding_dim / tp`` columns and gathers them (``gather_output``); ROW (vocab-split with an
+    all-reduce) is not reproduced and refused."""
 
     def __init__(self, num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
                  gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False):
+        from ...mapping import Mapping
+        from .linear import TensorParallelMode
+
         super().__init__()
-        if mapping is not None and getattr(mapping, "tp_size", 1) != 1:
-            raise NotImplementedError("stand-in: no tensor parallelism")
+        self.mapping = mapping or Mapping()
+        self.tp_size, self.tp_rank, self.tp_mode = self.mapping.tp_size, self.mapping.tp_rank, tensor_parallel_mode
+        self.gather_output = gather_output
+        if self.tp_mode == TensorParallelMode.ROW and self.tp_size > 1:
+            raise NotImplementedError("stand-in Embedding: ROW (vocab-split) parallelism is not reproduced")
+        cols = embedding_dim
+        if self.tp_mode == TensorParallelMode.COLUMN and self.tp_size > 1:
+            assert embedding_dim % self.tp_size == 0
+            cols = embedding_dim // self.tp_size
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, dtype=dtype), requires_grad=False)
+        self.weight = nn.Parameter(torch.empty(num_embeddings, cols, dtype=dtype), requires_grad=False)
 
     def forward(self, ids):
-        return self.weight[ids].float()
+        out = self.weight[ids].float()
+        if self.gather_output and self.tp_size > 1:
+            from ..distributed import allgather
+
+            out = allgather(out, self.mapping)
+        return out
+
+
+class DecoderModel(nn.Module):
+    """Reproduces NVIDIA/TensorRT-LLM modeling_utils.py (index id 5904819667) ``DecoderModel.__init__``:
+    ``self.dtype = model_config.pretrained_config.torch_dtype``, ``self.model_config``."""
+
+    def __init__(self, model_config):
+        super().__init__()
+        self.dtype = getattr(model_config.pretrained_config, "torch_dtype", None)
+        self.model_config = model_config
+
+
+def filter_weights(prefix, weights):
+    """Reproduces NVIDIA/TensorRT-LLM modeling_utils.py @ cb4c622c ``filter_weights`` (verbatim in
+    ../shared/trtllm_src/modeling_utils_excerpt.py): the entries under ``prefix.``, prefix removed."""
+    return {k[len(prefix) + 1:]: v for k, v in weights.items() if k.startswith(prefix + ".")}
+
+
+def duplicate_kv_weight(weight, num_kv_heads, tensor_parallel_size):
+    """Reproduces NVIDIA/TensorRT-LLM modeling_utils.py (index ids 1046435088, 57359368733)
+    ``duplicate_kv_weight``: with fewer KV heads than ranks, each KV head's rows repeated
+    ``tp / num_kv_heads`` times (so every rank's shard holds one whole head); else unchanged."""
+    if num_kv_heads >= tensor_parallel_size:
+        assert num_kv_heads % tensor_parallel_size == 0
+        return weight
+    assert tensor_parallel_size % num_kv_heads == 0
+    reps = tensor_parallel_size // num_kv_heads
+    if weight.ndim == 1:
+        return weight.repeat_interleave(reps)
+    assert weight.shape[0] % num_kv_heads == 0
+    size_per_kv_head = weight.shape[0] // num_kv_heads
+    weight = weight.reshape(num_kv_heads, size_per_kv_head, -1)[:, None, :, :].expand(
+        num_kv_heads, reps, size_per_kv_head, weight.shape[1])
+    return weight.reshape(num_kv_heads * reps * size_per_kv_head, -1).clone().detach()
+
+
+PARAMS_MAP = {'qkv_proj': ['q_proj', 'k_proj', 'v_proj'], 'gate_up_proj': ['gate_proj', 'up_proj']}
 
 
 class DecoderModelForCausalLM(nn.Module):
-    """Reproduces the loading contract of ``DecoderModelForCausalLM.load_weights(weights,
-    weight_mapper=None, allow_partial_loading=False)`` (modeling_utils.py @ cb4c622c,
-    ``_load_weights_impl``): parameters are filled by name; a fused module
-    (``FUSED_MODULE_COMPONENTS``: qkv_proj <- q/k/v_proj, gate_up_proj <- gate/up_proj) is the
-    concatenation of its components; with ``allow_partial_loading`` a module absent from the
-    checkpoint is skipped (left uninitialised), otherwise its absence raises.
-
-    Constructor as in NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_utils.py
+    """Constructor as in NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_utils.py
     (index ids 5904819667, 5772362611): ``__init__(self, model, *, config, hidden_size,
-    vocab_size)`` (keyword-only; the class lives in ``modeling_utils``, re-exported there)."""
+    vocab_size)`` (keyword-only; the class lives in ``modeling_utils``, re-exported there); the
+    ``lm_head`` is replaced by the target's (``load_weights_from_target_model``), so its TP mode is
+    not reproduced.
+
+    ``load_weights`` reproduces ``_load_weights_impl`` (NVIDIA modeling_utils.py, index id
+    1046435088): ``tp_size = 1`` under attention DP else ``mapping.tp_size``; per module with
+    parameters: skip ``lm_head`` when ``tie_word_embeddings``; a ``params_map`` module
+    (``qkv_proj``, ``gate_up_proj``) gets one filtered dict per component, k/v through
+    ``duplicate_kv_weight``, then ``module.load_weights(weights=[...])`` (its weight mode decides);
+    any other module with ``load_weights`` gets ``[filter_weights(name)]``; else each parameter is
+    copied. ``allow_partial_loading`` (the newer signature): a module the checkpoint has no entry for
+    is skipped (the drafter's shared ``embed_tokens``/``lm_head``)."""
 
     def __init__(self, model: nn.Module, *, config=None, hidden_size: int, vocab_size: int):
         super().__init__()
         self.model_config = config
         self.model = model
-        self.lm_head = Linear(hidden_size, vocab_size)
+        # LMHead(vocab, hidden, parallel_config=...) as DecoderModelForCausalLM.__init__ builds it (index id
+        # 5904819667): COLUMN with gather_output over the mapping's TP, unsharded (no mode) under attention DP
+        from .linear import TensorParallelMode
 
-    def load_weights(self, weights, weight_mapper=None, allow_partial_loading=False, **_):
-        for name, p in self.named_parameters():
-            if name in weights:
-                t = weights[name]
+        mapping = getattr(config, "mapping", None)
+        dp = mapping is None or mapping.enable_attention_dp
+        self.lm_head = Linear(hidden_size, vocab_size, bias=False, mapping=None if dp else mapping,
+                              tensor_parallel_mode=None if dp else TensorParallelMode.COLUMN, gather_output=not dp)
+
+    @property
+    def config(self):
+        return self.model_config.pretrained_config
+
+    def load_weights(self, weights, weight_mapper=None, allow_partial_loading=False, skip_modules=(), **_):
+        mapping = getattr(self.model_config, "mapping", None)
+        tp_size = 1 if (mapping is None or mapping.enable_attention_dp) else mapping.tp_size
+        cfg = self.config
+        num_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        for name, module in list(self.named_modules()):
+            if len(module._parameters) == 0:
+                continue
+            if any(s in name for s in skip_modules):
+                continue
+            if getattr(cfg, "tie_word_embeddings", False) and name.startswith("lm_head"):
+                continue
+            names = name.split('.')
+            if names[-1] in PARAMS_MAP:
+                module_weights = []
+                for new_name in PARAMS_MAP[names[-1]]:
+                    fw = filter_weights('.'.join(names[:-1] + [new_name]), weights)
+                    if new_name in ['k_proj', 'v_proj']:
+                        fw = {k: duplicate_kv_weight(weight=v[:], num_kv_heads=num_kv_heads, tensor_parallel_size=tp_size)
+                              if k in ["weight", "bias"] else v for k, v in fw.items()}
+                    module_weights.append(fw)
+                if allow_partial_loading and not any(module_weights):
+                    continue
+                module.load_weights(weights=module_weights)
             else:
-                t = None
-                for fused, parts in FUSED_MODULE_COMPONENTS.items():
-                    if f".{fused}." in name:
-                        keys = [name.replace(fused, part) for part in parts]
-                        if all(k in weights for k in keys):
-                            t = torch.cat([weights[k] for k in keys], 0)
-                if t is None:
-                    if allow_partial_loading:
-                        continue
-                    raise KeyError(f"missing weight {name}")
-            if tuple(t.shape) != tuple(p.shape):
-                raise ValueError(f"{name}: checkpoint shape {tuple(t.shape)} != parameter {tuple(p.shape)}")
-            p.data = t.detach().float().clone()
+                module_weights = filter_weights(name, weights)
+                if allow_partial_loading and not module_weights:
+                    continue
+                if hasattr(module, 'load_weights'):
+                    module.load_weights(weights=[module_weights])
+                else:
+                    for n, p in module._parameters.items():
+                        if p is not None:
+                            p.data = module_weights[n][:].detach().float().clone()

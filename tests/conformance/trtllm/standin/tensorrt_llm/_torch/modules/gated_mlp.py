@@ -3,7 +3,8 @@
 import torch
 from torch import nn
 
-from .linear import Linear
+from ...mapping import Mapping
+from .linear import Linear, TensorParallelMode, WeightMode, WeightsLoadingConfig
 
 
 class GatedMLP(nn.Module):
@@ -13,14 +14,25 @@ class GatedMLP(nn.Module):
     ``silu(g) * u``; with ``swiglu_alpha``/``swiglu_beta``/``swiglu_limit`` it is MiniMax's
     ``swigluoai``: ``g = g.clamp(max=limit)``, ``u = u.clamp(-limit, limit)``,
     ``g * sigmoid(alpha * g) * (u + beta)`` (``_minimax_m3_swiglu_oai``, same file).
+    Tensor parallelism as TensorRT-LLM's ``gated_mlp.py`` builds it (the mapping from ``config.mapping``;
+    ``gate_up_proj`` COLUMN with ``WeightMode.FUSED_GATE_UP_LINEAR``, ``down_proj`` ROW with the
+    all-reduce): recalled from that file, not re-read at a commit here; ``overridden_tp_size`` is not
+    reproduced (refused when given).
     """
 
     def __init__(self, *, hidden_size, intermediate_size, bias=False, activation=None, dtype=None,
+                 config=None, overridden_tp_size=None, reduce_output=True,
                  swiglu_alpha=None, swiglu_beta=None, swiglu_limit=None, **_):
         super().__init__()
+        if overridden_tp_size is not None:
+            raise NotImplementedError("stand-in GatedMLP: overridden_tp_size is not reproduced")
+        mapping = getattr(config, "mapping", None) or Mapping()
         self.intermediate_size = intermediate_size
-        self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, bias=bias)
-        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
+        self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, bias=bias, mapping=mapping,
+                                   tensor_parallel_mode=TensorParallelMode.COLUMN,
+                                   weights_loading_config=WeightsLoadingConfig(weight_mode=WeightMode.FUSED_GATE_UP_LINEAR))
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias, mapping=mapping,
+                                tensor_parallel_mode=TensorParallelMode.ROW, reduce_output=reduce_output)
         self.swiglu_alpha, self.swiglu_beta, self.swiglu_limit = swiglu_alpha, swiglu_beta, swiglu_limit
 
     def forward(self, x):

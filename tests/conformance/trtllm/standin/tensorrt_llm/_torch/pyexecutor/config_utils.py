@@ -8,13 +8,13 @@ from ..hf_config import PretrainedConfig
 
 
 def _is_sliding_attention_layer(layer_type) -> bool:
-    """Reproduces: NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/pyexecutor/config_utils.py @ 2c36f34b,
+    """Reproduces: NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/pyexecutor/config_utils.py @ 00679c66 (verbatim in ../shared/trtllm_src/config_utils_excerpt.py; 2c36f34b, cited before, lacks them),
     ``_is_sliding_attention_layer``: "sliding" in the lower-cased layer type name."""
     return "sliding" in getattr(layer_type, "name", str(layer_type)).lower()
 
 
 def get_layer_attention_window(config, layer_idx: int) -> Optional[int]:
-    """Reproduces: NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/pyexecutor/config_utils.py @ 2c36f34b,
+    """Reproduces: NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/pyexecutor/config_utils.py @ 00679c66,
     ``get_layer_attention_window``.
 
     ``use_sliding_window is False`` -> None. No ``sliding_window`` -> None (ValueError when
@@ -45,13 +45,13 @@ def get_layer_attention_window(config, layer_idx: int) -> Optional[int]:
 
 
 def is_mla(config) -> bool:
-    """Reproduces: config_utils.py @ 2c36f34b, ``is_mla``: kv_lora_rank and qk_rope_head_dim set."""
+    """Reproduces: config_utils.py @ 00679c66, ``is_mla``: kv_lora_rank and qk_rope_head_dim set."""
     return bool(getattr(config, "kv_lora_rank", None) and getattr(config, "qk_rope_head_dim", None))
 
 
 def load_pretrained_config(model_name_or_path: str, trust_remote_code: bool = False,
                            checkpoint_format: Optional[str] = None, **kwargs) -> PretrainedConfig:
-    """Reproduces: config_utils.py @ 2c36f34b, ``load_pretrained_config``, for a local folder whose
+    """Reproduces: config_utils.py @ 00679c66, ``load_pretrained_config``, for a local folder whose
     ``model_type`` has no special branch: the ``config.json`` dict as a PretrainedConfig
     (``AutoConfig.from_pretrained(..., trust_remote_code)``), unchanged. ``checkpoint_format``
     only selects the Mistral loader there; nothing else consults a config-loader registry.

@@ -84,7 +84,8 @@ def store_context_kv_paged(k, v, rows, positions, ctx_kv_cache, page_table, appe
 
 class DFlashWorker:
     """Reproduces the draft step of ``DFlashWorker`` / ``DSparkWorker`` (same file @ d70a2287):
-    ``_draft_block_width`` (K+1; K under DSpark's ``shift_label``), the trained-width check and
+    ``_draft_block_width`` (K+1, d70a2287 ``DFlashWorker``; K under DSpark's ``shift_label``: NVIDIA
+    ``_torch/speculative/dspark.py`` ``DSparkWorker._draft_block_width``, source id 57387223478), the trained-width check and
     ``validate_block_attention_windows()`` under TRTLLM (``_lazy_init_ctx_buffers``), the context
     K/V stored by ``precompute_context_kv`` into the pool the backend uses, one ``dflash_forward``
     over the block ``[anchor, mask, ...]``, rows picked by ``dflash_draft_slot_ids``, ``lm_head``,

@@ -11,11 +11,3 @@ class SpeculativeDecodingMode(enum.Enum):
 
     DFLASH = "DFLASH"
     DSPARK = "DSPARK"
-
-    @classmethod
-    def from_decoding_type(cls, decoding_type: str) -> "SpeculativeDecodingMode":
-        """``speculative_config.decoding_type`` -> mode (DFlash -> DFLASH, DSpark -> DSPARK)."""
-        table = {"DFlash": cls.DFLASH, "DSpark": cls.DSPARK}
-        if decoding_type not in table:
-            raise ValueError(f"decoding_type {decoding_type!r}: unknown; known {sorted(table)}")
-        return table[decoding_type]
