@@ -7,6 +7,7 @@ found stale docs); 2 bad input (one line per problem, no traceback).
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
 import os
 import shutil
@@ -30,7 +31,9 @@ from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
 from ..errors import IncompleteCheckpoint, UserError
 from ..eval import command as eval_command
 from ..io.gc_pause import paused_gc
-from ..io.publish import install_signal_handlers
+from ..io.atomic_file import check_file_replaceable, owned_safetensors, write_file
+from ..io.publish import install_signal_handlers, remove_temp
+from ..io.scratch import RUN_SCRATCH, make_scratch
 from ..runtime.draft import format_report, report_json, run_draft
 from ..runtime.memory import check_draft_memory, check_lowering
 from ..spec.loading import adapter_files, load_spec
@@ -217,7 +220,8 @@ def cmd_convert(opts, spec, path):
 def cmd_schema(opts, spec, path):
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     if opts.get("out"):
-        Path(opts["out"]).write_text(text)
+        write_file(opts["out"], text.encode("utf-8"), key="out", command="schema", overwrite=opts["overwrite"],
+                   owned=docs.is_schema_file)
         print(f"wrote {opts['out']}")
     else:
         sys.stdout.write(text)
@@ -251,12 +255,12 @@ of quality): format=json gives the same as one JSON object."""
 
 def cmd_draft(opts, spec, path):
     """One draft step; with no checkpoint, on the embedded synthetic default."""
-    scratch: list[Path] = []  # checkpoints made for this step only
+    scratch: list[Path] = []  # checkpoints made for this step only (owned: a killed run's are tidied next run)
     try:
         return _draft(opts, spec, path, scratch)
     finally:
         for d in scratch:
-            shutil.rmtree(d, ignore_errors=True)
+            remove_temp(d)
 
 
 def _draft(opts, spec, path, scratch: list[Path]):
@@ -269,7 +273,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         check_lowering(opts["lowering"], device)
     if opts.get("checkpoint") in (None, ""):
         adapter = _adapter(spec, path, opts)
-        work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+        work = make_scratch(RUN_SCRATCH)
         scratch.append(work)
         synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"], progress=opts["progress"])
         checkpoint = work / "converted"
@@ -283,7 +287,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         checkpoint = found.path
         if converted_by(checkpoint) is None:  # a source checkpoint: convert it first
             adapter = _adapter(spec, path, opts, checkpoint)
-            work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+            work = make_scratch(RUN_SCRATCH)
             scratch.append(work)
             print(f"checkpoint={opts['checkpoint']}: not converted yet; converting it with {adapter.name} "
                   "into a temporary folder first", file=sys.stderr)
@@ -295,11 +299,14 @@ def _draft(opts, spec, path, scratch: list[Path]):
             if not guess.is_dir():
                 raise UserError("draftsmith draft: missing target=DIR (the target's embed_tokens/lm_head)")
             target = guess
+    if opts.get("dump") and os.path.lexists(opts["dump"]):  # refused before the step, checked again when written
+        check_file_replaceable(Path(opts["dump"]), "dump", opts["overwrite"], "draft", owned_safetensors("draft"))
     check_draft_memory(checkpoint, device, context=opts["context"], batch=opts["batch"])
     try:
         report = run_draft(checkpoint, target, device=device, context=opts["context"],
                            seed=opts["seed"], batch=opts["batch"], lowering=opts.get("lowering"),
-                           dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"))
+                           dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"),
+                           overwrite=opts["overwrite"])
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise UserError(f"draftsmith draft: {str(e).strip(chr(39))}") from None
     if opts["format"] == "json":
@@ -320,8 +327,12 @@ def cmd_emit(opts, spec, path):
     out = Path(_need(opts, "out", "emit"))
     backbone = opts.get("backbone") or DEFAULT
     backbone = None if backbone == "none" else backbone
+    # the spec's own folder first: adapter=path.yaml names a file outside the shipped adapters
+    spec_dir = Path(path).parent if path is not None else opts.get("adapter_dir")
+    # overwrite= reaches atomic_dir/publish (command "emit": never a folder another command wrote)
+    kw = {"overwrite": opts["overwrite"]} if "overwrite" in inspect.signature(write_package).parameters else {}
     res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone),
-                        config=opts.get("config"), overrides=spec_overrides(adapter, opts.get("adapter_dir")))
+                        config=opts.get("config"), overrides=spec_overrides(adapter, spec_dir), **kw)
     print(res.summary())
     return 0
 
@@ -346,8 +357,12 @@ COMMANDS = {
 
 
 def set_threads(threads) -> None:
-    """``threads=N``: torch intra-op threads (outputs are bit-identical for any N)."""
+    """``threads=N``: torch intra-op threads (outputs are bit-identical for any N), at most
+    the CPUs this process may run on (a huge pool crashes the OpenMP runtime)."""
     if threads is not None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if threads > cpus:
+            raise UserError(f"threads={threads}: more than the {cpus} CPU(s) this process may use")
         torch.set_num_threads(threads)
 
 

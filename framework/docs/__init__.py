@@ -27,16 +27,25 @@ shipped adapter missing the schema line) and exits 1.
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from pathlib import Path
 
 from ...adapters import ADAPTER_DIR
 from ..cli.keys import cli_md
+from ..errors import UserError
+from ..io.atomic_file import head_has, write_file
+from ..io.safe_read import read_limited
 from .drafters import (Drafter, default_docs_dir, load_drafters, readme_table_excerpt, repo_root,  # noqa: F401
                        serving_config, supported_drafters_md)
 from .markdown import (CLI_FILE, README_BEGIN, README_END, SCHEMA_FILE, SCHEMA_LINE, SPEC_FILE, SUPPORTED_FILE,  # noqa: F401
                        TRTLLM_STATUS)
-from .spec import adapter_spec_md, schema_json_text, type_name  # noqa: F401
+from .spec import adapter_spec_md, is_schema_file, schema_json_text, type_name  # noqa: F401
+
+#: the largest generated file read back (bytes)
+MAX_DOC_BYTES = 16 << 20
+#: what every generated markdown file's banner holds (:func:`~.markdown._banner`, cli.md's)
+GENERATED_SIGNATURE = b"enerated by `draftsmith docs`"
 
 # --------------------------------------------------------------------------------------
 # generate / write / check
@@ -54,7 +63,13 @@ def generate(adapter_dir: str | Path | None = None, drafters: list[Drafter] | No
 
 
 def readme_with_excerpt(text: str, excerpt: str) -> str | None:
-    """``text`` with the marked block replaced by ``excerpt``; None without both markers."""
+    """``text`` with the marked block replaced by ``excerpt``; None without both markers.
+    An ``excerpt`` holding a marker (from a spec's text) is refused: the block it would
+    write could not be found again."""
+    for m in (README_BEGIN, README_END):
+        if m in excerpt:
+            raise UserError(f"README.md: the generated excerpt holds the marker {m!r} (from an adapter's docs "
+                            "text); remove it from the spec")
     b, e = text.find(README_BEGIN), text.find(README_END)
     if b < 0 or e < b:
         return None
@@ -95,12 +110,30 @@ def targets(out: str | Path | None = None, adapter_dir: str | Path | None = None
     return files
 
 
+def _read(path: Path) -> str | None:
+    """The exact text of ``path`` (bytes decoded, no newline translation: a ``\r`` stays one),
+    None when it is missing."""
+    if not os.path.lexists(path):
+        return None
+    return read_limited(path, MAX_DOC_BYTES, "a generated doc").decode("utf-8", "surrogateescape")
+
+
 def _stale(out, adapter_dir):
     """``(path, current text or None, generated text)`` of each generated file that differs."""
     for path, new in targets(out, adapter_dir).items():
-        old = path.read_text(encoding="utf-8") if path.is_file() else None
+        old = _read(path)
         if old != new:
             yield path, old, new
+
+
+def _owned(path: Path) -> bool:
+    """A generated file ``docs`` may replace: its banner (markdown), the schema's title (JSON),
+    or README.md's markers."""
+    if path.name == "README.md":
+        return head_has(path, README_BEGIN.encode(), limit=MAX_DOC_BYTES)
+    if path.suffix == ".json":
+        return is_schema_file(path)
+    return head_has(path, GENERATED_SIGNATURE)
 
 
 def check(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[str]:
@@ -113,8 +146,7 @@ def write(out: str | Path | None = None, adapter_dir: str | Path | None = None) 
     """Write the stale generated files; return those written."""
     written = []
     for path, _, new in _stale(out, adapter_dir):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(new, encoding="utf-8")
+        write_file(path, new.encode("utf-8"), key="out", command="docs", overwrite=True, owned=_owned)
         written.append(path)
     return written
 
