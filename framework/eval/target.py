@@ -38,11 +38,12 @@ def resolve(source: str | Path) -> Path:
         return p
     if p.exists() or str(source).count("/") != 1:
         raise UserError(f"target={source}: not a folder, and not a repo id (owner/name) in the local cache")
-    from huggingface_hub import snapshot_download
+    from ..convert.locate import hub_cache_dir
+    from ..io.hub_cache import snapshot_folder  # bounded: resolved inside the cache only
 
     try:
-        return Path(snapshot_download(str(source), local_files_only=True))
-    except Exception as e:  # LocalEntryNotFoundError, HFValidationError, ...
+        return snapshot_folder(str(source), None, hub_cache_dir(), key="target")
+    except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"target={source}: not in the local Hugging Face cache ({type(e).__name__}); "
                         "download it first or pass a folder") from None
 
