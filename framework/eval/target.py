@@ -98,6 +98,14 @@ class Target:
     def hidden_size(self) -> int:
         return int(self.model.get_input_embeddings().weight.shape[1])
 
+    @property
+    def max_positions(self) -> Optional[int]:
+        """The target's ``max_position_embeddings`` (its text config's), or None if it has none."""
+        cfg = self.model.config
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        n = getattr(cfg, "max_position_embeddings", None)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
     def shared_modules(self):
         """What the drafter borrows, in the HF causal-LM shape ``.model.embed_tokens`` / ``.lm_head``."""
         from types import SimpleNamespace

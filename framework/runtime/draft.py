@@ -163,7 +163,8 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
 def estimate_bytes(cfg, context: int, batch: int, page_size: int, dtype: torch.dtype, dump: bool = False) -> int:
     """Bytes ``run_draft`` allocates at least: the paged KV cache (full layers hold ``context``
     tokens, windowed ones a ring of ``W-1`` plus a page) and the random context rows it
-    generates (every row with a full layer or ``dump``; else a window's worth)."""
+    generates (every row with a full layer or ``dump``; else a window's worth), and the block
+step's scores and logits (:func:`~.memory.block_bytes`)."""
     per_token = 2 * cfg.dims.kv_heads * cfg.dims.head_dim * torch.empty((), dtype=dtype).element_size()
     tokens = 0
     for m in cfg.masks:
@@ -173,7 +174,10 @@ def estimate_bytes(cfg, context: int, batch: int, page_size: int, dtype: torch.d
                  default=context)
     rows = context if dump else widest
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
-    return batch * (tokens * per_token + rows * width * 4) + min(rows, CHUNK) * width * 4
+    from .memory import block_bytes
+
+    block = block_bytes(cfg.block_size, widest, cfg.dims.heads, cfg.dims.vocab, batch)
+    return batch * (tokens * per_token + rows * width * 4) + min(rows, CHUNK) * width * 4 + block
 
 
 def available_bytes(device: torch.device) -> int | None:
