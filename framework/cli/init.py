@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from ..convert.checkpoint import read_config, read_headers
 from ..errors import UserError
 from ..io.atomic_file import check_file_replaceable, head_has, write_file
+from .shown import is_shown_as_is, shown
 from ..compile.dotted import get_dotted
 from ..compile.flatten import merge_sections
 from ..spec.commented_yaml import dump
@@ -116,6 +118,10 @@ def infer(source: Path, name: str | None = None) -> Inferred:
     source = Path(source)
     raw = read_config(source)
     headers = {n: st.meta for n, st in read_headers(source).items()}
+    bad = [n for n in headers if not is_shown_as_is(n)]
+    if bad:
+        raise UserError(*(f"{source}: tensor {shown(n)}: its name holds a control character, format character or "
+                          "lone surrogate; init writes only printable names into a spec" for n in bad[:20]))
     todos: list[str] = []
     #: end-of-line comments and whole comment lines after a node, by key path (see commented_yaml)
     comments: dict[tuple, str] = {}
@@ -446,7 +452,11 @@ def cli(opts: dict) -> int:
     name = out.stem
     if not re.match(r"^[a-z][a-z0-9_]*$", name):
         raise UserError(f"out={out}: the file name is the adapter name: lowercase letters, digits, _")
-    res = infer(Path(source), name)
+    try:
+        res = infer(Path(source), name)
+    except yaml.YAMLError as e:  # a config string YAML cannot carry (control characters): one line
+        raise UserError(f"source={source}: config.json holds a value a spec cannot carry "
+                        f"({shown(str(e).splitlines()[0] if str(e) else type(e).__name__)})") from None
     write_file(out, res.yaml.encode("utf-8"), key="out", command="init", overwrite=bool(opts.get("overwrite")),
                owned=_written_by_init)
     print(f"wrote {out} ({len(res.todos)} TODO{'s' if len(res.todos) != 1 else ''})")

@@ -40,6 +40,7 @@ from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import json_schema
 from . import init
 from .compose import compose
+from .shown import shown
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
 
 def _need(opts: dict, key: str, command: str) -> str:
@@ -113,9 +114,15 @@ def describe_plan(plan) -> str:
     lines.append("tensors (target <- source, transforms):")
     by_out = _tensor_rows(plan)
     # compress layer ranges like the report does
-    rows = [Problem(o, "<-", f"{', '.join(by_out[o][0])} [{by_out[o][1]}]") for o in plan.outputs if o in by_out]
+    rows = [Problem(shown(o), "<-", shown(f"{', '.join(by_out[o][0])} [{by_out[o][1]}]")) for o in plan.outputs
+            if o in by_out]
     lines += ["  " + r.replace(" | <- | ", " <- ", 1) for r in format_plan_rows(rows).splitlines()]
-    return "\n".join(lines)
+    return "\n".join(shown(line) for line in lines)  # names from the checkpoint: one line each, escaped
+
+
+def problems_report(plan) -> str:
+    """The loading report's problem rows, names escaped (:func:`~.shown.shown`)."""
+    return format_plan_rows([Problem(shown(p.name), p.status, shown(p.detail)) for p in plan.problems])
 
 
 def defaults_lines(r: ResolvedDrafter) -> list[str]:
@@ -166,7 +173,7 @@ def cmd_inspect(opts, spec, path):
         print(describe_plan(plan))
         if not plan.complete:
             print(f"\nloading report: {len(plan.problems)} problem(s)")
-            print(plan.report())
+            print(problems_report(plan))
         complete = plan.complete
         del plan  # freed by reference counting: the collection that GC resumes with stays small
     if not complete:
@@ -417,24 +424,27 @@ def _main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         return _unknown_command(command)
     install_signal_handlers()  # SIGTERM/SIGHUP clean up like Ctrl-C
+    for stream in (sys.stdout, sys.stderr):  # a lone surrogate that still reaches a print is escaped, not a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         opts, spec, path = compose(command, args)
         set_threads(opts.get("threads"))
         return COMMANDS[command](opts, spec, path) or 0
     except IncompleteCheckpoint as e:
         for p in e.problems:
-            print(p)
+            print(shown(p))
         return 1
     except UserError as e:
-        for p in e.problems:
-            print(f"error: {p}", file=sys.stderr)
+        for p in e.problems:  # one line per problem, always: names from files are escaped
+            print(f"error: {shown(p)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         print(f"interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except OSError as e:  # the environment refused: read-only or missing parent, disk full, ulimit -f
         where = e.filename or "draftsmith"
-        print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: {shown(where)}: {shown(e.strerror or e)}", file=sys.stderr)
         return 2
     except RecursionError:
         print("error: input nested too deeply", file=sys.stderr)
