@@ -76,6 +76,20 @@ def readme_with_excerpt(text: str, excerpt: str) -> str | None:
     return text[: b + len(README_BEGIN)] + "\n" + excerpt + text[e:]
 
 
+def check_no_markers(drafters: list[Drafter]) -> None:
+    """Refuse (one line per adapter) a spec whose text holds README.md's block markers: the
+    block written from it could not be found again (README would grow on every run)."""
+    import json
+
+    bad = []
+    for d in drafters:
+        text = json.dumps(d.spec.model_dump(mode="json"), ensure_ascii=False)
+        bad += [f"{d.adapter.path}: a string holds the docs marker {m!r}; remove it" for m in (README_BEGIN, README_END)
+                if m in text]
+    if bad:
+        raise UserError(*bad)
+
+
 def missing_schema_lines(adapter_dir: Path | None = None) -> list[str]:
     """Shipped adapters whose first line is not the schema line."""
     d = Path(adapter_dir or ADAPTER_DIR)
@@ -100,6 +114,7 @@ def targets(out: str | Path | None = None, adapter_dir: str | Path | None = None
     repository's ``docs/``) this includes README.md when it has the markers."""
     out_dir = Path(out) if out not in (None, "") else default_docs_dir()
     drafters = load_drafters(adapter_dir)
+    check_no_markers(drafters)
     files = {out_dir / k: v for k, v in generate(adapter_dir, drafters).items()}
     if out in (None, ""):
         readme = repo_root() / "README.md"
@@ -144,8 +159,12 @@ def check(out: str | Path | None = None, adapter_dir: str | Path | None = None) 
 
 def write(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[Path]:
     """Write the stale generated files; return those written."""
-    written = []
-    for path, _, new in _stale(out, adapter_dir):
+    written, stale = [], list(_stale(out, adapter_dir))
+    refused = [f"out={path}: exists and was not written by `draftsmith docs`; refusing to replace it"
+               for path, old, _ in stale if old is not None and not _owned(path)]
+    if refused:  # checked for every file before any is written
+        raise UserError(*refused)
+    for path, _, new in stale:
         write_file(path, new.encode("utf-8"), key="out", command="docs", overwrite=True, owned=_owned)
         written.append(path)
     return written
