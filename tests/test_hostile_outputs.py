@@ -26,7 +26,6 @@ import pytest
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.convert.synth import synthesize
-from draftsmith.framework.io import atomic_file
 from draftsmith.framework.io.publish import OWNER
 from draftsmith.framework.io.scratch import RUN_SCRATCH, clean_stale_scratch
 from reliability_log import record
@@ -169,8 +168,33 @@ def full_disk(monkeypatch):
         state["n"] += n
         return n
 
-    monkeypatch.setattr(atomic_file.os, "write", write)
+    monkeypatch.setattr(os, "write", write)
     return state
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A real 64 KiB tmpfs (needs mount rights; skipped without them), filled to ~12 KiB free."""
+    d = tmp_path / "tinyfs"
+    d.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)], capture_output=True)
+    if p.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (d / "filler").write_bytes(b"x" * (52 << 10))
+        yield d
+    finally:
+        subprocess.run(["umount", str(d)], capture_output=True)
+
+
+def test_schema_and_init_on_a_real_full_tmpfs(planted, tiny_fs):
+    out = tiny_fs / "schema.json"
+    refused(["schema", f"out={out}"], "out=")
+    spec = tiny_fs / "my_drafter.yaml"
+    (tiny_fs / "filler").write_bytes(b"x" * (60 << 10))
+    refused(["init", f"source={planted / 'ckpt'}", f"out={spec}"], "out=")
+    assert sorted(os.listdir(tiny_fs)) == ["filler"], os.listdir(tiny_fs)
+    record(AREA, "schema out= / init out= on a full tmpfs", "exit 2, nothing half-written, no temp")
 
 
 def test_schema_on_a_full_disk_leaves_nothing_half_written(tmp_path, full_disk):
