@@ -131,7 +131,7 @@ def test_draft_dump_never_replaces_a_checkpoint_shard(planted, converted, tmp_pa
                 "dump=")
         assert shard.read_bytes() == before
     refused(["draft", f"checkpoint={converted}", f"target={planted / 'ckpt' / 'target'}",
-             f"dump={planted / 'foreign.safetensors'}", "overwrite=true"], "not written by `draftsmith draft`")
+             f"dump={planted / 'foreign.safetensors'}", "overwrite=true"], "not written by draftsmith draft")
     dump = tmp_path / "step.safetensors"
     args = ["draft", f"checkpoint={converted}", f"target={planted / 'ckpt' / 'target'}", f"dump={dump}"]
     assert run(args)[0] == 0 and dump.is_file()
@@ -143,7 +143,7 @@ def test_draft_dump_never_replaces_a_checkpoint_shard(planted, converted, tmp_pa
 
 def test_schema_out_replaces_only_its_own_file(planted, tmp_path):
     refused(["schema", f"out={planted / 'foreign.json'}"], "already exists")
-    refused(["schema", f"out={planted / 'foreign.json'}", "overwrite=true"], "not written by `draftsmith schema`")
+    refused(["schema", f"out={planted / 'foreign.json'}", "overwrite=true"], "not written by draftsmith schema")
     link = tmp_path / "link.json"
     link.symlink_to(planted / "notes.txt")
     refused(["schema", f"out={link}", "overwrite=true"], "symbolic link")
@@ -219,7 +219,7 @@ def test_init_never_writes_through_a_planted_temp_name(planted, tmp_path):
     assert out.is_file() and not out.is_symlink() and "draftsmith init" in out.read_text()
     assert (planted / "notes.txt").read_text() == "user notes\n"
     refused(["init", f"source={planted / 'ckpt'}", f"out={planted / 'foreign.yaml'}", "overwrite=true"],
-            "not written by `draftsmith init`")
+            "not written by draftsmith init")
     record(AREA, "init with a symlink planted at the temp name", "link never followed")
 
 
@@ -255,7 +255,7 @@ def test_emit_takes_overwrite_key():
 
 
 def test_docs_out_replaces_only_generated_files(planted, tmp_path):
-    refused(["docs", f"out={planted / 'docs'}"], "not written by `draftsmith docs`")
+    refused(["docs", f"out={planted / 'docs'}"], "not written by draftsmith docs")
     out = tmp_path / "docs"
     assert run(["docs", f"out={out}"])[0] == 0
     assert run(["docs", f"out={out}", "check=true"])[0] == 0
@@ -265,7 +265,7 @@ def test_docs_out_replaces_only_generated_files(planted, tmp_path):
 def test_eval_plot_replaces_only_its_own_plot(planted):
     pytest.importorskip("matplotlib")
     refused(["eval", f"checkpoint={PAIR / 'dspark'}", f"target={PAIR / 'target'}", f"prompts={PAIR / 'prompts.jsonl'}",
-             f"plot={planted / 'foreign.png'}", "overwrite=true"], "not written by `draftsmith eval`")
+             f"plot={planted / 'foreign.png'}", "overwrite=true"], "not written by draftsmith eval")
     record(AREA, "eval plot= onto a foreign PNG", "exit 2 before the run, file unchanged")
 
 

@@ -160,7 +160,7 @@ def check(out: str | Path | None = None, adapter_dir: str | Path | None = None) 
 def write(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[Path]:
     """Write the stale generated files; return those written."""
     written, stale = [], list(_stale(out, adapter_dir))
-    refused = [f"out={path}: exists and was not written by `draftsmith docs`; refusing to replace it"
+    refused = [f"out={path}: exists and was not written by draftsmith docs; refusing to replace it"
                for path, old, _ in stale if old is not None and not _owned(path)]
     if refused:  # checked for every file before any is written
         raise UserError(*refused)

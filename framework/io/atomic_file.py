@@ -56,7 +56,7 @@ def check_file_replaceable(out: Path, key: str, overwrite: bool, command: str,
     if os.path.islink(out):
         raise UserError(f"{where}: is a symbolic link; overwrite=true replaces only files `draftsmith {command}` wrote")
     if not owned(out):
-        raise UserError(f"{where}: exists and was not written by `draftsmith {command}`; overwrite=true replaces "
+        raise UserError(f"{where}: exists and was not written by draftsmith {command}; overwrite=true replaces "
                         "only files that command wrote: choose another path")
 
 
