@@ -42,7 +42,11 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
         if not line.strip():
             continue
         if p.suffix == ".jsonl":
-            obj = parse_json(line.encode("utf-8"), f"{p}:{n}")  # strict: one line per problem
+            try:  # strict: no NaN, no 5000-digit integer, bounded nesting
+                obj = parse_json(line.encode("utf-8", "surrogatepass"), f"{p}:{n}")
+            except UserError as e:
+                reason = e.problems[0].removeprefix(f"{p}:{n}: ")
+                raise UserError(f"{p}:{n}: not JSON ({reason})") from None
             key = next((k for k in JSONL_KEYS if isinstance(obj, dict) and k in obj), None)
             if key is None or not isinstance(obj[key], str) or not obj[key]:
                 raise UserError(f"{p}:{n}: expected an object with a non-empty string 'prompt' (or 'text')")
