@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_hostile_specs.py", "tests/test_hostile_checkpoints.py", "tests/test_hostile_bounds.py",
          "tests/test_hostile_draft.py", "tests/test_hostile_runs.py", "tests/test_interrupt.py",
-         "tests/test_determinism.py"]
+         "tests/test_hostile_outputs.py", "tests/test_determinism.py"]
 AREAS = {
     "specs": "Adapter specs (`draftsmith inspect adapter=... adapter_dir=...`, in-process)",
     "checkpoints": "Checkpoints (`draftsmith convert`, a fresh synthetic tiny MiniMax DSpark checkpoint corrupted at random)",
@@ -32,6 +32,9 @@ AREAS = {
     "draft": "Converted checkpoints under `draftsmith draft` (NaN weights, invalid config values, escaping index, huge contexts)",
     "runs": "Concurrent runs and signals (SIGTERM, SIGHUP)",
     "interrupt": "Interrupted conversions (SIGKILL)",
+    "outputs": "Outputs, bounds, scratch, names and docs (issue 40: `draft dump=`, `schema out=`, `docs`, `init`, "
+               "`emit`, `eval`; Hugging Face revisions, eval prompts, config sizes, `threads`; killed runs' scratch; "
+               "hostile tensor names)",
     "determinism": "Determinism",
 }
 DEMANDS = {
@@ -49,6 +52,10 @@ DEMANDS = {
                  "intact or the complete new one when replacing; the next run succeeds, byte-identical to an "
                  "uninterrupted run, and leaves only `out`.",
     "determinism": "byte-identical outputs.",
+    "outputs": "exit 2 with one `error:` line per problem naming the key or file, names escaped (no raw newline, "
+               "ANSI escape, bidi mark or lone surrogate), no traceback; no file outside draftsmith's own outputs "
+               "changes (a planted folder is snapshotted before and after every test); no temp file left; a "
+               "killed run's scratch removed by the next run.",
 }
 
 
@@ -66,6 +73,10 @@ def main() -> int:
         rows = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
     tail = [l for l in p.stdout.strip().splitlines() if l.strip()][-5:]
     counts = collections.Counter((r["area"], r["kind"], r["result"]) for r in rows)
+    tests: dict[tuple, set] = collections.defaultdict(set)
+    for r in rows:
+        if r.get("test"):
+            tests[(r["area"], r["kind"], r["result"])].add(r["test"].split("::")[-1])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
     out = ["# Reliability: hostile input", "",
@@ -81,9 +92,10 @@ def main() -> int:
     for area, title in AREAS.items():
         items = sorted((k, r, n) for (a, k, r), n in counts.items() if a == area)
         out += [f"## {title}", "", f"Demanded of every case: {DEMANDS[area]}", "",
-                "| Case | Count | Result |", "|---|---:|---|"]
-        out += [f"| {k} | {n} | {r} |" for k, r, n in items]
-        out += [f"| **total** | **{sum(n for _, _, n in items)}** | |", ""]
+                "| Case | Count | Result | Test |", "|---|---:|---|---|"]
+        out += [f"| {k} | {n} | {r} | {', '.join(f'`{t}`' for t in sorted(tests[(area, k, r)]))} |"
+                for k, r, n in items]
+        out += [f"| **total** | **{sum(n for _, _, n in items)}** | | |", ""]
     out += ["## Limits and policies these tests hold the code to", "",
             "- Spec YAML: safe loader only (no Python tags); at most 1 MiB and 100,000 nodes after alias "
             "expansion; recursive aliases, duplicate keys and non-UTF-8 files refused.",
@@ -113,6 +125,21 @@ def main() -> int:
             "that point at a missing shard or at a shard that does not hold the tensor are refused; MXFP8 "
             "weights must be F8_E4M3 and scales U8/F8_E8M0 of shape `[rows, ceil(cols/32)]`; scale byte 255 "
             "and any NaN/Inf in an output tensor are refused.",
+            "- Ownership: a folder's marker names the command that wrote it; `overwrite=true` replaces only the "
+            "same kind of output (`emit` never replaces a checkpoint `convert` wrote). Single files (`schema out=`, "
+            "`docs`, `init out=`, `draft dump=`, `eval plot=`) are replaced only when they carry that command's "
+            "signature (schema title, docs banner, init header, dump metadata, PNG Software chunk), never through "
+            "a symbolic link; written to `.<name>.tmp-<pid>-<random>` opened `O_CREAT|O_EXCL|O_NOFOLLOW`, fsynced "
+            "and renamed; removed on every error (a full disk leaves nothing).",
+            "- Bounds: Hugging Face revisions resolved inside the cache only (no `..`, no absolute part; ref files "
+            "through the hardened reader, at most 256 bytes); eval prompts at most 1 MiB each, 100 000 per file, "
+            "tokens + max_new_tokens + drafts within the target's `max_position_embeddings`; config sizes bounded "
+            "(`block_size` <= 4096, heads <= 4096, vocab <= 2^24) and the draft step's scores and logits in the "
+            "memory estimate; every integer key <= 2^31-1 and at most 64 digits; `threads` <= the CPUs this "
+            "process may use.",
+            "- Scratch: `draft`/`eval` conversions and `convert to=`'s export copy live in owned folders "
+            "(`draftsmith-scratch-<pid>-*`, `.draftsmith-export-<pid>-*`) removed on exit and, after a SIGKILL, "
+            "by the next run.",
             "- Output: written into `.<out>.tmp-<pid>-*` beside the destination and renamed into place; an "
             "existing destination is replaced only with `overwrite=true`, by an atomic exchange "
             "(`renameat2(RENAME_EXCHANGE)`; elsewhere a move-aside that the next run undoes). The interruption tests install "

@@ -13,9 +13,11 @@ import os
 
 
 def record(area: str, kind: str, result: str) -> None:
-    """Count one case of bad input ``kind`` (in ``area``) that ended in ``result``."""
+    """Count one case of bad input ``kind`` (in ``area``) that ended in ``result``; the line
+    also names the test that held it (``file::test``)."""
     path = os.environ.get("DRAFTSMITH_RELIABILITY_LOG")
     if not path:
         return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].split("[")[0]  # file::test, no params
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"area": area, "kind": kind, "result": result}) + "\n")
+        f.write(json.dumps({"area": area, "kind": kind, "result": result, "test": test}) + "\n")

@@ -26,9 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from ..convert.checkpoint import read_config, read_headers
 from ..errors import UserError
+from ..io.atomic_file import check_file_replaceable, head_has, write_file
+from .shown import is_shown_as_is, shown
 from ..compile.dotted import get_dotted
 from ..compile.family import get_family
 from ..compile.flatten import merge_sections
@@ -118,6 +121,10 @@ def infer(source: Path, name: str | None = None) -> Inferred:
     source = Path(source)
     raw = read_config(source)
     headers = {n: st.meta for n, st in read_headers(source).items()}
+    bad = [n for n in headers if not is_shown_as_is(n)]
+    if bad:
+        raise UserError(*(f"{source}: tensor {shown(n)}: its name holds a control character, format character or "
+                          "lone surrogate; init writes only printable names into a spec" for n in bad[:20]))
     todos: list[str] = []
     #: end-of-line comments and whole comment lines after a node, by key path (see commented_yaml)
     comments: dict[tuple, str] = {}
@@ -438,11 +445,7 @@ INIT_MARK = "# Starter spec written by `draftsmith init"
 
 def _written_by_init(path: Path) -> bool:
     """``path`` is a regular file whose first lines carry init's header."""
-    if path.is_symlink() or not path.is_file():
-        return False
-    with open(path, "rb") as f:
-        head = f.read(4096).decode("utf-8", "replace").splitlines()[:3]
-    return any(l.startswith(INIT_MARK) for l in head)
+    return head_has(path, INIT_MARK.encode("utf-8"))
 
 
 def cli(opts: dict) -> int:
@@ -453,22 +456,20 @@ def cli(opts: dict) -> int:
     if not out:
         raise UserError("draftsmith init: missing out=FILE (the adapter YAML to write)")
     out = Path(out)
-    if os.path.lexists(out):
-        if not opts.get("overwrite"):
-            raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-        if not _written_by_init(out):
-            raise UserError(f"out={out}: exists and was not written by draftsmith init; "
-                            "overwrite=true replaces only specs init wrote: choose another out=")
+    if os.path.lexists(out):  # refused before reading the source; checked again when written
+        check_file_replaceable(out, "out", bool(opts.get("overwrite")), "init", _written_by_init)
     if out.suffix != ".yaml":
         raise UserError(f"out={out}: an adapter file ends in .yaml")
     name = out.stem
     if not re.match(r"^[a-z][a-z0-9_]*$", name):
         raise UserError(f"out={out}: the file name is the adapter name: lowercase letters, digits, _")
-    res = infer(Path(source), name)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    tmp.write_text(res.yaml)
-    os.replace(tmp, out)
+    try:
+        res = infer(Path(source), name)
+    except yaml.YAMLError as e:  # a config string YAML cannot carry (control characters): one line
+        raise UserError(f"source={source}: config.json holds a value a spec cannot carry "
+                        f"({shown(str(e).splitlines()[0] if str(e) else type(e).__name__)})") from None
+    write_file(out, res.yaml.encode("utf-8"), key="out", command="init", overwrite=bool(opts.get("overwrite")),
+               owned=_written_by_init)
     print(f"wrote {out} ({len(res.todos)} TODO{'s' if len(res.todos) != 1 else ''})")
     for t in res.todos:
         print(f"  TODO: {t}")

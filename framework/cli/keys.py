@@ -32,12 +32,13 @@ class Key:
     choices: tuple[str, ...] = ()
     minimum: Optional[int] = None
     required: bool = False
+    maximum: int = 2**31 - 1  # every int is bounded: a value past it is refused naming the key
 
     def type_text(self) -> str:
         if self.type == "enum":
             return "|".join(self.choices)
         if self.type == "int" and self.minimum is not None:
-            return f"int >= {self.minimum}"
+            return f"int >= {self.minimum}" if self.maximum == Key.maximum else f"int {self.minimum}..{self.maximum}"
         return self.type
 
 
@@ -111,6 +112,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "(its metadata records the dtype)"),
         Key("dtype", "enum", None, "dtype of the step (default: the checkpoint's)",
             choices=("bfloat16", "float16", "float32")),
+        _with(OVERWRITE, help="replace a dump= file that draftsmith draft wrote (never anything else)"),
         PROGRESS, THREADS), overrides=True),
     Command("eval", "acceptance length of greedy speculative decoding with a real target model (docs/eval.md)", (
         _adapter(), ADAPTER_DIR,
@@ -126,6 +128,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         Key("check", "bool", False, "also check the output equals the target's own greedy decode (exit 1 if not)"),
         FORMAT,
         Key("plot", "path", None, "write an acceptance plot (PNG; needs matplotlib)"),
+        _with(OVERWRITE, help="replace a plot= file that draftsmith eval wrote (never anything else)"),
         THREADS), overrides=True),
     Command("emit", "write the TensorRT-LLM custom-model package for an adapter", (
         _adapter(required=True), ADAPTER_DIR,
@@ -136,6 +139,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "engine.trtllm_backbone, else generated)"),
         Key("config", "path", None, "a converted config.json (or its folder) to emit for (default: the "
             "adapter's synth.config)"),
+        _with(OVERWRITE, help="replace an out= package that draftsmith emit wrote (never anything else)"),
         THREADS), overrides=True),
     Command("docs", "regenerate (or check) the generated docs from the adapters and this table", (
         Key("check", "bool", False, "write nothing; print a diff and exit 1 if a generated file is stale"),
@@ -146,7 +150,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         Key("out", "path", None, "the adapter YAML to write (its file name is the adapter name)", required=True),
         _with(OVERWRITE, help="replace an out= that init wrote (never anything else)"))),
     Command("schema", "print (or write) the adapter spec's JSON Schema", (
-        Key("out", "path", None, "file to write (default: print)"),)),
+        Key("out", "path", None, "file to write (default: print)"),
+        _with(OVERWRITE, help="replace an out= file that draftsmith schema wrote (never anything else)"))),
     Command("adapters", "list the adapters: name, architectures, family, file", (ADAPTER_DIR,)),
     Command("help", "this help; `draftsmith help COMMAND` lists a command's keys", ()),
 )}
@@ -178,12 +183,17 @@ def parse_value(key: Key, text: str) -> Any:
             return False
         raise UserError(f"{bad}: expected true or false (or 1 / 0)")
     if key.type == "int":
+        digits = text.strip()
+        if len(digits.lstrip("+-")) > 64:  # no int() of a 5000-digit string (Python's limit is a traceback)
+            raise UserError(f"{bad[:80]}...: expected an integer of at most {key.maximum}")
         try:
-            n = int(text.strip(), 10)
+            n = int(digits, 10)
         except ValueError:
             raise UserError(f"{bad}: expected an integer") from None
         if key.minimum is not None and n < key.minimum:
             raise UserError(f"{bad}: expected an integer >= {key.minimum}")
+        if n > key.maximum:
+            raise UserError(f"{bad}: expected an integer <= {key.maximum}")
         return n
     if key.type == "enum":
         if text in key.choices:

@@ -7,6 +7,7 @@ found stale docs); 2 bad input (one line per problem, no traceback).
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
 import os
 import shutil
@@ -18,10 +19,13 @@ from ... import __version__
 from ..convert.locate import converted_by, locate, no_subfolder_hint
 from ..errors import IncompleteCheckpoint, UserError
 from ..io.gc_pause import paused_gc
-from ..io.publish import install_signal_handlers
+from ..io.atomic_file import check_file_replaceable, owned_safetensors, write_file
+from ..io.publish import install_signal_handlers, remove_temp
+from ..io.scratch import RUN_SCRATCH, make_scratch
 from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import json_schema
 from .compose import compose
+from .shown import shown
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
 
 #: Commands that run without the stages below (nor torch): start-up stays short.
@@ -125,9 +129,15 @@ def describe_plan(plan) -> str:
     lines.append("tensors (target <- source, transforms):")
     by_out = _tensor_rows(plan)
     # compress layer ranges like the report does
-    rows = [Problem(o, "<-", f"{', '.join(by_out[o][0])} [{by_out[o][1]}]") for o in plan.outputs if o in by_out]
+    rows = [Problem(shown(o), "<-", shown(f"{', '.join(by_out[o][0])} [{by_out[o][1]}]")) for o in plan.outputs
+            if o in by_out]
     lines += ["  " + r.replace(" | <- | ", " <- ", 1) for r in format_plan_rows(rows).splitlines()]
-    return "\n".join(lines)
+    return "\n".join(shown(line) for line in lines)  # names from the checkpoint: one line each, escaped
+
+
+def problems_report(plan) -> str:
+    """The loading report's problem rows, names escaped (:func:`~.shown.shown`)."""
+    return format_plan_rows([Problem(shown(p.name), p.status, shown(p.detail)) for p in plan.problems])
 
 
 def defaults_lines(r: ResolvedDrafter) -> list[str]:
@@ -178,7 +188,7 @@ def cmd_inspect(opts, spec, path):
         print(describe_plan(plan))
         if not plan.complete:
             print(f"\nloading report: {len(plan.problems)} problem(s)")
-            print(plan.report())
+            print(problems_report(plan))
         complete = plan.complete
         del plan  # freed by reference counting: the collection that GC resumes with stays small
     if not complete:
@@ -232,7 +242,8 @@ def cmd_convert(opts, spec, path):
 def cmd_schema(opts, spec, path):
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     if opts.get("out"):
-        Path(opts["out"]).write_text(text)
+        write_file(opts["out"], text.encode("utf-8"), key="out", command="schema", overwrite=opts["overwrite"],
+                   owned=docs.is_schema_file)
         print(f"wrote {opts['out']}")
     else:
         sys.stdout.write(text)
@@ -266,12 +277,12 @@ of quality): format=json gives the same as one JSON object."""
 
 def cmd_draft(opts, spec, path):
     """One draft step; with no checkpoint, on the embedded synthetic default."""
-    scratch: list[Path] = []  # checkpoints made for this step only
+    scratch: list[Path] = []  # checkpoints made for this step only (owned: a killed run's are tidied next run)
     try:
         return _draft(opts, spec, path, scratch)
     finally:
         for d in scratch:
-            shutil.rmtree(d, ignore_errors=True)
+            remove_temp(d)
 
 
 def _draft(opts, spec, path, scratch: list[Path]):
@@ -284,7 +295,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         check_lowering(opts["lowering"], device)
     if opts.get("checkpoint") in (None, ""):
         adapter = _adapter(spec, path, opts)
-        work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+        work = make_scratch(RUN_SCRATCH)
         scratch.append(work)
         synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"], progress=opts["progress"])
         checkpoint = work / "converted"
@@ -298,7 +309,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         checkpoint = found.path
         if converted_by(checkpoint) is None:  # a source checkpoint: convert it first
             adapter = _adapter(spec, path, opts, checkpoint)
-            work = Path(tempfile.mkdtemp(prefix=f"draftsmith-{adapter.name}-"))
+            work = make_scratch(RUN_SCRATCH)
             scratch.append(work)
             print(f"checkpoint={opts['checkpoint']}: not converted yet; converting it with {adapter.name} "
                   "into a temporary folder first", file=sys.stderr)
@@ -310,11 +321,14 @@ def _draft(opts, spec, path, scratch: list[Path]):
             if not guess.is_dir():
                 raise UserError("draftsmith draft: missing target=DIR (the target's embed_tokens/lm_head)")
             target = guess
+    if opts.get("dump") and os.path.lexists(opts["dump"]):  # refused before the step, checked again when written
+        check_file_replaceable(Path(opts["dump"]), "dump", opts["overwrite"], "draft", owned_safetensors("draft"))
     check_draft_memory(checkpoint, device, context=opts["context"], batch=opts["batch"])
     try:
         report = run_draft(checkpoint, target, device=device, context=opts["context"],
                            seed=opts["seed"], batch=opts["batch"], lowering=opts.get("lowering"),
-                           dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"))
+                           dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"),
+                           overwrite=opts["overwrite"])
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise UserError(f"draftsmith draft: {str(e).strip(chr(39))}") from None
     if opts["format"] == "json":
@@ -335,8 +349,12 @@ def cmd_emit(opts, spec, path):
     out = Path(_need(opts, "out", "emit"))
     backbone = opts.get("backbone") or DEFAULT
     backbone = None if backbone == "none" else backbone
+    # the spec's own folder first: adapter=path.yaml names a file outside the shipped adapters
+    spec_dir = Path(path).parent if path is not None else opts.get("adapter_dir")
+    # overwrite= reaches atomic_dir/publish (command "emit": never a folder another command wrote)
+    kw = {"overwrite": opts["overwrite"]} if "overwrite" in inspect.signature(write_package).parameters else {}
     res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone),
-                        config=opts.get("config"), overrides=spec_overrides(adapter, opts.get("adapter_dir")))
+                        config=opts.get("config"), overrides=spec_overrides(adapter, spec_dir), **kw)
     print(res.summary())
     return 0
 
@@ -361,8 +379,12 @@ COMMANDS = {
 
 
 def set_threads(threads) -> None:
-    """``threads=N``: torch intra-op threads (outputs are bit-identical for any N)."""
+    """``threads=N``: torch intra-op threads (outputs are bit-identical for any N), at most
+    the CPUs this process may run on (a huge pool crashes the OpenMP runtime)."""
     if threads is not None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if threads > cpus:
+            raise UserError(f"threads={threads}: more than the {cpus} CPU(s) this process may use")
         torch.set_num_threads(threads)
 
 
@@ -417,6 +439,9 @@ def _main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         return _unknown_command(command)
     install_signal_handlers()  # SIGTERM/SIGHUP clean up like Ctrl-C
+    for stream in (sys.stdout, sys.stderr):  # a lone surrogate that still reaches a print is escaped, not a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         opts, spec, path = compose(command, args)
         if command not in LIGHT_COMMANDS or opts.get("threads") is not None:
@@ -425,11 +450,11 @@ def _main(argv: list[str] | None = None) -> int:
         return COMMANDS[command](opts, spec, path) or 0
     except IncompleteCheckpoint as e:
         for p in e.problems:
-            print(p)
+            print(shown(p))
         return 1
     except UserError as e:
-        for p in e.problems:
-            print(f"error: {p}", file=sys.stderr)
+        for p in e.problems:  # one line per problem, always: names from files are escaped
+            print(f"error: {shown(p)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         print(f"interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
@@ -438,7 +463,7 @@ def _main(argv: list[str] | None = None) -> int:
         raise
     except OSError as e:  # the environment refused: read-only or missing parent, disk full, ulimit -f
         where = e.filename or "draftsmith"
-        print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: {shown(where)}: {shown(e.strerror or e)}", file=sys.stderr)
         return 2
     except RecursionError:
         print("error: input nested too deeply", file=sys.stderr)

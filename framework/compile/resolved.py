@@ -96,21 +96,29 @@ class Mlp(_Frozen):
 
 #: the largest size any dimension may have (a tensor shape is int64; sizes multiply)
 MAX_DIM = 2**31 - 1
+#: bounds checked before anything is allocated (real drafters: heads <= 128, head_dim <= 512,
+#: vocab <= 262 144, hidden <= 16 384, block_size <= 16); the memory estimate refuses the rest
+MAX_HEADS = 4096
+MAX_HEAD_DIM = 4096
+MAX_VOCAB = 1 << 24
+MAX_WIDTH = 1 << 20
+MAX_LAYERS = 4096
+MAX_BLOCK_SIZE = 4096
 
 
 class Dims(_Frozen):
     """Sizes (all in elements)."""
 
-    hidden: int = Field(description="``hidden_size``", gt=0, le=MAX_DIM, strict=True)
-    heads: int = Field(description="``num_attention_heads``", gt=0, le=MAX_DIM, strict=True)
-    kv_heads: int = Field(description="``num_key_value_heads``", gt=0, le=MAX_DIM, strict=True)
-    head_dim: int = Field(description="``head_dim``", gt=0, le=MAX_DIM, strict=True)
-    rotary_dim: int = Field(description="``rotary_dim``: leading dims of each head that are roped", gt=0, le=MAX_DIM, strict=True)
-    intermediate: int = Field(description="``intermediate_size`` of the MLP", gt=0, le=MAX_DIM, strict=True)
-    vocab: int = Field(description="``vocab_size``", gt=0, le=MAX_DIM, strict=True)
-    num_layers: int = Field(description="``num_hidden_layers`` of the drafter", gt=0, le=MAX_DIM, strict=True)
-    target_hidden: int = Field(description="``target_hidden_size``: hidden size of the target model", gt=0, le=MAX_DIM, strict=True)
-    num_target_layers: int = Field(description="how many target layers feed ``fc`` (``len(target_layer_ids)``)", gt=0, le=MAX_DIM, strict=True)
+    hidden: int = Field(description="``hidden_size``", gt=0, le=MAX_WIDTH, strict=True)
+    heads: int = Field(description="``num_attention_heads``", gt=0, le=MAX_HEADS, strict=True)
+    kv_heads: int = Field(description="``num_key_value_heads``", gt=0, le=MAX_HEADS, strict=True)
+    head_dim: int = Field(description="``head_dim``", gt=0, le=MAX_HEAD_DIM, strict=True)
+    rotary_dim: int = Field(description="``rotary_dim``: leading dims of each head that are roped", gt=0, le=MAX_HEAD_DIM, strict=True)
+    intermediate: int = Field(description="``intermediate_size`` of the MLP", gt=0, le=MAX_WIDTH, strict=True)
+    vocab: int = Field(description="``vocab_size``", gt=0, le=MAX_VOCAB, strict=True)
+    num_layers: int = Field(description="``num_hidden_layers`` of the drafter", gt=0, le=MAX_LAYERS, strict=True)
+    target_hidden: int = Field(description="``target_hidden_size``: hidden size of the target model", gt=0, le=MAX_WIDTH, strict=True)
+    num_target_layers: int = Field(description="how many target layers feed ``fc`` (``len(target_layer_ids)``)", gt=0, le=MAX_LAYERS, strict=True)
     dtype: Literal["bfloat16", "float16", "float32"] = Field(description="``torch_dtype`` of the weights")
 
     @model_validator(mode="after")
@@ -125,7 +133,7 @@ class Dims(_Frozen):
 class Heads(_Frozen):
     """DSpark's optional heads (drafter reference, section 1)."""
 
-    markov_rank: int = Field(0, description="rank of the Markov head's low-rank bigram bias; 0 = no head", ge=0,
+    markov_rank: int = Field(0, description="rank of the Markov head's low-rank bigram bias; 0 = no head", ge=0, le=MAX_WIDTH,
                              strict=True)
     markov_head_type: Literal["vanilla"] = Field("vanilla", description="Markov head variant")
     confidence: bool = Field(False, description="whether the drafter has a confidence head")
@@ -179,7 +187,7 @@ class ResolvedDrafter(_Frozen):
     rope: Rope = Field(description="rotary position embedding")
     rms_norm_eps: float = Field(description="epsilon of every RMSNorm", gt=0, strict=True, allow_inf_nan=False)
     mlp: Mlp = Field(description="the MLP's activation")
-    block_size: int = Field(description="``B``: block slots per draft step", gt=0, strict=True)
+    block_size: int = Field(description="``B``: block slots per draft step", gt=0, le=MAX_BLOCK_SIZE, strict=True)
     mask_token_id: int = Field(description="token id filling the block slots after the anchor", ge=0, strict=True)
     target_layer_ids: tuple[Annotated[int, Field(strict=True, ge=-1)], ...] = Field(description="target layers whose *outputs* feed ``fc`` "
                                                           "(output convention: 0 = first layer's output)")

@@ -142,6 +142,12 @@ def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
     data_len = size - 8 - n
     base = 8 + n
     metas: dict[tuple, TensorMeta] = {}
+    try:  # a name is UTF-8 (safetensors' own writers cannot make a lone surrogate; regexes need UTF-8)
+        "".join(header).encode("utf-8")
+    except UnicodeEncodeError:
+        bad = next(k for k in header if not _utf8(k))
+        raise UserError(f"{path}: tensor {bad.encode('utf-8', 'backslashreplace').decode()}: name holds a lone "
+                        "surrogate (not UTF-8)") from None
     for name, info in header.items():
         shape = offsets = dtype = None
         if type(info) is dict:
@@ -180,6 +186,14 @@ def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
     if pos != data_len:
         raise UserError(f"{path}: {data_len - pos} bytes after the last tensor's data (corrupt or not safetensors)")
     return out
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def read_headers(source: Path) -> dict[str, SourceTensor]:

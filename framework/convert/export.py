@@ -77,6 +77,7 @@ from ..compile.keys import VALUE_SCALE
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
+from ..io.scratch import make_scratch
 from ..spec.loading import adapter_files
 from .checkpoint import read_config, read_headers
 from .execute import execute
@@ -373,7 +374,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     ctx = Context(tflat)
     apps = inverse_apps(target, layout)
 
-    work = Path(tempfile.mkdtemp(prefix=".draftsmith-export-", dir=out.parent if out.parent.exists() else None))
+    work = make_scratch(".draftsmith-export-", out.parent if out.parent.exists() else None)  # owned: see io/scratch
     tmp = None
     try:
         tmp = atomic_dir(out, overwrite, "export", [source])
@@ -388,7 +389,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
             remove_temp(tmp)
         raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_temp(work)
     return out
 
 

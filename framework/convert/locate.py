@@ -50,13 +50,12 @@ def hub_cache_dir() -> Optional[str]:
 
 def from_hub_cache(repo_id: str, revision: Optional[str], key: str = "source") -> Path:
     """The cached snapshot folder of ``repo_id`` at ``revision`` (default: ``main``); no network."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from ..io.hub_cache import snapshot_folder  # bounded: the revision never leaves the cache
 
     shown = f"{repo_id}@{revision}" if revision else repo_id
     try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=hub_cache_dir(), local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
+        return snapshot_folder(repo_id, revision, hub_cache_dir(), key=key)
+    except (FileNotFoundError, ValueError, OSError):
         where = hub_cache_dir() or "the default Hugging Face cache (~/.cache/huggingface/hub)"
         raise UserError(f"{key}={shown}: not a local folder, and no snapshot of {shown} in {where} "
                         "(draftsmith never downloads: fetch it with `hf download` first)") from None

@@ -27,16 +27,25 @@ shipped adapter missing the schema line) and exits 1.
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from pathlib import Path
 
 from ...adapters import ADAPTER_DIR
 from ..cli.keys import cli_md
+from ..errors import UserError
+from ..io.atomic_file import head_has, write_file
+from ..io.safe_read import read_limited
 from .drafters import (Drafter, default_docs_dir, load_drafters, readme_table_excerpt, repo_root,  # noqa: F401
                        serving_config, supported_drafters_md)
 from .markdown import (CLI_FILE, README_BEGIN, README_END, SCHEMA_FILE, SCHEMA_LINE, SPEC_FILE, SUPPORTED_FILE,  # noqa: F401
                        TRTLLM_STATUS)
-from .spec import adapter_spec_md, schema_json_text, type_name  # noqa: F401
+from .spec import adapter_spec_md, is_schema_file, schema_json_text, type_name  # noqa: F401
+
+#: the largest generated file read back (bytes)
+MAX_DOC_BYTES = 16 << 20
+#: what every generated markdown file's banner holds (:func:`~.markdown._banner`, cli.md's)
+GENERATED_SIGNATURE = b"enerated by `draftsmith docs`"
 
 # --------------------------------------------------------------------------------------
 # generate / write / check
@@ -54,11 +63,31 @@ def generate(adapter_dir: str | Path | None = None, drafters: list[Drafter] | No
 
 
 def readme_with_excerpt(text: str, excerpt: str) -> str | None:
-    """``text`` with the marked block replaced by ``excerpt``; None without both markers."""
+    """``text`` with the marked block replaced by ``excerpt``; None without both markers.
+    An ``excerpt`` holding a marker (from a spec's text) is refused: the block it would
+    write could not be found again."""
+    for m in (README_BEGIN, README_END):
+        if m in excerpt:
+            raise UserError(f"README.md: the generated excerpt holds the marker {m!r} (from an adapter's docs "
+                            "text); remove it from the spec")
     b, e = text.find(README_BEGIN), text.find(README_END)
     if b < 0 or e < b:
         return None
     return text[: b + len(README_BEGIN)] + "\n" + excerpt + text[e:]
+
+
+def check_no_markers(drafters: list[Drafter]) -> None:
+    """Refuse (one line per adapter) a spec whose text holds README.md's block markers: the
+    block written from it could not be found again (README would grow on every run)."""
+    import json
+
+    bad = []
+    for d in drafters:
+        text = json.dumps(d.spec.model_dump(mode="json"), ensure_ascii=False)
+        bad += [f"{d.adapter.path}: a string holds the docs marker {m!r}; remove it" for m in (README_BEGIN, README_END)
+                if m in text]
+    if bad:
+        raise UserError(*bad)
 
 
 def missing_schema_lines(adapter_dir: Path | None = None) -> list[str]:
@@ -85,6 +114,7 @@ def targets(out: str | Path | None = None, adapter_dir: str | Path | None = None
     repository's ``docs/``) this includes README.md when it has the markers."""
     out_dir = Path(out) if out not in (None, "") else default_docs_dir()
     drafters = load_drafters(adapter_dir)
+    check_no_markers(drafters)
     files = {out_dir / k: v for k, v in generate(adapter_dir, drafters).items()}
     if out in (None, ""):
         readme = repo_root() / "README.md"
@@ -95,12 +125,30 @@ def targets(out: str | Path | None = None, adapter_dir: str | Path | None = None
     return files
 
 
+def _read(path: Path) -> str | None:
+    """The exact text of ``path`` (bytes decoded, no newline translation: a ``\r`` stays one),
+    None when it is missing."""
+    if not os.path.lexists(path):
+        return None
+    return read_limited(path, MAX_DOC_BYTES, "a generated doc").decode("utf-8", "surrogateescape")
+
+
 def _stale(out, adapter_dir):
     """``(path, current text or None, generated text)`` of each generated file that differs."""
     for path, new in targets(out, adapter_dir).items():
-        old = path.read_text(encoding="utf-8") if path.is_file() else None
+        old = _read(path)
         if old != new:
             yield path, old, new
+
+
+def _owned(path: Path) -> bool:
+    """A generated file ``docs`` may replace: its banner (markdown), the schema's title (JSON),
+    or README.md's markers."""
+    if path.name == "README.md":
+        return head_has(path, README_BEGIN.encode(), limit=MAX_DOC_BYTES)
+    if path.suffix == ".json":
+        return is_schema_file(path)
+    return head_has(path, GENERATED_SIGNATURE)
 
 
 def check(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[str]:
@@ -111,10 +159,13 @@ def check(out: str | Path | None = None, adapter_dir: str | Path | None = None) 
 
 def write(out: str | Path | None = None, adapter_dir: str | Path | None = None) -> list[Path]:
     """Write the stale generated files; return those written."""
-    written = []
-    for path, _, new in _stale(out, adapter_dir):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(new, encoding="utf-8")
+    written, stale = [], list(_stale(out, adapter_dir))
+    refused = [f"out={path}: exists and was not written by draftsmith docs; refusing to replace it"
+               for path, old, _ in stale if old is not None and not _owned(path)]
+    if refused:  # checked for every file before any is written
+        raise UserError(*refused)
+    for path, _, new in stale:
+        write_file(path, new.encode("utf-8"), key="out", command="docs", overwrite=True, owned=_owned)
         written.append(path)
     return written
 

@@ -311,5 +311,25 @@ def adapter_spec_md() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+SCHEMA_TITLE = "draftsmith adapter spec"
+
+
+def is_schema_file(path) -> bool:
+    """``path`` is a regular file (not a link) holding a JSON Schema draftsmith wrote (its
+    title), read bounded: what ``schema out=`` / ``docs`` may replace."""
+    import os
+
+    from ..errors import UserError
+    from ..io.safe_read import MAX_CONFIG_BYTES, load_json
+
+    if os.path.islink(path):
+        return False
+    try:
+        data = load_json(path, MAX_CONFIG_BYTES, "a JSON Schema")
+    except UserError:
+        return False
+    return isinstance(data, dict) and data.get("title") == SCHEMA_TITLE
+
+
 def schema_json_text() -> str:
     return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

@@ -7,16 +7,18 @@ it is converted first (``adapter=NAME`` and ``adapter.*`` overrides apply, e.g.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import os
 from pathlib import Path
 from typing import Callable
 
 from ..convert.checkpoint import read_config
 from ..convert.execute import execute
 from ..errors import UserError
+from ..io.publish import remove_temp
+from ..io.scratch import RUN_SCRATCH, make_scratch
 from .loop import run_eval
-from .report import format_report, plot_acceptance, report_json, require_matplotlib
+from ..io.atomic_file import check_file_replaceable
+from .report import format_report, plot_acceptance, plot_owned, report_json, require_matplotlib
 
 
 def _device(name: str) -> str:
@@ -51,22 +53,24 @@ def cli(opts: dict, adapter_for: Callable[[Path], object]) -> int:
     checkpoint = Path(opts["checkpoint"])
     if opts.get("plot"):
         require_matplotlib(opts["plot"])  # fail before the run, not after it
+        if os.path.lexists(opts["plot"]):
+            check_file_replaceable(Path(opts["plot"]), "plot", bool(opts.get("overwrite")), "eval", plot_owned)
     scratch = None
     try:
 
         if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
             adapter = adapter_for(checkpoint)
-            scratch = Path(tempfile.mkdtemp(prefix="draftsmith-eval-"))
+            scratch = make_scratch(RUN_SCRATCH)  # owned: a killed run's is tidied by the next
             execute(adapter.plan(checkpoint), scratch / "converted", progress=False)
             checkpoint = scratch / "converted"
         report = run_eval(opts["target"], checkpoint, opts["prompts"], max_new_tokens=max_new, device=device,
                           dtype=opts.get("dtype"), lowering=opts.get("lowering"), check=bool(opts.get("check")))
     finally:
         if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_temp(scratch)
     report.checkpoint = str(opts["checkpoint"])  # the user's folder, also when converted on the way
     if opts.get("plot"):
-        plot_acceptance(report, opts["plot"])
+        plot_acceptance(report, opts["plot"], overwrite=bool(opts.get("overwrite")))
     print(report_json(report) if opts.get("format") == "json" else format_report(report))
     if opts.get("check") and report.matches is False:
         print("error: speculative output differs from the target's greedy output", flush=True)

@@ -26,7 +26,7 @@ import torch
 from ..errors import UserError
 
 from .drafter import Drafter
-from .prompts import read_prompts
+from .prompts import check_prompt_tokens, read_prompts
 from .report import EvalReport, PromptResult
 from .target import DTYPES, Target
 
@@ -98,11 +98,14 @@ def run_eval(target: str | Path, checkpoint: str | Path, prompts: str | Path | l
         raise UserError(f"target={target}: its layers give {width} features, the drafter's fc reads {drafter.context_width}")
     drafter.borrow(tgt.shared_modules())
 
-    results = []
-    for text in texts:
+    where = f"prompts={prompts}" if isinstance(prompts, (str, Path)) else "prompt"
+    encoded = []
+    for i, text in enumerate(texts, 1):  # every prompt bounded before any decoding
         ids = tgt.encode(text)
-        if not ids:
-            raise UserError(f"prompt {text[:40]!r}: encodes to no tokens")
+        check_prompt_tokens(f"{where}: prompt {i}", len(ids), max_new_tokens, drafter.max_draft_len, tgt.max_positions)
+        encoded.append(ids)
+    results = []
+    for ids in encoded:
         _sync(dev)
         t0 = time.perf_counter()
         out, accepted = speculative(tgt, drafter, ids, max_new_tokens)

@@ -1,15 +1,24 @@
-"""Read evaluation prompts from a text file (one prompt per non-empty line) or JSONL."""
+"""Read evaluation prompts from a text file (one prompt per non-empty line) or JSONL.
+
+Bounded: the file (:data:`MAX_PROMPTS_BYTES`), each prompt (:data:`MAX_PROMPT_BYTES` of
+UTF-8) and their number (:data:`MAX_PROMPTS`); JSON lines are parsed strictly (no NaN, no
+integer past Python's digit limit) and a prompt must be valid Unicode (no lone surrogate).
+Tokens are bounded by the target (:func:`check_prompt_tokens`). Every refusal is one line
+naming the file and line."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import UserError
-from ..io.safe_read import read_limited
+from ..io.safe_read import parse_json, read_limited
 
 #: the largest prompts file read (bytes)
 MAX_PROMPTS_BYTES = 64 << 20
+#: the longest prompt (UTF-8 bytes; a target's whole context is a few hundred KiB of text)
+MAX_PROMPT_BYTES = 1 << 20
+#: the most prompts one run reads
+MAX_PROMPTS = 100_000
 
 JSONL_KEYS = ("prompt", "text")
 
@@ -33,16 +42,39 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
         if not line.strip():
             continue
         if p.suffix == ".jsonl":
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{p}:{n}: not JSON ({e.msg})") from None
+            try:  # strict: no NaN, no 5000-digit integer, bounded nesting
+                obj = parse_json(line.encode("utf-8", "surrogatepass"), f"{p}:{n}")
+            except UserError as e:
+                reason = e.problems[0].removeprefix(f"{p}:{n}: ")
+                raise UserError(f"{p}:{n}: not JSON ({reason})") from None
             key = next((k for k in JSONL_KEYS if isinstance(obj, dict) and k in obj), None)
             if key is None or not isinstance(obj[key], str) or not obj[key]:
                 raise UserError(f"{p}:{n}: expected an object with a non-empty string 'prompt' (or 'text')")
-            prompts.append(obj[key])
+            prompt = obj[key]
         else:
-            prompts.append(line)
+            prompt = line
+        try:
+            size = len(prompt.encode("utf-8"))
+        except UnicodeEncodeError as e:
+            raise UserError(f"{p}:{n}: the prompt holds a lone surrogate ({prompt[e.start]!a} at character "
+                            f"{e.start}); not valid Unicode") from None
+        if size > MAX_PROMPT_BYTES:
+            raise UserError(f"{p}:{n}: prompt of {size} bytes, more than {MAX_PROMPT_BYTES}; refused")
+        if len(prompts) == MAX_PROMPTS:
+            raise UserError(f"{p}: more than {MAX_PROMPTS} prompts; split the file")
+        prompts.append(prompt)
     if not prompts:
         raise UserError(f"{p}: no prompts")
     return prompts[:limit] if limit else prompts
+
+
+def check_prompt_tokens(where: str, n_tokens: int, max_new_tokens: int, max_draft_len: int,
+                        max_positions: int | None) -> None:
+    """Refuse a prompt whose ``n_tokens`` plus what decoding adds (``max_new_tokens`` and one
+    block of ``max_draft_len`` drafts) exceed the target's ``max_positions``."""
+    if n_tokens < 1:
+        raise UserError(f"{where}: encodes to no tokens")
+    need = n_tokens + max_new_tokens + max_draft_len
+    if max_positions is not None and need > max_positions:
+        raise UserError(f"{where}: {n_tokens} tokens + max_new_tokens={max_new_tokens} + {max_draft_len} drafts "
+                        f"need {need} positions, more than the target's max_position_embeddings {max_positions}")

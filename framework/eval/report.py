@@ -12,12 +12,14 @@ Definitions (``K`` = max_draft_len, a *step* = one draft + one verification):
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from ..errors import UserError
+from ..io.atomic_file import head_has, write_file
 
 
 @dataclass
@@ -135,8 +137,10 @@ def require_matplotlib(path: str | Path):
     return matplotlib
 
 
-def plot_acceptance(r: EvalReport, path: str | Path) -> None:
-    """Bar chart of ``acceptance_by_position`` into ``path`` (PNG; needs matplotlib)."""
+def plot_acceptance(r: EvalReport, path: str | Path, overwrite: bool = False) -> None:
+    """Bar chart of ``acceptance_by_position`` into ``path`` (PNG; needs matplotlib), written
+    atomically; an existing ``path`` is replaced only with ``overwrite`` and only when
+    ``eval`` wrote it (:func:`plot_owned`)."""
     require_matplotlib(path)
     import matplotlib.pyplot as plt
 
@@ -149,6 +153,16 @@ def plot_acceptance(r: EvalReport, path: str | Path) -> None:
     ax.set_xticks(k)
     ax.set_title(f"mean acceptance length {r.mean_acceptance_length:.2f}")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": PLOT_SOFTWARE})
     plt.close(fig)
+    write_file(path, buf.getvalue(), key="plot", command="eval", overwrite=overwrite, owned=plot_owned)
+
+
+#: the PNG ``Software`` text chunk of a plot ``eval`` wrote: what ``overwrite=true`` may replace
+PLOT_SOFTWARE = "draftsmith eval"
+
+
+def plot_owned(path: Path) -> bool:
+    """``path`` is a PNG ``eval`` wrote (its ``Software`` chunk, in the first 4 KiB)."""
+    return head_has(path, b"Software\x00" + PLOT_SOFTWARE.encode())

@@ -38,11 +38,12 @@ def resolve(source: str | Path) -> Path:
         return p
     if p.exists() or str(source).count("/") != 1:
         raise UserError(f"target={source}: not a folder, and not a repo id (owner/name) in the local cache")
-    from huggingface_hub import snapshot_download
+    from ..convert.locate import hub_cache_dir
+    from ..io.hub_cache import snapshot_folder  # bounded: resolved inside the cache only
 
     try:
-        return Path(snapshot_download(str(source), local_files_only=True))
-    except Exception as e:  # LocalEntryNotFoundError, HFValidationError, ...
+        return snapshot_folder(str(source), None, hub_cache_dir(), key="target")
+    except (FileNotFoundError, ValueError, OSError) as e:
         raise UserError(f"target={source}: not in the local Hugging Face cache ({type(e).__name__}); "
                         "download it first or pass a folder") from None
 
@@ -96,6 +97,14 @@ class Target:
     @property
     def hidden_size(self) -> int:
         return int(self.model.get_input_embeddings().weight.shape[1])
+
+    @property
+    def max_positions(self) -> Optional[int]:
+        """The target's ``max_position_embeddings`` (its text config's), or None if it has none."""
+        cfg = self.model.config
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        n = getattr(cfg, "max_position_embeddings", None)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
     def shared_modules(self):
         """What the drafter borrows, in the HF causal-LM shape ``.model.embed_tokens`` / ``.lm_head``."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import UserError
-from .ownership import check_replaceable, write_marker
+from .ownership import check_replaceable, marker_command, write_marker
 
 
 def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
@@ -40,7 +40,7 @@ def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
     if os.path.lexists(out):
         if not overwrite:
             raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-        check_replaceable(out, protect)
+        check_replaceable(out, protect, command)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -203,10 +203,13 @@ def step_point() -> None:
         _step_hook()
 
 
-def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
+def publish(tmp: Path, out: Path, overwrite: bool, protect=(), command: str | None = None) -> None:
     """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
-    ``overwrite``, by an atomic exchange where the OS has one (else: moved aside, the new
-    output renamed in, the old removed; :func:`clean_stale_temps` undoes a half-done swap)."""
+    ``overwrite`` and only when its marker names the same kind of output as ``tmp``'s
+    (``command``, default: the one :func:`atomic_dir` wrote into ``tmp``), by an atomic
+    exchange where the OS has one (else: moved aside, the new output renamed in, the old
+    removed; :func:`clean_stale_temps` undoes a half-done swap)."""
+    command = command if command is not None else marker_command(tmp)
     (tmp / OWNER).unlink(missing_ok=True)  # the pid in the name keeps it ours until renamed
     for f in sorted(tmp.rglob("*")):
         if not f.is_file():
@@ -227,7 +230,7 @@ def publish(tmp: Path, out: Path, overwrite: bool, protect=()) -> None:
             return
     if not overwrite:
         raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-    check_replaceable(out, protect)  # again: it may have appeared or changed since atomic_dir
+    check_replaceable(out, protect, command)  # again: it may have appeared or changed since atomic_dir
     if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
         follow_umask(out)
         step_point()

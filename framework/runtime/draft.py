@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 from ...transforms.base import dtype_from_name
 from ..errors import UserError
+from ..io.atomic_file import owned_safetensors, write_file
 from . import get_host
 from .kv_cache import ring_pages
 from .loading import build_drafter
@@ -77,10 +78,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: ``written_by`` in a dump's metadata: what ``dump=`` with ``overwrite=true`` may replace
+DUMP_WRITTEN_BY = "draftsmith draft"
+
+
 def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = "cpu", context: int = 128,
               seed: int = 0, batch: int = 1, lowering: Optional[str] = None, dump: Optional[str | Path] = None,
               *, dtype: Optional[str | torch.dtype] = None, page_size: int = 16, repeats: int = 3,
-              host: str = "torch") -> DraftReport:
+              host: str = "torch", overwrite: bool = False) -> DraftReport:
     """One greedy draft step for ``batch`` sequences of ``context`` random context tokens.
 
     ``dtype``: weights/activations (default: the checkpoint's ``torch_dtype``); ``lowering``:
@@ -89,6 +94,8 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
     the drafter dtype), ``inputs.anchor [1]``, ``target.embed_tokens``, ``target.lm_head``,
     ``outputs.logits [K, V]``, ``outputs.tokens [K]``, ``outputs.confidence [K]`` (with a
     confidence head). Without ``dump``, context rows no layer can see are never generated.
+    An existing ``dump`` is replaced only with ``overwrite`` and only when ``draft`` wrote it
+    (its metadata's ``written_by``); it is written atomically.
     """
     if context < 1 or batch < 1:
         raise ValueError(f"context and batch must be >= 1, got {context}, {batch}")
@@ -150,8 +157,9 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
             tensors["outputs.confidence"] = report.confidence[0].contiguous()
         meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context), "dtype": report.dtype,
                 "sample_from_anchor": str(cfg.sample_from_anchor), "lowerings": ",".join(model.layer_lowerings)}
-        Path(dump).parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(dump), metadata=meta)
+        meta["written_by"] = DUMP_WRITTEN_BY
+        write_file(dump, save(tensors, metadata=meta), key="dump", command="draft", overwrite=overwrite,
+                   owned=owned_safetensors("draft"))
         report.dump = str(dump)
     return report
 
@@ -159,7 +167,8 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
 def estimate_bytes(cfg, context: int, batch: int, page_size: int, dtype: torch.dtype, dump: bool = False) -> int:
     """Bytes ``run_draft`` allocates at least: the paged KV cache (full layers hold ``context``
     tokens, windowed ones a ring of ``W-1`` plus a page) and the random context rows it
-    generates (every row with a full layer or ``dump``; else a window's worth)."""
+    generates (every row with a full layer or ``dump``; else a window's worth), and the block
+step's scores and logits (:func:`~.memory.block_bytes`)."""
     per_token = 2 * cfg.dims.kv_heads * cfg.dims.head_dim * torch.empty((), dtype=dtype).element_size()
     tokens = 0
     for m in cfg.masks:
@@ -169,7 +178,10 @@ def estimate_bytes(cfg, context: int, batch: int, page_size: int, dtype: torch.d
                  default=context)
     rows = context if dump else widest
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
-    return batch * (tokens * per_token + rows * width * 4) + min(rows, CHUNK) * width * 4
+    from .memory import block_bytes
+
+    block = block_bytes(cfg.block_size, widest, cfg.dims.heads, cfg.dims.vocab, batch)
+    return batch * (tokens * per_token + rows * width * 4) + min(rows, CHUNK) * width * 4 + block
 
 
 def available_bytes(device: torch.device) -> int | None:

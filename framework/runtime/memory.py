@@ -7,7 +7,10 @@ input: the drafter's weights (its safetensors files), the target's ``embed_token
 layer ``min(context, window)`` positions, or ``context`` for a full-attention layer, times
 ``batch * 2 * kv_heads * head_dim``), and one sequence's random context rows
 (``rows * num_target_layers * target_hidden`` in float32 plus their cast copy; rows: the
-whole context when a layer sees all of it, else the widest window).
+whole context when a layer sees all of it, else the widest window), and the block's step
+(``block``: per sequence the attention scores ``heads * B * (rows + B)`` and the logits
+``B * vocab``, float32, plus one ``B * (rows + B)`` mask): a huge ``block_size``, head count
+or vocabulary is refused here, before anything is allocated.
 """
 
 from __future__ import annotations
@@ -50,7 +53,13 @@ def estimate_bytes(r: ResolvedDrafter, weight_bytes: int, context: int, batch: i
         "target": 2 * d.vocab * d.target_hidden * el,
         "kv": kv,
         "context_rows": rows * d.num_target_layers * d.target_hidden * (4 + el),
+        "block": block_bytes(r.block_size, rows, d.heads, d.vocab, batch),
     }
+
+
+def block_bytes(block: int, rows: int, heads: int, vocab: int, batch: int) -> int:
+    """The draft step's own tensors (bytes): float32 scores and logits per sequence, one bool mask."""
+    return batch * 4 * (heads * block * (rows + block) + block * vocab) + block * (rows + block)
 
 
 def free_bytes(device: str) -> int | None:
@@ -86,6 +95,7 @@ def check_draft_memory(checkpoint: Path, device: str, context: int, batch: int) 
         raise UserError(
             f"context={context} batch={batch}: the draft step needs about {_gib(total)} (KV cache {_gib(parts['kv'])}"
             f"{f' for {full} full-attention layer(s)' if full else ''}, context rows {_gib(parts['context_rows'])}, "
+            f"block step {_gib(parts['block'])} (block_size {r.block_size}), "
             f"weights {_gib(parts['weights'] + parts['target'])}), more than the {_gib(free)} free on {device}; "
-            "lower context= or batch=")
+            "lower context= or batch= (or fix the config's sizes)")
     return total
