@@ -7,7 +7,6 @@ found stale docs); 2 bad input (one line per problem, no traceback).
 from __future__ import annotations
 
 import difflib
-import inspect
 import json
 import os
 import shutil
@@ -352,9 +351,8 @@ def cmd_emit(opts, spec, path):
     # the spec's own folder first: adapter=path.yaml names a file outside the shipped adapters
     spec_dir = Path(path).parent if path is not None else opts.get("adapter_dir")
     # overwrite= reaches atomic_dir/publish (command "emit": never a folder another command wrote)
-    kw = {"overwrite": opts["overwrite"]} if "overwrite" in inspect.signature(write_package).parameters else {}
-    res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone),
-                        config=opts.get("config"), overrides=spec_overrides(adapter, spec_dir), **kw)
+    res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone), config=opts.get("config"),
+                        overrides=spec_overrides(adapter, spec_dir), overwrite=opts["overwrite"])
     print(res.summary())
     return 0
 
