@@ -13,9 +13,10 @@ defaulted here, nothing names an adapter):
   and the chain (:class:`Chain`: greedy, or sampled with a temperature).
 
 Block rows are request-major: ``N = requests * block`` rows, slot ``t = row % block``; the
-block width is the runtime block (``max_draft_len + 1``), passed per call. Convolutions and
-scores are computed in float32 and returned in the input dtype (convolutions) or float32
-(scores, realized rows, path logits).
+block width is the runtime block (``max_draft_len + 1``), passed per call. Precision: the
+coefficient projection runs in the weights' dtype, the convolution sums in float32 and
+returns the rows' dtype; the selector's gate, unary scores and edge scores are float32, as
+are the realized rows and path logits it returns.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def layer_forward(x: torch.Tensor, block: int, *, attn: Rows, mlp: Rows, norm_in
 class UnaryTransform:
     """How a candidate's logit becomes its unary score (section 3, disagreement rows 1-2).
 
-    ``multiplier`` (``output_multiplier``); ``softcap`` (``final_logit_softcapping``; ``None``
+    ``multiplier`` (``output_multiplier``, ``> 0`` so the transform is monotone and the
+    candidates are the raw logits' top-k); ``softcap`` (``final_logit_softcapping``; ``None``
     for no cap, else ``> 0``); ``order``: ``scale_then_cap`` = ``cap*tanh(m*l/cap)`` (z-lab,
     vLLM S4a) or ``cap_then_scale`` = ``m*cap*tanh(l/cap)`` (vLLM S4b). TensorRT-LLM at
     d70a2287 is ``UnaryTransform(1.0, None, <either>)``.
