@@ -367,7 +367,7 @@ def test_planted_codebook_entry_fails(dtype):
     lambda: d2.Chain("sampled", None),
     lambda: d2.Chain("sampled", 0.0),
     lambda: d2.Chain("beam", None),
-], ids=lambda _: "")
+])
 def test_bad_knobs_are_refused_in_one_line(build):
     with pytest.raises(UserError) as err:
         build()
