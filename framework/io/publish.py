@@ -38,9 +38,9 @@ def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
     ``protect`` lists the paths the command reads (never replaced, nor their ancestors)."""
     out = Path(out)
     if os.path.lexists(out):
+        check_replaceable(out, protect, command)  # what overwrite=true could not replace, said first
         if not overwrite:
             raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
-        check_replaceable(out, protect, command)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
