@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
+from .base import MaskSpec, PagedKV
 from .dense import attend, check_inputs
 
 DecodeProvider = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -114,15 +114,3 @@ def window_decode_merge(
         out, lse = merge_lse(out_a, lse_a, *block_tail(q, k_blk, v_blk, mask, scale))
     out = out.to(q.dtype)
     return (out, lse) if return_lse else out
-
-
-register_lowering(
-    LoweringInfo(
-        name="window_decode_merge",
-        fn=window_decode_merge,
-        description="causal (window) decode over context + block prefix, merged by LSE "
-        "with the block tail (SM100 structure, torch decode provider)",
-        devices=("cpu", "sm90", "sm100"),
-        available=lambda: True,
-    )
-)

@@ -25,7 +25,7 @@ from .compose import compose
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
 
 #: Commands that run without the stages below (nor torch): start-up stays short.
-LIGHT_COMMANDS = ("adapters", "schema")
+LIGHT_COMMANDS = ("adapters", "schema", "docs")
 
 
 def _import_stages() -> None:
@@ -346,7 +346,9 @@ def cmd_eval(opts, spec, path):
 
 
 def cmd_docs(opts, spec, path):
-    return docs.cli(opts)
+    from .. import docs as docs_module  # torch-free (a light command)
+
+    return docs_module.cli(opts)
 
 
 def cmd_init(opts, spec, path):
