@@ -52,6 +52,12 @@ def device_class(device: "torch.device | str | None" = None) -> str:
     return f"sm{major}{minor}"
 
 
+def window_reach(window: Optional[int]) -> Optional[int]:
+    """``W - 1``: the farthest distance ``|p - k|`` a window ``W`` lets a query see (the one
+    place it is computed); None for full attention (``window=None``)."""
+    return None if window is None else window - 1
+
+
 @dataclass(frozen=True)
 class MaskSpec:
     """Which keys a query may see. Query position ``p``, key position ``k``.
@@ -68,11 +74,16 @@ class MaskSpec:
             raise ValueError(f"window must be >= 1, got {self.window}")
 
     @property
+    def reach(self) -> Optional[int]:
+        """``W - 1`` (:func:`window_reach`); None for full attention."""
+        return window_reach(self.window)
+
+    @property
     def bounds(self) -> tuple[int, int]:
         """(left, right) in flash-attn ``window_size`` terms; -1 means unbounded."""
         if self.window is None:
             return (-1, 0) if self.causal else (-1, -1)
-        w = self.window - 1
+        w = self.reach
         return (w, 0) if self.causal else (w, w)
 
     def allowed(self, p: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -83,7 +94,7 @@ class MaskSpec:
         if self.causal:
             ok &= k <= p
         if self.window is not None:
-            ok &= (p - k).abs() <= self.window - 1
+            ok &= (p - k).abs() <= self.reach
         return ok
 
 

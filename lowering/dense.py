@@ -55,7 +55,7 @@ def reach(mask: MaskSpec, ctx_len: int) -> int:
     """First context position any block query (at ``p >= ctx_len``) may see."""
     if mask.window is None:
         return 0
-    return max(0, ctx_len - (mask.window - 1))
+    return max(0, ctx_len - mask.reach)
 
 
 def dense(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float, return_lse: bool = False):

@@ -413,7 +413,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     kp, vp, bt = cache.k_pages, cache.v_pages, cache.block_table
     page, ring = kp.shape[1], bt.shape[1]
     windowed = mask.window is not None
-    w_m1 = (mask.window - 1) if windowed else 0
+    w_m1 = mask.reach if windowed else 0
     max_span = min(w_m1, ring * page) if windowed else ring * page
     gluon_ok = gluon_window_block.fits(q, cache, k_blk, v_blk)
     cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device,

@@ -103,7 +103,7 @@ def window_decode_merge(
     if lse_base not in ("e", 2):
         raise ValueError(f"lse_base must be 'e' or 2, got {lse_base!r}")
     check_inputs(q, cache, k_blk, v_blk)
-    window_left = -1 if mask.window is None else mask.window - 1
+    window_left = -1 if mask.window is None else mask.reach
     out_a, lse_a = decode(q, cache, k_blk, v_blk, window_left, scale)
     lse_a = lse_a.float()
     if lse_base == 2:
