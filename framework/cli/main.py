@@ -34,7 +34,7 @@ def _import_stages() -> None:
     :data:`LIGHT_COMMANDS` never pay torch's start-up)."""
     global torch, docs, compile_spec, route, ResolvedDrafter, defaulted, dump_sources, drafter_subfolder_hint
     global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
-    global spec_overrides, write_package, eval_command, format_report, report_json, run_draft
+    global write_package, eval_command, format_report, report_json, run_draft
     global check_draft_memory, check_lowering, init
     import torch
 
@@ -46,7 +46,7 @@ def _import_stages() -> None:
     from ..convert.export import export
     from ..convert.plan import Problem, format_report as format_plan_rows
     from ..convert.synth import synthesize
-    from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
+    from ..emit.render import DEFAULT, default_engine, write_package
     from ..eval import command as eval_command
     from ..runtime.draft import format_report, report_json, run_draft
     from ..runtime.memory import check_draft_memory, check_lowering
@@ -330,13 +330,14 @@ def _draft(opts, spec, path, scratch: list[Path]):
 def cmd_emit(opts, spec, path):
     """``draftsmith emit adapter=NAME target=trtllm out=DIR``: write the package, print the
     summary (``max_draft_len``, ``speculative_config``, paste rows). The adapter is compiled
-    with the command line's ``adapter.*`` overrides, which the module records."""
+    with the command line's ``adapter.*`` overrides; the package's ``resolved.json`` is the drafter
+    they compile to."""
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "emit"))
     backbone = opts.get("backbone") or DEFAULT
     backbone = None if backbone == "none" else backbone
     res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone),
-                        config=opts.get("config"), overrides=spec_overrides(adapter, opts.get("adapter_dir")))
+                        config=opts.get("config"))
     print(res.summary())
     return 0
 

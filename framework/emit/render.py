@@ -236,7 +236,7 @@ def emit(
     compiled = compile_spec(spec, yaml_path)
     return write_package(
         compiled, Path(yaml_path), Path(out), default_engine(compiled, backbone), config=config,
-        overrides=overrides, package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
+        package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
         overwrite=overwrite,
     )
 
@@ -250,24 +250,6 @@ def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNam
         return EngineNames(backbone=check_backbone(backbone, "backbone"))
     except ValueError as e:
         raise UserError(f"adapter {adapter.name}: {e}") from None
-
-
-def spec_overrides(adapter: Any, adapter_dir: Optional[Path] = None) -> list[str]:
-    """``adapter.*`` overrides that turn the adapter file's spec into ``adapter.spec``
-    (for a module emitted from a command line; checked at run time by spec sha256)."""
-    base, _ = load_spec(adapter.name, adapter_dir=adapter_dir)
-
-    def leaves(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            key = f"{prefix}{k}"
-            out.update(leaves(v, key + ".") if isinstance(v, dict) and v else {key: v})
-        return out
-
-    dump = dict(mode="json", by_alias=True)
-    a, b = leaves(base.model_dump(**dump)), leaves(adapter.spec.model_dump(**dump))
-    changed = [f"{k}={json.dumps(v)}" for k, v in sorted(b.items()) if k not in a or a[k] != v]
-    return changed + [f"~{k}" for k in sorted(set(a) - set(b))]
 
 
 def decoding_type(r: ResolvedDrafter) -> str:
@@ -315,7 +297,6 @@ def write_package(
     engine: EngineNames = EngineNames(),
     *,
     config: Optional[Path] = None,
-    overrides: Sequence[str] = (),
     package: Optional[str] = None,
     explicit_max_draft_len: Optional[int] = None,
     overwrite: bool = False,
