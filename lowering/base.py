@@ -21,10 +21,9 @@ Softmax is computed in float32. GQA: query head ``i`` uses KV head ``i // (Hq //
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional, get_args
-
-import torch
 
 from ..registry import Registry
 
@@ -38,6 +37,8 @@ def device_class(device: "torch.device | str | None" = None) -> str:
 
     ``device=None``: the current CUDA device when there is one, else the CPU.
     """
+    import torch
+
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
@@ -49,6 +50,12 @@ def device_class(device: "torch.device | str | None" = None) -> str:
     if major in (9, 10):
         return f"sm{major}0"
     return f"sm{major}{minor}"
+
+
+def window_reach(window: Optional[int]) -> Optional[int]:
+    """``W - 1``: the farthest distance ``|p - k|`` a window ``W`` lets a query see (the one
+    place it is computed); None for full attention (``window=None``)."""
+    return None if window is None else window - 1
 
 
 @dataclass(frozen=True)
@@ -67,20 +74,27 @@ class MaskSpec:
             raise ValueError(f"window must be >= 1, got {self.window}")
 
     @property
+    def reach(self) -> Optional[int]:
+        """``W - 1`` (:func:`window_reach`); None for full attention."""
+        return window_reach(self.window)
+
+    @property
     def bounds(self) -> tuple[int, int]:
         """(left, right) in flash-attn ``window_size`` terms; -1 means unbounded."""
         if self.window is None:
             return (-1, 0) if self.causal else (-1, -1)
-        w = self.window - 1
+        w = self.reach
         return (w, 0) if self.causal else (w, w)
 
     def allowed(self, p: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Boolean mask, broadcasting query positions ``p`` against key positions ``k``."""
+        import torch
+
         ok = torch.ones(torch.broadcast_shapes(p.shape, k.shape), dtype=torch.bool, device=p.device)
         if self.causal:
             ok &= k <= p
         if self.window is not None:
-            ok &= (p - k).abs() <= self.window - 1
+            ok &= (p - k).abs() <= self.reach
         return ok
 
 
@@ -135,6 +149,8 @@ class PagedKV:
                 f"positions {start}..{end - 1} of sequence {n} are not in the cache "
                 f"(holds {self.oldest(n)}..{int(self.ctx_lens[n]) - 1})"
             )
+        import torch
+
         t = torch.arange(start, end, device=self.k_pages.device)
         pages = self.block_table[n].long()[(t // self.page_size) % self.ring_pages]
         slots = t % self.page_size
@@ -146,18 +162,44 @@ LoweringFn = Callable[..., object]
 
 @dataclass(frozen=True)
 class LoweringInfo:
-    """A registered lowering: its function and what it needs to run."""
+    """A registered lowering: where its function lives and what it needs to run.
+
+    The entry is data (no kernel module is imported to register it); ``module`` is a module of
+    this package (ours, never a spec's string) imported on first use of :attr:`fn` or
+    :meth:`available`.
+    """
 
     name: str
-    fn: LoweringFn
+    module: str  # module of this package holding the function, e.g. "dense"
+    function: str  # the lowering's function in ``module``
     description: str
     devices: tuple[DeviceClass, ...]  # device classes it may be chosen for
-    available: Callable[[], bool]  # whether it can run in this process (libraries, GPU)
+    #: function in ``module`` answering whether it can run in this process (libraries, GPU);
+    #: None: always (no import needed to answer)
+    availability: Optional[str] = None
     needs_context_kernel: bool = False  # whether it needs the engine's separate context kernel
     head_dims: Optional[tuple[int, ...]] = None  # head dims it supports; None = any
     #: TensorRT-LLM DFlash attention backends whose context pool it reads in place: VANILLA's
     #: dense arena (one page of any length per slot) and the paged HND pool of TRTLLM/FA4/XQA.
     pools: tuple[str, ...] = ("VANILLA", "TRTLLM", "FA4", "XQA")
+
+    def _module(self):
+        return importlib.import_module(f"{__package__}.{self.module}")
+
+    @property
+    def fn(self) -> LoweringFn:
+        """The lowering's function (imports its module on first use)."""
+        return getattr(self._module(), self.function)
+
+    def available(self) -> bool:
+        """Whether it can run in this process; False when its module cannot be imported."""
+        if self.availability is None:
+            return True
+        try:
+            module = self._module()
+        except ImportError:
+            return False
+        return bool(getattr(module, self.availability)())
 
 
 LOWERINGS: Registry[LoweringInfo] = Registry("lowering", builtins=__package__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
+from .base import MaskSpec, PagedKV
 
 
 def check_inputs(q: torch.Tensor, cache: PagedKV, k_blk: torch.Tensor, v_blk: torch.Tensor) -> None:
@@ -55,7 +55,7 @@ def reach(mask: MaskSpec, ctx_len: int) -> int:
     """First context position any block query (at ``p >= ctx_len``) may see."""
     if mask.window is None:
         return 0
-    return max(0, ctx_len - (mask.window - 1))
+    return max(0, ctx_len - mask.reach)
 
 
 def dense(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float, return_lse: bool = False):
@@ -85,14 +85,3 @@ def dense(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float, return_
         out[n] = o.to(q.dtype)
         lse[n] = l
     return (out, lse) if return_lse else out
-
-
-register_lowering(
-    LoweringInfo(
-        name="dense",
-        fn=dense,
-        description="reference: explicit mask over gathered context + block K/V, fp32 softmax",
-        devices=("cpu", "sm90", "sm100"),
-        available=lambda: True,
-    )
-)

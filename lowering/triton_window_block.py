@@ -44,7 +44,7 @@ from typing import Optional
 import torch
 
 from . import gluon_window_block
-from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
+from .base import MaskSpec, PagedKV
 from .jit import check_interpreter, interpret_on, jitted, next_pow2, sm_count
 from .page_layout import page_layout, tma_rows
 from .split_merge import merge_splits
@@ -413,7 +413,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     kp, vp, bt = cache.k_pages, cache.v_pages, cache.block_table
     page, ring = kp.shape[1], bt.shape[1]
     windowed = mask.window is not None
-    w_m1 = (mask.window - 1) if windowed else 0
+    w_m1 = mask.reach if windowed else 0
     max_span = min(w_m1, ring * page) if windowed else ring * page
     gluon_ok = gluon_window_block.fits(q, cache, k_blk, v_blk)
     cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device,
@@ -464,17 +464,3 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     if split:
         merge_splits(po, plse, out, lse, d)
     return (out, lse) if return_lse else out
-
-
-register_lowering(LoweringInfo(
-    name="triton_window_block",
-    fn=triton_window_block,
-    description=(
-        "One Triton kernel: all B block queries x G query heads of a KV head packed in one tile, "
-        "context K/V read once from the paged ring cache (only keys the mask reaches), "
-        "exact section-2 mask, fp32 online softmax, split-KV with an LSE merge; CUDA-graph safe."
-    ),
-    devices=("cpu", "sm90", "sm100"),
-    available=available,
-    needs_context_kernel=False,
-))

@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
+from .base import MaskSpec, PagedKV
 from .window_decode_merge import window_decode_merge
 
 SCRATCH_PAGE = 32  # tokens per scratch page (a trtllm-gen supported page size)
@@ -128,16 +128,3 @@ def trtllm_gen(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float, re
     return window_decode_merge(
         q, cache, k_blk, v_blk, mask, scale, return_lse, decode=trtllm_gen_decode_provider, lse_base=2
     )
-
-
-register_lowering(
-    LoweringInfo(
-        name="trtllm_gen",
-        fn=trtllm_gen,
-        description="window_decode_merge with part A from flashinfer trtllm-gen decode "
-        "(base-2 LSE); SM100/SM103 only, never run in this repository's CI",
-        devices=("sm100",),
-        available=available,
-        needs_context_kernel=False,
-    )
-)

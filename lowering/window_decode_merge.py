@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from .base import LoweringInfo, MaskSpec, PagedKV, register_lowering
+from .base import MaskSpec, PagedKV
 from .dense import attend, check_inputs
 
 DecodeProvider = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -103,7 +103,7 @@ def window_decode_merge(
     if lse_base not in ("e", 2):
         raise ValueError(f"lse_base must be 'e' or 2, got {lse_base!r}")
     check_inputs(q, cache, k_blk, v_blk)
-    window_left = -1 if mask.window is None else mask.window - 1
+    window_left = -1 if mask.window is None else mask.reach
     out_a, lse_a = decode(q, cache, k_blk, v_blk, window_left, scale)
     lse_a = lse_a.float()
     if lse_base == 2:
@@ -114,15 +114,3 @@ def window_decode_merge(
         out, lse = merge_lse(out_a, lse_a, *block_tail(q, k_blk, v_blk, mask, scale))
     out = out.to(q.dtype)
     return (out, lse) if return_lse else out
-
-
-register_lowering(
-    LoweringInfo(
-        name="window_decode_merge",
-        fn=window_decode_merge,
-        description="causal (window) decode over context + block prefix, merged by LSE "
-        "with the block tail (SM100 structure, torch decode provider)",
-        devices=("cpu", "sm90", "sm100"),
-        available=lambda: True,
-    )
-)

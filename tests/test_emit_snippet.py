@@ -63,3 +63,42 @@ def test_speculative_model_is_the_converted_folder(tmp_path, llm_args):
     decoding_class(llm_args, res.decoding_type)(**sc)
     res2 = write_package(FakeAdapter(config), spec_file, tmp_path / "out2", config=folder / "config.json")
     assert yaml.safe_load(res2.speculative_config)["speculative_config"]["speculative_model"] == str(folder.resolve())
+
+
+EXAMPLE_LINE = "no config= given: "
+
+
+def test_without_config_the_example_values_are_named_once(tmp_path):
+    """Issue 36 point 6: without ``config=`` the snippet's token and layer ids are the adapter's
+    example (``synth.config``); the summary and the file say so (fails on the silent old code)."""
+    res = emit("minimax_dspark", out=tmp_path / "out")
+    synth = yaml.safe_load(res.adapter_file.read_text())["synth"]["config"]["text_config"]
+    block, mask, layers = synth["dspark_block_size"], synth["dspark_noise_token_id"], synth["dspark_target_layer_ids"]
+    lines = res.summary().splitlines()
+    hits = [i for i, line in enumerate(lines) if line.startswith(EXAMPLE_LINE)]
+    assert len(hits) == 1 and lines[hits[0] - 1] == f"max_draft_len = {res.max_draft_len}"
+    want = (f"block_size {block}, mask_token_id {mask}, target_layer_ids [{', '.join(map(str, layers))}] "
+            "and max_draft_len come from the adapter's example config")
+    assert lines[hits[0]] == (f"{EXAMPLE_LINE}{want} (synth.config in {res.adapter_file}), not from a checkpoint; "
+                              "pass config=<drafter config.json> for yours")
+    text = (res.package_dir / "speculative_config.yaml").read_text()
+    comments = [line for line in text.splitlines() if line.startswith("# " + EXAMPLE_LINE)]
+    assert len(comments) == 1 and want in comments[0]
+    sc = yaml.safe_load(text)["speculative_config"]
+    assert (sc["mask_token_id"], sc["target_layer_ids"]) == (mask, layers)
+
+
+def test_with_config_the_checkpoints_values_and_no_example_line(tmp_path):
+    res0 = emit("minimax_dspark", out=tmp_path / "out0")
+    raw = yaml.safe_load(res0.adapter_file.read_text())["synth"]["config"]
+    example_mask = raw["text_config"]["dspark_noise_token_id"]
+    mask = example_mask - 7
+    raw["text_config"]["dspark_noise_token_id"] = mask
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(raw))
+    res = emit("minimax_dspark", out=tmp_path / "out", config=folder)
+    assert not [line for line in res.summary().splitlines() if EXAMPLE_LINE in line]
+    text = (res.package_dir / "speculative_config.yaml").read_text()
+    assert EXAMPLE_LINE not in text
+    assert yaml.safe_load(text)["speculative_config"]["mask_token_id"] == mask != example_mask

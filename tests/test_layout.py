@@ -36,10 +36,11 @@ def modules() -> dict[str, Path]:
     return out
 
 
-#: The one function allowed to import the package's own modules: the command line's stages,
-#: imported when a command needs them so that ``--version``, ``help``, ``adapters`` and
-#: ``schema`` start without torch (its imports count as the module's own for the cycle check).
-DEFERRED = {("draftsmith.framework.cli.main", "_import_stages")}
+#: The functions allowed to import the package's own modules: the command line's stages,
+#: imported when a command needs them, and ``docs`` (torch-free, a light command), so that
+#: ``--version``, ``help``, ``adapters``, ``schema`` and ``docs`` start without torch (their
+#: imports count as the module's own for the cycle check).
+DEFERRED = {("draftsmith.framework.cli.main", "_import_stages"), ("draftsmith.framework.cli.main", "cmd_docs")}
 
 
 def imports(name: str, path: Path, top_level: bool) -> list[tuple[str, int]]:

@@ -28,7 +28,7 @@ from .shown import shown
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
 
 #: Commands that run without the stages below (nor torch): start-up stays short.
-LIGHT_COMMANDS = ("adapters", "schema")
+LIGHT_COMMANDS = ("adapters", "schema", "docs")
 
 
 def _import_stages() -> None:
@@ -37,7 +37,7 @@ def _import_stages() -> None:
     :data:`LIGHT_COMMANDS` never pay torch's start-up)."""
     global torch, docs, compile_spec, route, ResolvedDrafter, defaulted, dump_sources, drafter_subfolder_hint
     global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
-    global spec_overrides, write_package, eval_command, format_report, report_json, run_draft
+    global write_package, eval_command, format_report, report_json, run_draft
     global check_draft_memory, check_lowering, init
     import torch
 
@@ -49,7 +49,7 @@ def _import_stages() -> None:
     from ..convert.export import export
     from ..convert.plan import Problem, format_report as format_plan_rows
     from ..convert.synth import synthesize
-    from ..emit.render import DEFAULT, default_engine, spec_overrides, write_package
+    from ..emit.render import DEFAULT, default_engine, write_package
     from ..eval import command as eval_command
     from ..runtime.draft import format_report, report_json, run_draft
     from ..runtime.memory import check_draft_memory, check_lowering
@@ -343,16 +343,15 @@ def _draft(opts, spec, path, scratch: list[Path]):
 def cmd_emit(opts, spec, path):
     """``draftsmith emit adapter=NAME target=trtllm out=DIR``: write the package, print the
     summary (``max_draft_len``, ``speculative_config``, paste rows). The adapter is compiled
-    with the command line's ``adapter.*`` overrides, which the module records."""
+    with the command line's ``adapter.*`` overrides; the package's ``resolved.json`` is the drafter
+    they compile to."""
     adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "emit"))
     backbone = opts.get("backbone") or DEFAULT
     backbone = None if backbone == "none" else backbone
-    # the spec's own folder first: adapter=path.yaml names a file outside the shipped adapters
-    spec_dir = Path(path).parent if path is not None else opts.get("adapter_dir")
     # overwrite= reaches atomic_dir/publish (command "emit": never a folder another command wrote)
     res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone), config=opts.get("config"),
-                        overrides=spec_overrides(adapter, spec_dir), overwrite=opts["overwrite"])
+                        overwrite=opts["overwrite"])
     print(res.summary())
     return 0
 
@@ -362,7 +361,9 @@ def cmd_eval(opts, spec, path):
 
 
 def cmd_docs(opts, spec, path):
-    return docs.cli(opts)
+    from .. import docs as docs_module  # torch-free (a light command)
+
+    return docs_module.cli(opts)
 
 
 def cmd_init(opts, spec, path):

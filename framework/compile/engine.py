@@ -10,9 +10,8 @@ import difflib
 import hashlib
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
 from pydantic import ValidationError
 
 from ...lowering.base import DEVICE_CLASSES
@@ -30,6 +29,9 @@ from .rename import Renamer
 from .resolved import check_lowering
 from ..spec.schema import AdapterSpec
 from ..spec.yaml_lines import line_of, load_yaml
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Adapter:

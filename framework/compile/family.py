@@ -7,9 +7,7 @@ One family per architecture shape, shared by every adapter of that shape.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ...transforms.base import TensorMeta, dtype_from_name
 
@@ -17,6 +15,9 @@ from ...registry import Registry
 from ..errors import UserError
 from .dotted import get_dotted
 from .rope import NOT_SCALING, SUPPORTED as ROPE_SUPPORTED, read_scaling
+
+if TYPE_CHECKING:
+    import torch
 
 
 class GQADFlash:
@@ -217,6 +218,8 @@ class GQADFlash:
         moves the output: norms near 1, a linear ``[out, in]`` at ``1/sqrt(in)`` (activations
         stay near unit RMS through every layer, so rope, masks and norms all matter), the Markov
         factors at 1 (the bias ``w2 @ w1[prev]`` has RMS ``sqrt(rank)``, the size of the logits)."""
+        import torch
+
         return (synth_scale(name, meta.shape) * torch.randn(meta.shape, generator=gen)
                 + (1.0 if is_norm(name) else 0.0)).to(meta.dtype)
 

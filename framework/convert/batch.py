@@ -14,10 +14,7 @@ in output order, word for word.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ...transforms.base import Context, TransformError
 
@@ -25,6 +22,10 @@ from ..errors import UserError
 from .checkpoint import SourceTensor, TensorReader
 from .plan import Group, Plan
 from .writer import ShardWriter
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 #: groups whose sources hold at most this many bytes are stacked (per-call overhead dominates)
 SMALL_GROUP_BYTES = 1 << 16
@@ -77,6 +78,8 @@ class WindowSources:
     stacks then copy their rows from memory. Other tensors are read one by one."""
 
     def __init__(self, reader: TensorReader, tensors: list[SourceTensor]):
+        import numpy as np
+
         self.reader = reader
         self.spans: dict[Path, tuple[int, np.ndarray]] = {}
         by_file: dict[Path, list[SourceTensor]] = {}
@@ -98,6 +101,9 @@ class WindowSources:
 
     def stacked(self, sts: list[SourceTensor]) -> torch.Tensor:
         """``[len(sts), *shape]``: tensors of one shape and dtype, stacked."""
+        import numpy as np
+        import torch
+
         span = self.spans.get(sts[0].file)
         file = sts[0].file
         if span is None or any(st.file is not file and st.file != file for st in sts):
@@ -130,6 +136,8 @@ def run_stack(plan: Plan, groups: list[Group], sources: WindowSources, ctx: Cont
 
 def finite(t: torch.Tensor) -> bool:
     """No NaN or Inf in ``t`` (a min/max reduction propagates both: one fast pass)."""
+    import torch
+
     if t.numel() == 0:
         return True
     if t.dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
@@ -145,6 +153,9 @@ def convert_window(plan: Plan, window: list[tuple[Group, tuple]], reader: Tensor
                    after_write: Callable[[], None]) -> None:
     """Convert and write a window's groups, stacked by key; the groups of stacks that fail go
     through ``one_by_one`` in output order (which raises the first group's error)."""
+    import numpy as np
+    import torch
+
     by_key: dict[tuple, list[Group]] = {}
     for g, key in window:
         by_key.setdefault(key, []).append(g)
@@ -177,6 +188,8 @@ def check_planned(plan: Plan, name: str, rows: torch.Tensor) -> None:
 def write_window(where: dict[str, ShardWriter], done: dict[str, np.ndarray], after_write: Callable[[], None]) -> None:
     """Write each tensor's bytes to its shard: runs of tensors adjacent in a shard in one
     call each (their bytes gathered back to back), ``after_write()`` after each tensor."""
+    import numpy as np
+
     by_shard: dict[int, list[str]] = {}
     for name in done:
         by_shard.setdefault(id(where[name]), []).append(name)

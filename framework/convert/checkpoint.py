@@ -14,14 +14,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from ...transforms.base import ST_TO_TORCH, TensorMeta
+from ...transforms.base import TensorMeta, torch_tables
 
 from ..errors import UserError
 from ..io.safe_read import (MAX_CONFIG_BYTES, MAX_INDEX_BYTES, check_regular, is_regular, load_json, open_regular,
                             parse_json)
+
+if TYPE_CHECKING:
+    import torch
 
 #: a safetensors header (the format's own readers cap it at 100 MB)
 MAX_HEADER_BYTES = 100 * 2**20
@@ -116,6 +118,7 @@ def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
     """Name -> (shape and dtype, byte position of its data in the file) of one safetensors
     file, checked against the file size (data offsets tile the data exactly). Linear in the
     number of tensors."""
+    st_to_torch = torch_tables()["ST_TO_TORCH"]
     with open_regular(path, "safetensors shard") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(8)
@@ -151,7 +154,7 @@ def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
     for name, info in header.items():
         shape = offsets = dtype = None
         if type(info) is dict:
-            dtype = ST_TO_TORCH.get(info.get("dtype")) if type(info.get("dtype")) is str else None
+            dtype = st_to_torch.get(info.get("dtype")) if type(info.get("dtype")) is str else None
             shape, offsets = info.get("shape"), info.get("data_offsets")
         # JSON integers only (not bools, floats or strings): ``type() is int``
         if (dtype is None or type(shape) is not list or type(offsets) is not list or len(offsets) != 2
@@ -252,6 +255,8 @@ class TensorReader:
         self._files: dict[Path, object] = {}
 
     def read(self, st: SourceTensor) -> torch.Tensor:
+        import torch
+
         flat = torch.empty(st.meta.nbytes, dtype=torch.uint8)  # not zero-filled: every byte is read into it
         self._read_into(st, memoryview(flat.numpy()))
         return flat.view(st.meta.dtype).reshape(st.meta.shape)
@@ -259,6 +264,8 @@ class TensorReader:
     def read_stacked(self, sts: list[SourceTensor]) -> torch.Tensor:
         """Tensors of one shape and dtype, read straight into one ``[len(sts), *shape]``
         tensor (one buffer, one read call each, no per-tensor torch work)."""
+        import torch
+
         meta, n = sts[0].meta, sts[0].meta.nbytes
         flat = torch.empty(len(sts) * n, dtype=torch.uint8)
         view = memoryview(flat.numpy())

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from tqdm import tqdm
 
 from ...transforms.base import Context, TransformError
@@ -24,6 +24,9 @@ from .batch import convert_window, finite, windows
 from .checkpoint import TensorReader
 from .plan import Group, Plan
 from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
+
+if TYPE_CHECKING:
+    import torch
 
 
 def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:
@@ -47,6 +50,8 @@ def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor],
 
 def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
     """Write the converted checkpoint of a complete plan to ``out`` (atomically)."""
+    import torch
+
     if not plan.complete:
         raise UserError(*plan.problem_lines())
     out = Path(out)
@@ -71,6 +76,8 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
 
 
 def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
+    import torch
+
     ctx = Context(plan.config, pool)
     shards = shard_layout(plan.outputs, plan.max_shard_bytes)
     names = shard_names(len(shards))

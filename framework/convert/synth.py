@@ -12,10 +12,9 @@ import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from tqdm import tqdm
-from safetensors.torch import save_file
 
 from ...transforms.base import Binding, Context, Transform
 
@@ -23,6 +22,9 @@ from ..io.publish import atomic_dir, publish, remove_temp
 from ..errors import UserError
 from ..compile.dotted import pop_dotted, set_dotted
 from .writer import ShardedSaver
+
+if TYPE_CHECKING:
+    import torch
 
 SYNTH_SHARD_BYTES = 1 << 30
 
@@ -139,6 +141,8 @@ def _groups(layout: dict, apps: list[tuple[Transform, Binding]]) -> list[list[st
 
 def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = False,
                keep_targets: bool = False, progress: bool = False, layout: str = "spec") -> SynthResult:
+    import torch
+
     raw = source_config(adapter, scale, layout)
     cfg = adapter.flatten_config(raw, where=f"{adapter.path}: synth.config")
     ctx = Context(cfg)
@@ -200,6 +204,9 @@ def _draw(adapter, apps, name: str, layout: dict, gen, ctx) -> dict[str, torch.T
 
 def _write_target(adapter, cfg: dict, where: Path, gen: torch.Generator) -> None:
     """The borrowed tensors of a synthetic target (embed_tokens, lm_head) and its config."""
+    import torch
+    from safetensors.torch import save_file
+
     where.mkdir()
     layout = adapter.family.borrowed_layout(cfg)
     tensors = {n: (torch.randn(m.shape, generator=gen) * 0.5).to(m.dtype) for n, m in layout.items()}

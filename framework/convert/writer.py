@@ -10,22 +10,24 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from safetensors.torch import save_file
+from ...transforms.base import TensorMeta, torch_tables
 
-from ...transforms.base import TORCH_TO_ST, TensorMeta
+if TYPE_CHECKING:
+    import torch
 
 
 class ShardWriter:
     def __init__(self, path: Path, metas: dict[str, TensorMeta], metadata: dict[str, str] | None = None):
         self.path = path
         self.metas = metas
+        torch_to_st = torch_tables()["TORCH_TO_ST"]
         header: dict = {"__metadata__": metadata or {"format": "pt"}}
         offset = 0
         self.offsets: dict[str, int] = {}
         for name, m in metas.items():
-            header[name] = {"dtype": TORCH_TO_ST[m.dtype], "shape": list(m.shape), "data_offsets": [offset, offset + m.nbytes]}
+            header[name] = {"dtype": torch_to_st[m.dtype], "shape": list(m.shape), "data_offsets": [offset, offset + m.nbytes]}
             self.offsets[name] = offset
             offset += m.nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
@@ -44,6 +46,8 @@ class ShardWriter:
 
     def write(self, name: str, t: torch.Tensor) -> None:
         """Write ``name``'s bytes at its offset (positional: safe from several threads)."""
+        import torch
+
         m = self.metas[name]
         if tuple(t.shape) != m.shape or t.dtype != m.dtype:
             raise RuntimeError(f"internal: {name} is {tuple(t.shape)} {t.dtype}, planned {m}")
@@ -102,6 +106,8 @@ class ShardedSaver:
     ``model-0000i-of-0000n.safetensors`` with ``model.safetensors.index.json``."""
 
     def __init__(self, folder: Path, max_bytes: int):
+        import torch
+
         self.folder, self.max_bytes = Path(folder), max_bytes
         self.files: list[str] = []
         self.weight_map: dict[str, str] = {}
@@ -116,6 +122,8 @@ class ShardedSaver:
         self.size += n
 
     def flush(self) -> None:
+        from safetensors.torch import save_file
+
         if self.shard:
             name = f"part-{len(self.files) + 1:05d}.safetensors"
             save_file(self.shard, str(self.folder / name), metadata={"format": "pt"})

@@ -22,6 +22,8 @@ import keyword
 import re
 from typing import Any, Mapping, Optional
 
+from ...lowering.base import DEVICE_CLASSES, LOWERINGS  # torch-free; importing it registers the built-ins
+
 #: decoding types the package may register a builder for (TensorRT-LLM's names).
 DECODING_TYPES = ("DFlash", "DSpark")
 #: module prefix a spec-named backbone class must live under.
@@ -77,13 +79,8 @@ def check_backbone(value: Any, what: str = "backbone") -> Optional[str]:
 
 def check_lowerings(layers: Any, what: str = "resolved.layers") -> None:
     """Every ``layers[i].lowering`` entry names a registered lowering for a known device class."""
-    from ...lowering.base import DEVICE_CLASSES, LOWERINGS
-
     if not isinstance(layers, (list, tuple)):
         raise ValueError(f"{what}: not a list")
-    import importlib
-
-    importlib.import_module("draftsmith.lowering")  # the built-in lowerings register on import
     for i, layer in enumerate(layers):
         low = layer.get("lowering") if isinstance(layer, Mapping) else getattr(layer, "lowering", None)
         if not isinstance(low, Mapping):

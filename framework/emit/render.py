@@ -83,6 +83,8 @@ class EmitResult:
     telemetry_entry: str
     decoding_type: str = "DSpark"
     notes: list[str] = field(default_factory=list)
+    #: the values the snippet took from the adapter's example config (no ``config=``), else None
+    example_values: Optional[str] = None
 
     def summary(self) -> str:
         """The text ``draftsmith emit`` prints (every spec-derived string quoted with repr)."""
@@ -91,6 +93,10 @@ class EmitResult:
                 f"wrote {self.package_dir} ({', '.join(p.name for p in self.files)})",
                 f"adapter {self.adapter!r}, decoding_type {self.decoding_type!r}",
                 f"max_draft_len = {self.max_draft_len}",
+                *([] if self.example_values is None else [
+                    f"no config= given: {self.example_values} come from the adapter's example config "
+                    f"(synth.config in {self.adapter_file}), not from a checkpoint; "
+                    "pass config=<drafter config.json> for yours"]),
                 "",
                 self.speculative_config.rstrip(),
                 "",
@@ -151,9 +157,28 @@ def speculative_config(resolved: ResolvedDrafter, speculative_model: Optional[st
     return cfg
 
 
-def speculative_config_yaml(cfg: dict) -> str:
-    """``speculative_config.yaml``: a constant comment, then ``yaml.safe_dump``."""
-    return SNIPPET_HEADER + yaml.safe_dump({"speculative_config": cfg}, sort_keys=False, allow_unicode=False)
+def speculative_config_yaml(cfg: dict, example_values: Optional[str] = None) -> str:
+    """``speculative_config.yaml``: a constant comment, one more comment line when the values
+    come from the adapter's example config (``example_values``: :func:`example_values`, ints
+    only), then ``yaml.safe_dump``."""
+    example = "" if example_values is None else (
+        f"# no config= given: {example_values} come from the adapter's example config (its synth.config), "
+        "not from a checkpoint; pass config=<drafter config.json> for yours\n")
+    return SNIPPET_HEADER + example + yaml.safe_dump({"speculative_config": cfg}, sort_keys=False, allow_unicode=False)
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected an int, got {type(value).__name__}")
+    return value
+
+
+def example_values(resolved: ResolvedDrafter) -> str:
+    """The snippet's checkpoint-specific values, as text built from ints only (no string of the
+    spec or config reaches it): ``block_size B, mask_token_id M, target_layer_ids [..] and max_draft_len``."""
+    layers = ", ".join(str(_int(i)) for i in resolved.target_layer_ids)
+    return (f"block_size {_int(resolved.block_size)}, mask_token_id {_int(resolved.mask_token_id)}, "
+            f"target_layer_ids [{layers}] and max_draft_len")
 
 
 def _load_config(path: Optional[Path]) -> Optional[dict]:
@@ -211,7 +236,7 @@ def emit(
     compiled = compile_spec(spec, yaml_path)
     return write_package(
         compiled, Path(yaml_path), Path(out), default_engine(compiled, backbone), config=config,
-        overrides=overrides, package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
+        package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
         overwrite=overwrite,
     )
 
@@ -225,24 +250,6 @@ def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNam
         return EngineNames(backbone=check_backbone(backbone, "backbone"))
     except ValueError as e:
         raise UserError(f"adapter {adapter.name}: {e}") from None
-
-
-def spec_overrides(adapter: Any, adapter_dir: Optional[Path] = None) -> list[str]:
-    """``adapter.*`` overrides that turn the adapter file's spec into ``adapter.spec``
-    (for a module emitted from a command line; checked at run time by spec sha256)."""
-    base, _ = load_spec(adapter.name, adapter_dir=adapter_dir)
-
-    def leaves(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            key = f"{prefix}{k}"
-            out.update(leaves(v, key + ".") if isinstance(v, dict) and v else {key: v})
-        return out
-
-    dump = dict(mode="json", by_alias=True)
-    a, b = leaves(base.model_dump(**dump)), leaves(adapter.spec.model_dump(**dump))
-    changed = [f"{k}={json.dumps(v)}" for k, v in sorted(b.items()) if k not in a or a[k] != v]
-    return changed + [f"~{k}" for k in sorted(set(a) - set(b))]
 
 
 def decoding_type(r: ResolvedDrafter) -> str:
@@ -290,7 +297,6 @@ def write_package(
     engine: EngineNames = EngineNames(),
     *,
     config: Optional[Path] = None,
-    overrides: Sequence[str] = (),
     package: Optional[str] = None,
     explicit_max_draft_len: Optional[int] = None,
     overwrite: bool = False,
@@ -318,7 +324,8 @@ def write_package(
         raise UserError(f"{where}: {str(e).splitlines()[0]}") from None
     speculative_model = str(_config_folder(config)) if config is not None and "draftsmith" in flat else None
     serving = getattr(getattr(getattr(adapter, "spec", None), "docs", None), "serving", None)
-    snippet = speculative_config_yaml(speculative_config(resolved, speculative_model, serving, where))
+    example = example_values(resolved) if config is None else None
+    snippet = speculative_config_yaml(speculative_config(resolved, speculative_model, serving, where), example)
     arch_row = f"{architecture!r}: {'modeling_' + package!r},"
     telemetry = f"{architecture!r},"
     files = {
@@ -345,7 +352,7 @@ def write_package(
         package_dir=pkg_dir, package=package, files=[pkg_dir / name for name in files], adapter=adapter.name,
         adapter_file=Path(yaml_path), sha256=file_sha256(yaml_path) if Path(yaml_path).is_file() else "",
         architecture=architecture, max_draft_len=max_draft_len, speculative_config=snippet,
-        arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype,
+        arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype, example_values=example,
         notes=[*(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
                  "wrongly; serve with one process" for p in worker_mask_problems(resolved)),
                f"max_draft_len: {reason}",

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from ...lowering.base import DEVICE_CLASSES
 from .binding import PackagedDrafter, check_engine_version, device_class_of
 from .names import GENERATED, check_backbone
+from .trtllm_backbone import backbone_class
 
 #: The TensorRT-LLM release the emitted package needs at least (the draft-model registry and
 #: the modeling_dspark split).
@@ -115,8 +116,6 @@ def register_backbone(drafter: PackagedDrafter, mu: Any, module_name: str = __na
     if name is None:
         return None
     if name == GENERATED:
-        from .trtllm_backbone import backbone_class
-
         return backbone_class(drafter.architecture, drafter, module_name)
     module, cls_name = name.split(":")
     base = getattr(importlib.import_module(module), cls_name)

@@ -21,13 +21,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from ...lowering.base import MaskSpec, PagedKV
+from ...lowering.base import MaskSpec, PagedKV, window_reach
 
 
 def ring_pages(window: Optional[int], page_size: int, max_context: Optional[int]) -> int:
     """Pages per sequence: ``ceil((W-1)/P)+1`` for a window ``W``, ``ceil(max_context/P)`` for full."""
     if window is not None:
-        return math.ceil((window - 1) / page_size) + 1
+        return math.ceil(window_reach(window) / page_size) + 1
     if max_context is None:
         raise ValueError("a full-attention layer needs max_context to size its pages")
     return max(1, math.ceil(max_context / page_size))
@@ -92,8 +92,8 @@ class PagedKVCache:
         Windowed (``W``): queries at ``p >= end`` see keys ``>= end - (W-1)``, and later queries
         see even fewer old keys, so older positions are never computed. Full: 0.
         """
-        w = self.masks[layer].window
-        return 0 if w is None else max(0, end - (w - 1))
+        reach = self.masks[layer].reach
+        return 0 if reach is None else max(0, end - reach)
 
     def write(self, layer: int, seq: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store ``k, v: [T, Hkv, D]`` of sequence ``seq`` at positions ``start..start+T-1``.
