@@ -25,6 +25,7 @@ from typing import Iterable, Optional
 
 from ..errors import UserError
 from ..io.safe_read import MAX_CONFIG_BYTES, is_regular, load_json
+from ..io.hub_cache import snapshot_folder  # bounded: a revision never leaves the cache
 
 #: ``org/name`` or ``org/name@revision`` (Hugging Face's repo-id characters).
 REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<rev>[A-Za-z0-9_./-]+))?$")
@@ -50,8 +51,6 @@ def hub_cache_dir() -> Optional[str]:
 
 def from_hub_cache(repo_id: str, revision: Optional[str], key: str = "source") -> Path:
     """The cached snapshot folder of ``repo_id`` at ``revision`` (default: ``main``); no network."""
-    from ..io.hub_cache import snapshot_folder  # bounded: the revision never leaves the cache
-
     shown = f"{repo_id}@{revision}" if revision else repo_id
     try:
         return snapshot_folder(repo_id, revision, hub_cache_dir(), key=key)

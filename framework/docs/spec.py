@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import types
@@ -16,6 +17,8 @@ from pydantic_core import PydanticUndefined
 
 from ...transforms import TRANSFORMS
 from ..spec.loading import adapter_files, read_spec_data
+from ..errors import UserError
+from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.schema import AdapterSpec, json_schema
 from .markdown import GUIDE_FILE, SCHEMA_FILE, SCHEMA_LINE, _banner, _code, _table, _yaml
 
@@ -317,11 +320,6 @@ SCHEMA_TITLE = "draftsmith adapter spec"
 def is_schema_file(path) -> bool:
     """``path`` is a regular file (not a link) holding a JSON Schema draftsmith wrote (its
     title), read bounded: what ``schema out=`` / ``docs`` may replace."""
-    import os
-
-    from ..errors import UserError
-    from ..io.safe_read import MAX_CONFIG_BYTES, load_json
-
     if os.path.islink(path):
         return False
     try:

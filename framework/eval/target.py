@@ -16,6 +16,8 @@ from typing import Optional
 import torch
 
 from ..errors import UserError
+from ..convert.locate import hub_cache_dir
+from ..io.hub_cache import snapshot_folder  # bounded: resolved inside the cache only
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -38,9 +40,6 @@ def resolve(source: str | Path) -> Path:
         return p
     if p.exists() or str(source).count("/") != 1:
         raise UserError(f"target={source}: not a folder, and not a repo id (owner/name) in the local cache")
-    from ..convert.locate import hub_cache_dir
-    from ..io.hub_cache import snapshot_folder  # bounded: resolved inside the cache only
-
     try:
         return snapshot_folder(str(source), None, hub_cache_dir(), key="target")
     except (FileNotFoundError, ValueError, OSError) as e:

@@ -25,6 +25,7 @@ from ..io.atomic_file import owned_safetensors, write_file
 from . import get_host
 from .kv_cache import ring_pages
 from .loading import build_drafter
+from .memory import block_bytes
 
 CHUNK = 8192  # rows of random context generated (and seeded) together
 
@@ -178,8 +179,6 @@ step's scores and logits (:func:`~.memory.block_bytes`)."""
                  default=context)
     rows = context if dump else widest
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
-    from .memory import block_bytes
-
     block = block_bytes(cfg.block_size, widest, cfg.dims.heads, cfg.dims.vocab, batch)
     return batch * (tokens * per_token + rows * width * 4) + min(rows, CHUNK) * width * 4 + block
 
