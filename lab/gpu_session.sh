@@ -46,7 +46,7 @@ for step in "$@"; do
     tp-shapes) # issue 35 item 4: per-rank shapes, correct and timed beside FA4, in one call
       t0=$(date +%s); budget=${TP_BUDGET:-530}; shards=${SHARDS:-5}
       site=${FA4_SITE:-/tmp/fa4site}; mkdir -p /tmp/fa4w
-      find .whl -type f -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null
+      find .whl -type f ! -name site.tar.xz -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null
       if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" python3 -c "import flash_attn.cute.interface" \
           2>/dev/null; then
         if ls /tmp/fa4w/cu13.part.aa /tmp/fa4w/cu13.part.ab /tmp/fa4w/flash_attn_4-*.whl > /dev/null 2>&1; then
@@ -55,9 +55,20 @@ for step in "$@"; do
         else echo "FA4 wheels incomplete in .whl/ (have: $(ls /tmp/fa4w | tr '\n' ' ')): the bench runs without FA4"; fi
       fi
       fa4path="$site:$site/nvidia_cutlass_dsl/dsl_packages"
+      # draftsmith's own dependencies (tests/conftest.py imports the framework): lab/gpu_deps.sh's archive
+      if ! python3 -c "import pydantic, omegaconf, re2, yaml, safetensors" 2>/dev/null; then
+        deps=$(find .whl /tmp/fa4w -name site.tar.xz 2>/dev/null | head -1)
+        if [ -n "$deps" ]; then mkdir -p /tmp/devsite && tar -C /tmp/devsite -xJf "$deps"
+          export PYTHONPATH="$PYTHONPATH:/tmp/devsite"; echo "deps from $deps"
+        else echo "no pydantic here and no .whl/**/site.tar.xz (lab/gpu_deps.sh download .whl/deps): tests fail at conftest"; fi
+      fi
+      # TensorRT-LLM's excerpts (the emitted forward's CUDA-graph test needs them): carried as .whl/trtllm_src
+      for src in "${DRAFTSMITH_TRTLLM_SRC:-}" .whl/trtllm_src shared/trtllm_src; do
+        if [ -n "$src" ] && [ -d "$src" ]; then export DRAFTSMITH_TRTLLM_SRC=$(cd "$src" && pwd); break; fi; done
+      echo "TensorRT-LLM excerpts: ${DRAFTSMITH_TRTLLM_SRC:-none (the CUDA-graph test of the emitted forward skips)}"
       # The tests, in parallel processes (contiguous shards of the kernel file: lab/pytest_shard.py); each bounded.
       tests_s=${TESTS_S:-300}
-      pyt="timeout $tests_s python3 -P -m pytest -q -p no:cacheprovider -p pytest_shard"
+      pyt="timeout $tests_s python3 -P -m pytest -q -rs -p no:cacheprovider -p pytest_shard"
       for i in $(seq 0 $((shards - 1))); do
         OMP_NUM_THREADS=2 PYTEST_SHARD=$i/$shards $pyt -m gpu tests/test_triton_window_block.py \
           > "$OUT/tests_kernel_$i.txt" 2>&1 &

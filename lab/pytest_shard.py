@@ -7,6 +7,8 @@ with ``lab/`` on ``PYTHONPATH``."""
 
 import os
 
+import pytest
+
 
 def shard_of(count: int, spec: str) -> range:
     """The indices shard ``i/n`` keeps of ``count`` items: the ``i``-th of ``n`` runs of (nearly)
@@ -17,6 +19,7 @@ def shard_of(count: int, spec: str) -> range:
     return range(count * i // n, count * (i + 1) // n)
 
 
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection: shards of the tests that run
 def pytest_collection_modifyitems(config, items):
     spec = os.environ.get("PYTEST_SHARD")
     if not spec:

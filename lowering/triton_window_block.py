@@ -290,6 +290,8 @@ TUNED = {
                                   "multiprocessor fit in shared memory", "lab/log.md#a02"),
     "tma_tiles_d256": ((32, 3), "keys, stages of TMA tiles at head dim 256: 1.9x the gathered 64 x 64 tiles",
                        "lab/log.md#a09"),
+    "tma_stages_4byte": (2, "stages of TMA tiles of 4-byte elements (float32): what fits the shared memory (five "
+                            "stages of 64-key float32 tiles need 328 KB); chosen to fit, not timed", "lab/log.md#a02"),
     "tma_min_keys": (320, "fewest context keys a split of the TMA tiles", "lab/log.md#a02"),
     "gathered_min_keys": (160, "fewest context keys a split of gathered tiles; about two programs a "
                                "multiprocessor, at most 64 splits", "lab/log.md#a01 (sweeps: lab/NOTES-attention.md)"),
@@ -303,7 +305,7 @@ def choose_config(
     n: int, b: int, hq: int, hkv: int, d: int, max_span: int, device: torch.device,
     num_splits: Optional[int] = None, block_n: Optional[int] = None, block_m: Optional[int] = None,
     num_warps: Optional[int] = None, num_stages: Optional[int] = None, tma_ok: bool = False,
-    gluon_ok: bool = False,
+    gluon_ok: bool = False, elt_bytes: int = 2,
 ) -> Config:
     """Pick tiles and the split count from static shapes.
 
@@ -311,7 +313,8 @@ def choose_config(
     ``R * P`` for full attention), a static bound; ``ctx_lens`` itself is never read here.
     ``tma_ok``: the caller has checked that tensor-descriptor tiles fit (see
     :func:`tma_fits`); then tiles are 64 rows x 64 keys, 4 warps, 5 stages, interior tiles
-    through TMA (head dim 256: 32 keys, 3 stages, which fit the shared memory). Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
+    through TMA (head dim 256: 32 keys, 3 stages, which fit the shared memory; ``elt_bytes`` 4,
+    float32: 2 stages). Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
     64 when a batch is too small to give every multiprocessor a program. Splits: about two
     programs per multiprocessor, at most 64, none shorter than 160 keys (320 with TMA).
     ``gluon_ok``: the caller has checked :func:`.gluon_window_block.fits`; then the
@@ -336,6 +339,8 @@ def choose_config(
         block_n = block_n or (tn256 if d_pad >= 256 else tn)
         num_warps = num_warps or tw
         num_stages = num_stages or (ts256 if d_pad >= 256 else ts)
+        if elt_bytes > 2:
+            num_stages = min(num_stages, TUNED["tma_stages_4byte"][0])
     if block_m is None:
         block_m = min(max(16, next_pow2(rows)), 64 if d_pad >= 256 else 128)
         if block_m == 128 and n * hkv * -(-rows // 128) < sms:
@@ -437,7 +442,8 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     max_span = min(w_m1, ring * page) if windowed else ring * page
     gluon_ok = gluon_window_block.fits(q, cache, k_blk, v_blk)
     cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device,
-                                  tma_ok=not gluon_ok and tma_fits(q, cache), gluon_ok=gluon_ok)
+                                  tma_ok=not gluon_ok and tma_fits(q, cache), gluon_ok=gluon_ok,
+                                  elt_bytes=q.element_size())
     if cfg.gluon:
         if not gluon_ok:
             raise ValueError("the gluon kernel needs an SM90 GPU, Gluon's Hopper API, bf16/fp16, head dim 64, "

@@ -771,3 +771,18 @@ def test_gpu_per_rank_shapes(tp, pool, batch):
         assert _gluon_fits(case), f"TP {tp} on {pool}: the Gluon kernel must take it"
         assert choose_config(batch, 7, hq, hkv, 128, 4095, case[0].device, gluon_ok=True).gluon
     run_and_check(*case, causal=False, window=4096, tol=1e-2, lse_tol=2e-2)
+
+
+def test_tma_tiles_of_float32_fit_the_shared_memory(monkeypatch):
+    """Float32 TMA tiles take fewer stages than bf16 ones: five stages of 64-key float32 K and V
+    tiles (328 KB) do not fit an H200's 227 KB (the dense arena's float32 GPU test hit it)."""
+    from draftsmith.lowering import jit
+    from draftsmith.lowering import triton_window_block as twb
+
+    dev = torch.device("cuda", 0)
+    monkeypatch.setitem(jit._SM_COUNT, 0, 132)
+    bf16 = twb.choose_config(2, 7, 16, 1, 128, 4095, dev, tma_ok=True)
+    f32 = twb.choose_config(2, 7, 16, 1, 128, 4095, dev, tma_ok=True, elt_bytes=4)
+    assert bf16.num_stages == 5 and f32.num_stages == twb.TUNED["tma_stages_4byte"][0] == 2
+    smem = lambda c, elt: 2 * c.num_stages * c.block_n * 128 * elt  # noqa: E731  (K and V ring)
+    assert smem(f32, 4) <= 227 * 1024 < smem(bf16, 4)
