@@ -14,6 +14,13 @@ Units: time in microseconds, the median of CUDA-graph replays with L2 flushed be
 ``Hkv * D`` x 2 (K and V) x 2 bytes, plus q and out (``2 * B * Hq * D * 2`` bytes); the
 copy ceiling is a 2 GiB device-to-device copy counting bytes read plus written.
 
+Per-rank shapes (``--tp 1,2,4,8``): TensorRT-LLM's tensor parallelism gives a rank
+``Hq // tp`` query heads and ``ceil(Hkv / tp)`` KV heads (KV duplicated past ``Hkv`` ranks):
+64 / 4, 32 / 2, 16 / 1, 8 / 1 at the MiniMax shape; ``--heads`` / ``--kv-heads`` set one shape
+directly. ``--layout`` takes a comma list; ``arena`` is TensorRT-LLM's VANILLA dense arena
+``[slots, L, max_ctx + B, Hkv, D]`` (``max_ctx = --ctx``, one page of ``ctx + B`` tokens a
+sequence, layer 1 of 2 read in place). Each (tp, layout) prints its table as it finishes.
+
 ``--sweep`` also times tile/split variants of the Triton kernel (written to ``--log``).
 The timing method, ceilings and shape are ``timing.py``'s (shared by the benches). ``--tiny``:
 ``timing.TINY``'s shape, a smoke run that also runs on CPU under ``TRITON_INTERPRET=1``
@@ -51,6 +58,7 @@ except Exception as _e:  # noqa: BLE001
 HQ, HKV, D, B, W, PAGE = MINIMAX.hq, MINIMAX.hkv, MINIMAX.d, MINIMAX.b, MINIMAX.w, MINIMAX.page  # --tiny: TINY's
 DEV = timing.device()  # the GPU; the CPU (TRITON_INTERPRET=1) for --tiny runs without one
 FA4_PAGE = 128  # --fa4-page: FA4's page size; 128 = whole 128-key tiles per page, so its TMA path is taken
+LAYOUTS = ("nhd", "hnd", "trtllm", "arena")  # --layout: K/V storage (make_inputs)
 PAGE_ORDER = "random"  # --page-order: where a sequence's pages lie in the pool, for every paged row alike
 
 
@@ -65,6 +73,13 @@ def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
     ring = math.ceil((W - 1) / PAGE) + 1
     total = n * ring
     kw = dict(device=DEV, dtype=torch.bfloat16, generator=g)
+    if layout == "arena":  # [slots, L, max_ctx + B, Hkv, D], one spare slot; layer 1 of 2, a view
+        k_arena = torch.randn(n + 1, 2, ctx + B, HKV, D, **kw)
+        v_arena = torch.randn(n + 1, 2, ctx + B, HKV, D, **kw)
+        ids = torch.randperm(n + 1, device=DEV, generator=g)[:n] if order == "random" else torch.arange(n, device=DEV)
+        cache = PagedKV(k_arena[:, 1], v_arena[:, 1], ids[:, None].to(torch.int32),
+                        torch.full((n,), ctx, dtype=torch.int32, device=DEV))
+        return torch.randn(n, B, HQ, D, **kw), cache, torch.randn(n, B, HKV, D, **kw), torch.randn(n, B, HKV, D, **kw)
     if layout == "trtllm":
         pool = torch.randn(total, 2, HKV, PAGE, D, **kw)
         k_pages, v_pages = pool[:, 0].transpose(1, 2), pool[:, 1].transpose(1, 2)
@@ -95,6 +110,8 @@ class Dense:
         self.n, self.ctx = n, ctx
         ring, page = cache.block_table.shape[1], cache.page_size
         oldest = max(0, ((ctx - 1) // page) * page - (ring - 1) * page)
+        if ring == 1:  # one page holds the whole context (the arena): the keys the window reaches
+            oldest = max(0, ctx - (W - 1))
         t = torch.arange(oldest, ctx, device=DEV)
         self.pages = cache.block_table.long()[:, (t // page) % ring]  # [N, Lc]
         self.slots = (t % page)[None, :].expand(n, -1)
@@ -246,9 +263,15 @@ def main():
                     help="do not flush the L2 between timings (a diagnostic; the table's method flushes). "
                          "Compare kernel-time rows only: without the flush kernel ahead of it, a replay's "
                          "time includes the host's launch of it (H200: 11 us launch floor instead of 4.7)")
-    ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd",
-                    help="K/V page storage: [pages, P, Hkv, D] (nhd), [pages, Hkv, P, D] (hnd), or TensorRT-LLM's "
-                         "paged DFlash pool [pages, 2, Hkv, P, D] (trtllm)")
+    ap.add_argument("--layout", default="nhd",
+                    help="K/V storage, a comma list of: [pages, P, Hkv, D] (nhd), [pages, Hkv, P, D] (hnd), "
+                         "TensorRT-LLM's paged DFlash pool [pages, 2, Hkv, P, D] (trtllm), its VANILLA dense arena "
+                         "[slots, L, ctx + B, Hkv, D] (arena)")
+    ap.add_argument("--tp", default=None,
+                    help="a comma list of tensor-parallel sizes: each rank's heads as TensorRT-LLM shards them "
+                         "(Hq // tp query, ceil(Hkv / tp) KV heads)")
+    ap.add_argument("--heads", type=int, default=None, help="query heads (one shape; default the MiniMax 64)")
+    ap.add_argument("--kv-heads", type=int, default=None, help="KV heads (one shape; default the MiniMax 4)")
     ap.add_argument("--page", type=int, default=PAGE, help="tokens per page of the ring cache (FA4 keeps 128)")
     ap.add_argument("--log", default=None, help="write all numbers here as JSON lines")
     ap.add_argument("--head-dim", type=int, default=D, help="head dimension (MiniMax: 128)")
@@ -268,6 +291,15 @@ def main():
     if args.tiny:
         HQ, HKV, B = TINY.hq, TINY.hkv, TINY.b
         args.head_dim, args.page, args.window, args.ctx = TINY.d, TINY.page, TINY.w, TINY.ctx
+    HQ, HKV = args.heads or HQ, args.kv_heads or HKV
+    layouts = args.layout.split(",")
+    bad = [x for x in layouts if x not in LAYOUTS]
+    if bad or (args.tp and (args.heads or args.kv_heads)):
+        ap.error(f"--layout: a comma list of {', '.join(LAYOUTS)} (got {bad})" if bad
+                 else "--tp derives the heads: give --tp or --heads/--kv-heads, not both")
+    shapes = [(1, HQ, HKV)] if not args.tp else [(tp, HQ // tp, -(-HKV // tp)) for tp in map(int, args.tp.split(","))]
+    if any(hq < 1 or hq % hkv for _, hq, hkv in shapes):
+        ap.error(f"heads per rank must be a multiple of KV heads per rank: {shapes}")
     if DEV.type != "cuda":
         args.no_flex = args.no_fa4 = True
     PAGE_ORDER = args.page_order
@@ -293,14 +325,34 @@ def main():
     launch_us = bench_graph(lambda: one.add_(1.0)) * 1e3  # the timing method's floor: one tiny kernel
     emit({"launch_floor_us": launch_us, "what": "CUDA-graph replay of one 1-element kernel, L2 flushed"})
     emit({"gpu": gpu, "sms": sm_count(DEV), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
-          "page_layout": args.layout, "l2": "warm (not flushed)" if timing.WARM_L2 else "flushed before each timing",
+          "page_layout": args.layout, "tp_heads": shapes, "l2": "warm (not flushed)" if timing.WARM_L2 else "flushed before each timing",
           "torch": torch.__version__, "triton": __import__("triton").__version__,
           "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout,
                     "page_order": PAGE_ORDER, "fa4_page": FA4_PAGE},
           "fa4": _fa4_version() if fa4_varlen_func is not None else f"not importable: {FA4_MISSING}"})
+    batches = [int(x) for x in args.batches.split(",")]
+    for tp, hq, hkv in shapes:
+        for layout in layouts:
+            HQ, HKV = hq, hkv
+            emit({"config": {"tp": tp, "Hq": HQ, "Hkv": HKV, "layout": layout}})
+            table = run_shape(args, layout, batches, mask, scale, emit, copy_tbs, tag=dict(tp=tp, Hq=HQ, Hkv=HKV,
+                                                                                      layout=layout))
+            print(f"\nTP {tp}: Hq {HQ}, Hkv {HKV}, D {D}, B {B}, W {W}, ctx {args.ctx}; K/V: {layout}"
+                  + ("" if layout == "arena" else f", pages of {PAGE}"))
+            print_table(table, copy_tbs, gpu, batches)
+    print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us; "
+          f"L2 {'WARM (not flushed: a diagnostic)' if timing.WARM_L2 else 'flushed'}")
+
+
+def run_shape(args, layout, batches, mask, scale, emit, copy_tbs, tag):
+    """Every row at every batch at the current shape (the module's globals) and ``layout``;
+    returns the table ``{(row, batch): (us, TB/s, fraction of copy, timing)}``. ``tag`` goes into
+    every record."""
     table = {}
-    for n in [int(x) for x in args.batches.split(",")]:
-        q, cache, kb, vb = make_inputs(n, args.ctx, seed=n, layout=args.layout, order=PAGE_ORDER)
+    out_emit = emit
+    emit = lambda rec: out_emit(dict(rec, **tag))  # noqa: E731
+    for n in batches:
+        q, cache, kb, vb = make_inputs(n, args.ctx, seed=n, layout=layout, order=PAGE_ORDER)
         dense = Dense(q, cache, kb, vb, args.ctx)
         ref = dense.pregathered()
         rows = {
@@ -352,9 +404,7 @@ def main():
         del q, cache, kb, vb, dense, ref
         if DEV.type == "cuda":
             torch.cuda.empty_cache()
-    print_table(table, copy_tbs, gpu, [int(x) for x in args.batches.split(",")])
-    print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us; "
-          f"K/V pages: {args.layout}; L2 {'WARM (not flushed: a diagnostic)' if timing.WARM_L2 else 'flushed'}")
+    return table
 
 
 def _fa4_version():

@@ -20,15 +20,18 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
                      num_buf: Optional[int] = None, consumer_regs: int = gwb.CONSUMER_REGS,
                      producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
                      page: int = gwb.TILE, pingpong: Optional[bool] = None, num_splits: int = 1,
-                     kernel=gwb) -> Optional[dict]:
+                     one_page: bool = False, kernel=gwb) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton) as a launch with
     ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
     returns the kernel's shared memory, warps and PTX, or None without Gluon. ``kernel``: the
-    kernel module (today's, or another revision's from ``gluon_ab.kernel_at``)."""
+    kernel module (today's, or another revision's from ``gluon_ab.kernel_at``). ``one_page``: one
+    page of ``page`` tokens a sequence (the VANILLA dense arena; its ring of one page made a
+    constant, as a launch specializes it)."""
     gwb = kernel
     if gwb.gluon is None:
         return None
-    bn, q_smem, num_buf, lay, sub = gwb._build(d, page, gwb.gl.bfloat16, num_buf)
+    bn, q_smem, num_buf, lay, sub = (gwb._build(d, page, gwb.gl.bfloat16, num_buf, one_page) if one_page
+                                     else gwb._build(d, page, gwb.gl.bfloat16, num_buf))
     if pingpong is None:
         pingpong = gwb.default_pingpong(d)
     if producer_regs is None:
@@ -38,6 +41,8 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
              "CAUSAL": causal, "WINDOWED": windowed, "TIMED": timed}
     if num_splits == 1:
         const["NUM_SPLITS"] = 1  # as a launch specializes it
+    if one_page:
+        const["R"] = 1
     # The kernel's own parameter list, typed by name: bf16 tensors, float32 outputs, int32
     # tables, the two descriptors, the float scale; every other parameter is an int32.
     typed = {"lse_ptr": "*fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32", "bt_ptr": "*i32", "ctx_ptr": "*i32",

@@ -3,7 +3,11 @@
 # installed (the lent H200): PYTHONPATH=<checkout> is enough (draftsmith/__init__.py maps the
 # top-level folders into the package).
 # Usage: lab/gpu_session.sh <out-dir> <step>...   steps: after-kernel-edit (the GPU tests of the kernel and
-# lab, then the attention bench at head dims 128, 64 and 256), tests-kernel, tests-core, tests-host, tests-gpu,
+# lab, then the attention bench at head dims 128, 64 and 256), tp-shapes (issue 35 item 4 in one call of at most
+# TP_BUDGET=530 s: every GPU test of the kernel, emit, lowering and host files and the ptxas check, in parallel
+# shards, then the attention bench at TP 1/2/4/8 on 32-token pages and the dense arena beside FA4; FA4 from the
+# wheels of lab/fa4_wheels.sh found under .whl/ (any subfolders; parts carried in earlier calls stay there while
+# the machine is warm) or an FA4_SITE already installed), fa4-stage (only copy .whl/ aside), tests-kernel, tests-core, tests-host, tests-gpu,
 # tests-lab, variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS)
 # (env SMI=1: sample clocks/power into smi.csv)
@@ -38,6 +42,53 @@ for step in "$@"; do
                timeout 300 python3 bench/attention.py --head-dim $d --only-triton --no-flex \
                  --log "$OUT/attention_d$d.jsonl" > "$OUT/attention_d$d.txt" 2>&1; tail -8 "$OUT/attention_d$d.txt"
              done ;;
+    fa4-stage) mkdir -p /tmp/fa4w; find .whl -type f -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null; ls /tmp/fa4w ;;
+    tp-shapes) # issue 35 item 4: per-rank shapes, correct and timed beside FA4, in one call
+      t0=$(date +%s); budget=${TP_BUDGET:-530}; shards=${SHARDS:-5}
+      site=${FA4_SITE:-/tmp/fa4site}; mkdir -p /tmp/fa4w
+      find .whl -type f ! -name site.tar.xz -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null
+      if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" python3 -c "import flash_attn.cute.interface" \
+          2>/dev/null; then
+        if ls /tmp/fa4w/cu13.part.aa /tmp/fa4w/cu13.part.ab /tmp/fa4w/flash_attn_4-*.whl > /dev/null 2>&1; then
+          timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1
+          echo "fa4 install: exit $?"; tail -3 "$OUT/fa4_install.txt"
+        else echo "FA4 wheels incomplete in .whl/ (have: $(ls /tmp/fa4w | tr '\n' ' ')): the bench runs without FA4"; fi
+      fi
+      fa4path="$site:$site/nvidia_cutlass_dsl/dsl_packages"
+      # draftsmith's own dependencies (tests/conftest.py imports the framework): lab/gpu_deps.sh's archive
+      if ! python3 -c "import pydantic, omegaconf, re2, yaml, safetensors" 2>/dev/null; then
+        deps=$(find .whl /tmp/fa4w -name site.tar.xz 2>/dev/null | head -1)
+        if [ -n "$deps" ]; then mkdir -p /tmp/devsite && tar -C /tmp/devsite -xJf "$deps"
+          export PYTHONPATH="$PYTHONPATH:/tmp/devsite"; echo "deps from $deps"
+        else echo "no pydantic here and no .whl/**/site.tar.xz (lab/gpu_deps.sh download .whl/deps): tests fail at conftest"; fi
+      fi
+      # TensorRT-LLM's excerpts (the emitted forward's CUDA-graph test needs them): carried as .whl/trtllm_src
+      for src in "${DRAFTSMITH_TRTLLM_SRC:-}" .whl/trtllm_src shared/trtllm_src; do
+        if [ -n "$src" ] && [ -d "$src" ]; then export DRAFTSMITH_TRTLLM_SRC=$(cd "$src" && pwd); break; fi; done
+      echo "TensorRT-LLM excerpts: ${DRAFTSMITH_TRTLLM_SRC:-none (the CUDA-graph test of the emitted forward skips)}"
+      # The tests, in parallel processes (contiguous shards of the kernel file: lab/pytest_shard.py); each bounded.
+      tests_s=${TESTS_S:-300}
+      pyt="timeout $tests_s python3 -P -m pytest -q -rs -p no:cacheprovider -p pytest_shard"
+      for i in $(seq 0 $((shards - 1))); do
+        OMP_NUM_THREADS=2 PYTEST_SHARD=$i/$shards $pyt -m gpu tests/test_triton_window_block.py \
+          > "$OUT/tests_kernel_$i.txt" 2>&1 &
+      done
+      OMP_NUM_THREADS=2 $pyt -m gpu tests/test_emit*.py > "$OUT/tests_emit.txt" 2>&1 &
+      OMP_NUM_THREADS=2 $pyt -m gpu tests/test_lowerings.py tests/test_fused_host_kernels.py tests/test_host.py \
+        > "$OUT/tests_host.txt" 2>&1 &
+      OMP_NUM_THREADS=2 $pyt lab/tests/test_gluon_ptxas.py > "$OUT/tests_ptxas.txt" 2>&1 &
+      wait
+      for f in "$OUT"/tests_*.txt; do echo "--- $(basename "$f") (124 in it = cut by the ${tests_s} s bound)"
+        grep -E "^(FAILED|ERROR)" "$f" | head -20; tail -2 "$f"; done
+      echo "=== tests done after $(( $(date +%s) - t0 )) s"
+      left=$(( budget - ($(date +%s) - t0) )); [ $left -lt 60 ] && left=60
+      PYTHONPATH="$fa4path:$PYTHONPATH" timeout $left python3 bench/attention.py --only-triton --no-flex --tp 1,2,4,8 \
+        --layout trtllm,arena --page 32 --batches "${BATCHES:-1,16,64,256}" ${ATTN_ARGS:-} --log "$OUT/tp_shapes.jsonl" \
+        > "$OUT/tp_shapes.txt" 2>&1
+      echo "bench: exit $? (124: cut at ${left} s; every finished (tp, pool) table is above)"
+      grep -v '^{' "$OUT/tp_shapes.txt" | tail -90
+      grep '"error"' "$OUT/tp_shapes.txt" | head -5
+      echo "=== tp-shapes done after $(( $(date +%s) - t0 )) s" ;;
     variants) timeout 400 python3 bench/attention.py --variants --only-triton --no-flex \
                 --batches "${BATCHES:-1,16,64,256}" ${TRIALS:+--trials "$TRIALS"} --log "$OUT/variants.jsonl" >> "$OUT/variants.txt" 2>&1
               tail -8 "$OUT/variants.txt"; grep '"best"' "$OUT/variants.txt" ;;

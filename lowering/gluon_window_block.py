@@ -9,8 +9,9 @@ One program per (sequence, KV head, split), all ``B * G`` packed query rows (at 
   32 at head dim 256, whose Q is read by wgmma from shared memory: :func:`tiles_for`;
   every key visible to every row) by TMA into a ring of ``NUM_BUF`` shared-memory slots, each
   guarded by a ``ready`` and an ``empty`` mbarrier; a tile is one TMA box of K and one of V
-  when pages hold a multiple of 64 keys, else ``64 / SUB`` boxes of ``SUB`` keys each
-  (:func:`sub_rows`: TensorRT-LLM's 32-token pages take two), each from its own page;
+  when pages hold a multiple of 64 keys or a sequence has one page of any length (the VANILLA
+  dense arena), else ``64 / SUB`` boxes of ``SUB`` keys each (:func:`sub_rows`: TensorRT-LLM's
+  32-token pages take two), each from its own page;
 - one or two 4-warp consumer partitions (rows 0-63, 64-127) each run the online softmax
   (float32, base-2) with wgmma over every slot, then release it; so each K/V tile is read
   from memory once per KV head, and, the two taking turns at the tensor cores, one
@@ -127,11 +128,15 @@ def available() -> bool:
     return gluon is not None and triton.__version__.startswith(VERIFIED_TRITON)
 
 
-def sub_rows(page: int, bn: int = TILE) -> int:
+def sub_rows(page: int, bn: int = TILE, one_page: bool = False) -> int:
     """Keys per TMA box for pages of ``page`` tokens: the largest power of two that divides both
     the page and the ``bn``-key tile, so that no box crosses a page (pages are powers of two, so
-    this is ``min(page, bn)``: TensorRT-LLM's 32-token pages take two boxes of a 64-key tile)."""
-    return min(bn, page & -page)
+    this is ``min(page, bn)``: TensorRT-LLM's 32-token pages take two boxes of a 64-key tile).
+    ``one_page``: each sequence has one page (a block table of one column: TensorRT-LLM's
+    VANILLA dense arena, a page of ``max_ctx + block`` tokens, any length): every key a
+    sequence can reach lies in it and a ring tile never extends past the context, so no tile
+    crosses a page whatever its length: one box a tile."""
+    return bn if one_page else min(bn, page & -page)
 
 
 def tiles_for(d: int) -> tuple:
@@ -143,20 +148,22 @@ def tiles_for(d: int) -> tuple:
     return (32, True, TUNED["ring_slots_d256"][0]) if d == 256 else (TILE, False, NUM_BUF)
 
 
-def _build(d: int, page: int, elt, num_buf: Optional[int]):
+def _build(d: int, page: int, elt, num_buf: Optional[int], one_page: bool = False):
     """What :func:`launch` builds at head dim ``d`` and pages of
-    ``page`` tokens: ``(keys a tile, Q in shared memory, ring slots, slot layout, keys a TMA
-    box)`` (:func:`tiles_for`, :func:`sub_rows`; ``num_buf`` overrides the slots)."""
+    ``page`` tokens (``one_page``: one page a sequence): ``(keys a tile, Q in shared memory, ring
+    slots, slot layout, keys a TMA box)`` (:func:`tiles_for`, :func:`sub_rows`; ``num_buf``
+    overrides the slots)."""
     bn, q_smem, slots = tiles_for(d)
     lay = gl.NVMMASharedLayout.get_default_for([bn, d], elt)  # the ring's slots; boxes fill them in SUB-key rows
-    return bn, q_smem, slots if num_buf is None else num_buf, lay, sub_rows(page, bn)
+    return bn, q_smem, slots if num_buf is None else num_buf, lay, sub_rows(page, bn, one_page)
 
 
 def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bool:
     """The fast path applies: Gluon present, an SM90 GPU, bf16/fp16, head dim 64, 128 or 256 (with
     a block of at most 32 keys: :func:`tiles_for`), pages
     in one of the two TMA layouts whose boxes hold >= 16 keys (:func:`sub_rows`: pages of 16
-    tokens or more), ``B * G <= 128``, and every K/V row of the pages and the block
+    tokens or more, or one page of any length a sequence: the VANILLA dense arena, read in
+    place), ``B * G <= 128``, and every K/V row of the pages and the block
     on 16 bytes (what its cp.async copies assume)."""
     if not available() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return False
@@ -166,7 +173,7 @@ def fits(q: torch.Tensor, cache, k_blk: torch.Tensor, v_blk: torch.Tensor) -> bo
     layout = page_layout(kp)
     bn = tiles_for(d)[0]
     return (q.dtype in (torch.bfloat16, torch.float16) and kp.dtype == q.dtype and d in (64, 128, 256)
-            and sub_rows(kp.shape[1], bn) >= MIN_SUB_ROWS and b * (hq // hkv) <= 2 * TILE and b <= bn
+            and sub_rows(kp.shape[1], bn, cache.block_table.shape[1] == 1) >= MIN_SUB_ROWS and b * (hq // hkv) <= 2 * TILE and b <= bn
             and layout is not None and layout == page_layout(vp) and _rows_16b_aligned(kp, vp, k_blk, v_blk))
 
 
@@ -708,7 +715,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     bt = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
     elt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    bn, q_smem, num_buf, lay, sub = _build(d, page, elt, num_buf)
+    bn, q_smem, num_buf, lay, sub = _build(d, page, elt, num_buf, bt.shape[1] == 1)
     (k_rows, strides), (v_rows, _) = tma_rows(kp), tma_rows(vp)  # fits(): one layout for both
     k_desc = TensorDescriptor.from_tensor(k_rows, [sub, d], lay)
     v_desc = TensorDescriptor.from_tensor(v_rows, [sub, d], lay)

@@ -21,7 +21,8 @@ How it computes it:
   the block table allow, and the multiprocessor count), each program writes a normalised
   float32 partial and its LSE, and a second kernel merges them. With ``S == 1`` the first
   kernel writes the output directly.
-- On SM90 (triton 3.6), where the shape allows, the kernel is :mod:`.gluon_window_block`'s
+- On SM90 (triton 3.6), where the shape allows (every per-rank shape of the MiniMax drafter
+  at TP 1-8, on 32-token pages and on the dense arena), the kernel is :mod:`.gluon_window_block`'s
   warp-specialized one instead (a TMA producer warp and two softmax/MMA consumer
   warpgroups; same contract and splits, same merge): on an H200 at the MiniMax shape 3-5%
   less time than the Triton kernel at batch 1 and 16, 8-13% at batch 64-256 (80-86% of
@@ -279,14 +280,32 @@ class Config:
     gluon: bool = False  # the warp-specialized Gluon kernel instead (SM90; :mod:`.gluon_window_block`)
 
 
-GLUON_MIN_KEYS = 256  # fewest context keys per split of the Gluon kernel (four tiles; 2 measured no faster)
+# The tuned choices of :func:`choose_config`, one row each: (value, the rule it follows, where it
+# was measured: an H200 at the MiniMax shape). The Gluon kernel's own are its ``TUNED``.
+TUNED = {
+    "gluon_min_keys": (256, "fewest context keys a split of the Gluon kernel (four 64-key tiles; two measured no "
+                            "faster); splits only while N * Hkv programs leave multiprocessors idle (one wave)",
+                       "lab/log.md#a06"),
+    "tma_tiles": ((64, 64, 4, 5), "rows, keys, warps, stages of TMA tiles at head dims <= 128: two programs a "
+                                  "multiprocessor fit in shared memory", "lab/log.md#a02"),
+    "tma_tiles_d256": ((32, 3), "keys, stages of TMA tiles at head dim 256: 1.9x the gathered 64 x 64 tiles",
+                       "lab/log.md#a09"),
+    "tma_stages_4byte": (2, "stages of TMA tiles of 4-byte elements (float32): what fits the shared memory (five "
+                            "stages of 64-key float32 tiles need 328 KB); chosen to fit, not timed", "lab/log.md#a02"),
+    "tma_min_keys": (320, "fewest context keys a split of the TMA tiles", "lab/log.md#a02"),
+    "gathered_min_keys": (160, "fewest context keys a split of gathered tiles; about two programs a "
+                               "multiprocessor, at most 64 splits", "lab/log.md#a01 (sweeps: lab/NOTES-attention.md)"),
+    "gathered_rows_small_batch": (64, "rows a program of gathered tiles when 128-row programs would leave "
+                                      "multiprocessors idle", "lab/log.md#a01 (sweeps: lab/NOTES-attention.md)"),
+}
+GLUON_MIN_KEYS = TUNED["gluon_min_keys"][0]
 
 
 def choose_config(
     n: int, b: int, hq: int, hkv: int, d: int, max_span: int, device: torch.device,
     num_splits: Optional[int] = None, block_n: Optional[int] = None, block_m: Optional[int] = None,
     num_warps: Optional[int] = None, num_stages: Optional[int] = None, tma_ok: bool = False,
-    gluon_ok: bool = False,
+    gluon_ok: bool = False, elt_bytes: int = 2,
 ) -> Config:
     """Pick tiles and the split count from static shapes.
 
@@ -294,14 +313,15 @@ def choose_config(
     ``R * P`` for full attention), a static bound; ``ctx_lens`` itself is never read here.
     ``tma_ok``: the caller has checked that tensor-descriptor tiles fit (see
     :func:`tma_fits`); then tiles are 64 rows x 64 keys, 4 warps, 5 stages, interior tiles
-    through TMA (head dim 256: 32 keys, 3 stages, which fit the shared memory). Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
+    through TMA (head dim 256: 32 keys, 3 stages, which fit the shared memory; ``elt_bytes`` 4,
+    float32: 2 stages). Otherwise rows: one tile of ``B * G`` rows (at most 128; 64 for ``D > 128``);
     64 when a batch is too small to give every multiprocessor a program. Splits: about two
     programs per multiprocessor, at most 64, none shorter than 160 keys (320 with TMA).
     ``gluon_ok``: the caller has checked :func:`.gluon_window_block.fits`; then the
     warp-specialized Gluon kernel runs instead, one program per (sequence, KV head) and
     split, with splits only while ``n * hkv`` programs leave multiprocessors idle (a
     program fills one).
-    Tuned on an H200 at the MiniMax shape (bench/NOTES-attention.md).
+    Tuned on an H200 at the MiniMax shape: :data:`TUNED` (each row cites its lab/log.md entry).
     """
     d_pad = max(16, next_pow2(d))
     rows = b * (hq // hkv)
@@ -313,20 +333,25 @@ def choose_config(
         bn, _, slots = gluon_window_block.tiles_for(d)  # what its launch builds: keys a tile, ring slots
         return Config(64, bn, num_splits, 4, slots, tma=True, gluon=True)
     if tma_ok:
-        block_m = block_m or min(64, max(16, next_pow2(rows)))
-        block_n = block_n or (32 if d_pad >= 256 else 64)  # D 256: 1.9x the gathered 64x64 tiles (H200)
-        num_warps = num_warps or 4
-        num_stages = num_stages or (3 if d_pad >= 256 else 5)
+        tm, tn, tw, ts = TUNED["tma_tiles"][0]
+        tn256, ts256 = TUNED["tma_tiles_d256"][0]
+        block_m = block_m or min(tm, max(16, next_pow2(rows)))
+        block_n = block_n or (tn256 if d_pad >= 256 else tn)
+        num_warps = num_warps or tw
+        num_stages = num_stages or (ts256 if d_pad >= 256 else ts)
+        if elt_bytes > 2:
+            num_stages = min(num_stages, TUNED["tma_stages_4byte"][0])
     if block_m is None:
         block_m = min(max(16, next_pow2(rows)), 64 if d_pad >= 256 else 128)
         if block_m == 128 and n * hkv * -(-rows // 128) < sms:
-            block_m = 64  # small batch: more, lighter programs (measured faster on H200)
+            block_m = TUNED["gathered_rows_small_batch"][0]  # small batch: more, lighter programs
     if block_n is None:
         block_n = 64 if (d_pad >= 256 or block_m < 128) else 128
     num_rb = -(-rows // block_m)
     ctas = n * hkv * num_rb
     if num_splits is None:
-        min_keys = (320 if tma_ok else 160) if device.type == "cuda" else block_n
+        min_keys = (TUNED["tma_min_keys" if tma_ok else "gathered_min_keys"][0] if device.type == "cuda"
+                    else block_n)
         max_splits = max(1, min(64, max_span // min_keys))
         num_splits = 1 if ctas >= sms else min(max_splits, max(1, (2 * sms) // ctas))
     if num_warps is None:
@@ -417,7 +442,8 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     max_span = min(w_m1, ring * page) if windowed else ring * page
     gluon_ok = gluon_window_block.fits(q, cache, k_blk, v_blk)
     cfg = config or choose_config(n, b, hq, hkv, d, max(1, max_span), q.device,
-                                  tma_ok=not gluon_ok and tma_fits(q, cache), gluon_ok=gluon_ok)
+                                  tma_ok=not gluon_ok and tma_fits(q, cache), gluon_ok=gluon_ok,
+                                  elt_bytes=q.element_size())
     if cfg.gluon:
         if not gluon_ok:
             raise ValueError("the gluon kernel needs an SM90 GPU, Gluon's Hopper API, bf16/fp16, head dim 64, "

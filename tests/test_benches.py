@@ -54,6 +54,19 @@ def test_attention_tiny_under_the_interpreter():
     assert "| triton_window_block |" in out
 
 
+def test_attention_per_rank_shape_on_the_dense_arena():
+    """``--tp``: the heads of one rank as TensorRT-LLM shards them (TINY's 4 / 2 at TP 2: 2 / 1);
+    ``--layout arena``: the VANILLA dense arena read in place."""
+    triton_or_skip()
+    out = run("attention.py", "--tiny", "--tp", "2", "--layout", "arena", "--batches", "1", "--only-triton",
+              interpret=True)
+    recs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    rows = [r for r in recs if r.get("method") == "triton_window_block" and "us" in r]
+    assert [(r["tp"], r["Hq"], r["Hkv"], r["layout"]) for r in rows] == [(2, 2, 1, "arena")], rows
+    assert rows[0]["rel_err_vs_float64_oracle"] < 1e-2
+    assert "TP 2: Hq 2, Hkv 1" in out
+
+
 def test_read_ceiling_tiny_under_the_interpreter():
     triton_or_skip()
     out = run("read_ceiling.py", "--tiny", interpret=True)

@@ -38,7 +38,7 @@ def check(name, mask, dtype=torch.float32, tol=2e-5, **shape):
     k, v, slot_of, ctx, q, kb, vb = arena_case(dtype=dtype, **shape)
     layer = 1
     cache = PagedKV(k[:, layer], v[:, layer], slot_of, ctx)  # views of the arena, no copy
-    assert cache.k_pages.data_ptr() == k[:, layer].data_ptr() and cache.page_size == CAPACITY
+    assert cache.k_pages.data_ptr() == k[:, layer].data_ptr() and cache.page_size == shape.get("capacity", CAPACITY)
     out = get_lowering(name).fn(q, cache, kb, vb, mask, q.shape[-1] ** -0.5)
     ks = [k[int(s), layer, :int(c)] for s, c in zip(slot_of[:, 0], ctx)]
     vs = [v[int(s), layer, :int(c)] for s, c in zip(slot_of[:, 0], ctx)]

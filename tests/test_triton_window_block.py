@@ -666,3 +666,123 @@ def test_gpu_cuda_graph(cfg):
                               kb, vb, False, 4096, scale)
         assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
         assert (lse.double() - ref_lse).abs().max().item() < 2e-2
+
+
+# ----------------------------------------------------------------------------- per-rank shapes (issue 35)
+# TensorRT-LLM shards the MiniMax drafter's attention per rank: ``64 // tp`` query heads and
+# ``ceil(4 / tp)`` KV heads (KV duplicated past 4 ranks): TP 1 64 / 4, TP 2 32 / 2, TP 4 16 / 1,
+# TP 8 8 / 1; head dim 128, block 7, window 4096 (two-sided). Pools: its default 32-token pages
+# (HND blocks) and the VANILLA dense arena ``[slots, L, max_ctx + block, Hkv, D]`` (one page of
+# any length a slot, read in place as ``arena[:, layer]``).
+
+def per_rank_heads(tp):
+    """(query heads, KV heads) a rank holds at tensor parallelism ``tp`` (TensorRT-LLM's rule)."""
+    return 64 // tp, max(1, -(-4 // tp))
+
+
+def make_arena_case(n_seq, b, hq, hkv, d, capacity, ctx, window, dtype=torch.float32, device="cpu", gen=None,
+                    layers=2, layer=1):
+    """The VANILLA dense arena ``[slots, layers, capacity, Hkv, D]`` (one spare slot, sequences in
+    shuffled slots), passed as layer ``layer``'s view with a one-column block table. NaN in the
+    spare slot, at every position never written (``>= ctx``) and at every stored position no
+    query's window reaches."""
+    slots = n_seq + 1
+    kw = dict(dtype=dtype, device=device)
+    k = torch.randn(slots, layers, capacity, hkv, d, generator=gen, **kw)
+    v = torch.randn(slots, layers, capacity, hkv, d, generator=gen, **kw)
+    slot_of = torch.randperm(slots, generator=gen, device=device)[:n_seq].to(torch.int32)
+    spare = [s for s in range(slots) if s not in set(slot_of.tolist())][0]
+    k[spare] = v[spare] = float("nan")
+    for n, c in enumerate(ctx):
+        s = int(slot_of[n])
+        k[s, layer, c:] = v[s, layer, c:] = float("nan")
+        if window:
+            lo = max(0, c - (window - 1))
+            k[s, layer, :lo] = v[s, layer, :lo] = float("nan")
+    q = torch.randn(n_seq, b, hq, d, generator=gen, **kw)
+    kb = torch.randn(n_seq, b, hkv, d, generator=gen, **kw)
+    vb = torch.randn(n_seq, b, hkv, d, generator=gen, **kw)
+    cache = PagedKV(k[:, layer], v[:, layer], slot_of[:, None],
+                    torch.tensor(ctx, dtype=torch.int32, device=device))
+    assert cache.k_pages.data_ptr() == k[:, layer].data_ptr()  # in place: a view, no copy
+    return q, cache, kb, vb
+
+
+HEAD_RATIOS = [(32, 2), (16, 1), (8, 1)]  # G = 16 with two KV heads, 16 with one, 8 with one (TP 2 / 4 / 8, scaled)
+
+
+@pytest.mark.parametrize("hq,hkv", HEAD_RATIOS, ids=lambda x: str(x))
+@interp_test
+def test_interp_per_rank_head_ratios_paged(hq, hkv):
+    """The per-rank head ratios on small pages, a block of 7 (B * G up to 112 rows), mixed and
+    wrapped contexts, NaN wherever the mask cannot reach."""
+    gen = torch.Generator().manual_seed(hq * 10 + hkv)
+    case = make_case(4, 7, hq, hkv, 16, P, [0, 5, 2 * W + 3, 41], W, gen=gen, poison_unreachable=True)
+    run_and_check(*case, causal=False, window=W, tol=1e-4)
+
+
+@pytest.mark.parametrize("hq,hkv", HEAD_RATIOS, ids=lambda x: str(x))
+@interp_test
+def test_interp_per_rank_head_ratios_dense_arena(hq, hkv):
+    """The per-rank head ratios on the dense arena of an odd capacity (37 = max_ctx 30 + block 7),
+    read in place: contexts 0, short, past the window and the full max_ctx."""
+    gen = torch.Generator().manual_seed(7 + hq + hkv)
+    case = make_arena_case(4, 7, hq, hkv, 16, 37, [0, 3, 19, 30], 12, gen=gen)
+    run_and_check(*case, causal=False, window=12, tol=1e-4)
+
+
+def test_gluon_one_box_a_tile_on_one_page_a_sequence():
+    """With one page a sequence (the dense arena), a page of any length takes one box a tile;
+    a ring of pages of that length would take boxes too small to load (the Triton kernel then)."""
+    from draftsmith.lowering.gluon_window_block import MIN_SUB_ROWS, TILE, sub_rows
+
+    for cap in (37, 4103, 8199, 32775):
+        assert sub_rows(cap, TILE, one_page=True) == TILE
+        assert sub_rows(cap, TILE) < MIN_SUB_ROWS
+    assert sub_rows(32, TILE, one_page=True) == TILE and sub_rows(32, TILE) == 32
+
+
+PER_RANK_CTX = {1: [32768], 16: [32768, 4096, 4095, 4103, 5003, 1000, 299, 64, 63, 1, 0, 32760, 8192, 12345, 700,
+                                 4097]}
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("batch", [1, 16])
+@pytest.mark.parametrize("pool", ["pages32", "arena"])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_gpu_per_rank_shapes(tp, pool, batch):
+    """The MiniMax drafter's per-rank attention at TP ``tp`` (``per_rank_heads``), bf16, through
+    the default dispatch, on TensorRT-LLM's 32-token HND pages and on the VANILLA dense arena
+    (capacity 32768 + 7), contexts up to 32768; outputs poisoned; against the float64 oracle.
+    On SM90 with Gluon every case must take the Gluon kernel."""
+    from draftsmith.lowering.triton_window_block import choose_config
+
+    hq, hkv = per_rank_heads(tp)
+    ctx = PER_RANK_CTX[batch]
+    gen = torch.Generator(device="cuda").manual_seed(tp * 100 + batch + (pool == "arena"))
+    if pool == "arena":
+        case = make_arena_case(batch, 7, hq, hkv, 128, 32768 + 7, ctx, 4096, dtype=torch.bfloat16, device="cuda",
+                               gen=gen)
+    else:
+        case = _gpu_case(batch, 7, hq, hkv, 128, 32, ctx, 4096, dtype=torch.bfloat16,
+                         gen=torch.Generator().manual_seed(tp + batch), poison_unreachable=True, layout="hnd")
+    if _gluon_here():
+        assert _gluon_fits(case), f"TP {tp} on {pool}: the Gluon kernel must take it"
+        assert choose_config(batch, 7, hq, hkv, 128, 4095, case[0].device, gluon_ok=True).gluon
+    run_and_check(*case, causal=False, window=4096, tol=1e-2, lse_tol=2e-2)
+
+
+def test_tma_tiles_of_float32_fit_the_shared_memory(monkeypatch):
+    """Float32 TMA tiles take fewer stages than bf16 ones: five stages of 64-key float32 K and V
+    tiles (328 KB) do not fit an H200's 227 KB (the dense arena's float32 GPU test hit it)."""
+    from draftsmith.lowering import jit
+    from draftsmith.lowering import triton_window_block as twb
+
+    dev = torch.device("cuda", 0)
+    monkeypatch.setitem(jit._SM_COUNT, 0, 132)
+    bf16 = twb.choose_config(2, 7, 16, 1, 128, 4095, dev, tma_ok=True)
+    f32 = twb.choose_config(2, 7, 16, 1, 128, 4095, dev, tma_ok=True, elt_bytes=4)
+    assert bf16.num_stages == 5 and f32.num_stages == twb.TUNED["tma_stages_4byte"][0] == 2
+    smem = lambda c, elt: 2 * c.num_stages * c.block_n * 128 * elt  # noqa: E731  (K and V ring)
+    assert smem(f32, 4) <= 227 * 1024 < smem(bf16, 4)

@@ -34,7 +34,8 @@ PTXAS = _ptxas()
 
 # The builds ``launch`` picks (``default_overlap``, ``default_pingpong``: no turns at head dim 256): one split at head dim 128 (overlap), several
 # splits (no overlap), head dims 64 and 256, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
-# causal without a window, and the phase timer's build.
+# causal without a window, the phase timer's build, and the VANILLA dense arena (a page of any length a
+# sequence, one TMA box a tile).
 BUILDS = [
     dict(overlap=True),
     dict(overlap=False),
@@ -45,6 +46,8 @@ BUILDS = [
     dict(page=32, overlap=True),
     dict(causal=True, windowed=False, overlap=True),
     dict(timed=True, overlap=True),
+    dict(page=32775, one_page=True, overlap=True),  # the VANILLA dense arena (one page a sequence), TP 1-4 rows
+    dict(page=32775, one_page=True, consumers=1, overlap=False, num_splits=4),  # TP 8 (56 rows), split
 ]
 
 
