@@ -105,7 +105,7 @@ def test_minimax_row_footnotes_and_matrix():
     mm = next(d for d in drafters if d.name == "minimax_dspark")
     assert docs.serving_config(mm) == {
         "decoding_type": mm.spec.docs.serving["decoding_type"],
-        "speculative_model": "<checkpoint>/dspark",
+        "speculative_model": "<converted>",  # the emitted package serves converted checkpoints only
         "max_draft_len": R.from_config(mm.config).max_draft_len,
     }
     assert R.from_config(mm.config).max_draft_len == 7
@@ -117,8 +117,10 @@ def test_minimax_row_footnotes_and_matrix():
     assert marks, row
     notes = {n: page.split(f"\n[^{n}]: ", 1)[1].split("\n[^", 1)[0] for n in marks}
     joined = "\n".join(notes.values())
-    assert "    speculative_config:\n      decoding_type: DSpark\n      speculative_model: <checkpoint>/dspark\n" \
+    assert "    speculative_config:\n      decoding_type: DSpark\n      speculative_model: <converted>\n" \
            "      max_draft_len: 7\n" in joined
+    assert "`draftsmith convert adapter=minimax_dspark source=<checkpoint>/dspark out=<converted>`" in joined
+    assert "--custom_module_dirs" in joined
     assert "131k" in joined and "Draft KV cache context resize failed" in joined
     matrix = next(l for l in page.splitlines() if l.startswith("| `minimax_dspark` |"))
     for fact in ("7 / 7", "4096 (all 5 layers)", "non-causal (all 5 layers)", "mxfp8",

@@ -112,15 +112,26 @@ def serving_config(d: Drafter) -> dict[str, Any]:
     decoding = serving.pop("decoding_type", None)
     if decoding is None:
         decoding = "DSpark" if d.resolved.heads.markov_rank else "DFlash"
-    model = serving.pop("speculative_model", None)
-    if model is None:
-        m = re.search(r"\(the ([\w.-]+)/ folder\)", d.spec.docs.example_checkpoint)
-        model = f"<checkpoint>/{m.group(1)}" if m else "<checkpoint>"
+    serving.pop("speculative_model", None)  # the source to convert (source_folder), not what TensorRT-LLM reads
     serving.pop("max_draft_len", None)  # derived, below
-    out = {"decoding_type": decoding, "speculative_model": model,
+    out = {"decoding_type": decoding, "speculative_model": CONVERTED,
            "max_draft_len": d.resolved.max_draft_len}
     out.update(dict(sorted(serving.items())))
     return out
+
+
+#: what ``speculative_model`` names in the docs: the emitted package serves converted checkpoints only.
+CONVERTED = "<converted>"
+
+
+def source_folder(d: Drafter) -> str:
+    """The drafter folder a user converts: ``docs.serving.speculative_model`` if the spec names
+    it, else ``<checkpoint>`` plus the folder ``docs.example_checkpoint`` names ("(the dspark/ folder)")."""
+    named = d.spec.docs.serving.get("speculative_model")
+    if named:
+        return str(named)
+    m = re.search(r"\(the ([\w.-]+)/ folder\)", d.spec.docs.example_checkpoint)
+    return f"<checkpoint>/{m.group(1)}" if m else "<checkpoint>"
 
 
 def _footnotes(d: Drafter) -> list[str]:
@@ -129,9 +140,11 @@ def _footnotes(d: Drafter) -> list[str]:
     snippet = _yaml({"speculative_config": serving_config(d)}, flow=False)
     dc = d.config["dflash_config"]
     notes.append(
-        f"Serving in TensorRT-LLM (`max_draft_len` {d.config['draftsmith']['max_draft_len']} is derived from the "
-        f"converted config: block size {dc['block_size']}, `sample_from_anchor` "
-        f"{str(d.config['dspark_config']['sample_from_anchor']).lower()}):\n\n"
+        f"Serving in TensorRT-LLM: `draftsmith convert adapter={d.name} source={source_folder(d)} out={CONVERTED}`, "
+        f"`draftsmith emit adapter={d.name} config={CONVERTED} out=<plugins>`, then `trtllm-serve <target> "
+        f"--custom_module_dirs <plugins>/<package>` with (`max_draft_len` {d.config['draftsmith']['max_draft_len']} "
+        f"is derived from the converted config: block size {dc['block_size']}, `sample_from_anchor` "
+        f"{str(d.config['dspark_config']['sample_from_anchor']).lower()}; docs/serving-on-trtllm.md):\n\n"
         + "\n".join(("    " + l) if l else "" for l in ["```yaml", *snippet.splitlines(), "```"])
     )
     notes += [f"Known limitation: {l}" for l in d.spec.docs.limitations]
@@ -206,8 +219,9 @@ def supported_drafters_md(drafters: list[Drafter]) -> str:
         ),
         "",
         "TensorRT-LLM path: TensorRT-LLM cannot be installed in this project's environment, so the plugin "
-        "package (`draftsmith emit`) is checked by tests/conformance/trtllm against a stand-in written from "
-        "TensorRT-LLM's source (docs/serving-on-trtllm.md); no row here has been served by TensorRT-LLM itself yet.",
+        "package (`draftsmith emit`) is checked by tests/conformance/trtllm against TensorRT-LLM's own source "
+        "(verbatim excerpts executed, stand-ins transcribed from its source where no excerpt covers; "
+        "docs/serving-on-trtllm.md says which); no row here has been served by TensorRT-LLM itself yet.",
         "",
     ]
     for n, text in enumerate(texts, 1):

@@ -18,9 +18,9 @@ GUIDE_FILE = "writing-an-adapter.md"
 README_BEGIN = "<!-- supported-drafters:begin -->"
 README_END = "<!-- supported-drafters:end -->"
 #: The TensorRT-LLM engine cannot be installed in this project's environment: its plugin
-#: package is generated (``draftsmith emit``) and checked against the stand-in of
-#: tests/conformance/trtllm only. Change this when a TensorRT-LLM run backs the table.
-TRTLLM_STATUS = "emitted; conformance suite against a TensorRT-LLM stand-in, never run in TensorRT-LLM"
+#: package is generated (``draftsmith emit``) and checked by tests/conformance/trtllm against
+#: TensorRT-LLM's own source excerpts. Change this when a TensorRT-LLM run backs the table.
+TRTLLM_STATUS = "emitted; conformance suite on TensorRT-LLM's own source excerpts, never run in TensorRT-LLM"
 DEVICES = (("sm100", "SM100"), ("sm90", "SM90"), ("cpu", "CPU"))
 
 
