@@ -109,3 +109,32 @@ def test_bias_key_must_be_boolean(tmp_path):
     a = load_adapter("zlab_dflash", ["synth.config.attention_bias=1"])
     with pytest.raises(UserError, match="attention_bias: 1 must be true or false"):
         synthesize(a, "tiny", tmp_path / "S", seed=5)
+
+
+@pytest.mark.parametrize("to", ["trtllm_dflash", "speculators_dflash"])
+def test_biases_survive_export(tmp_path, to):
+    """An export carries ``attention_bias`` / ``mlp_bias`` and the bias tensors (TensorRT-LLM's
+    layout fuses q/k/v biases into ``qkv_proj.bias`` as it fuses the weights); converted back,
+    every tensor is the source's."""
+    from draftsmith.framework.convert.export import export
+
+    a = _convert(tmp_path, BIASES)
+    x = export(a, tmp_path / "S", tmp_path / "X", to, verifier="v")
+    raw = json.loads((x / "config.json").read_text())
+    assert raw.get("attention_bias", raw.get("transformer_layer_config", {}).get("attention_bias")) is True
+    back = load_adapter(to)
+    execute(back.plan(x), tmp_path / "B", progress=False)
+    _, w0 = read_checkpoint(tmp_path / "T")
+    cfg1, w1 = read_checkpoint(tmp_path / "B")
+    assert R.from_config(cfg1).attention_bias and R.from_config(cfg1).mlp_bias
+    assert w0.keys() == w1.keys()
+    for k in w0:
+        assert torch.equal(w0[k], w1[k]), k
+
+
+def test_no_qk_norm_export_refused_where_the_format_has_them(tmp_path):
+    from draftsmith.framework.convert.export import export
+
+    a = _convert(tmp_path, NO_QK_NORM)
+    with pytest.raises(UserError, match="q/k norms"):
+        export(a, tmp_path / "S", tmp_path / "X", "trtllm_dflash")

@@ -325,6 +325,9 @@ def check_config(target, flat: dict, raw: dict, markers=frozenset()) -> dict:
     b = [(m.causal, m.window) for m in theirs.masks]
     if a != b:
         problems.append(f"layers (causal, window): {a} would read back as {b}")
+    if ours.qk_norm != theirs.qk_norm:  # an RMS norm is no identity: nothing to write in its place
+        problems.append(f"q/k norms: qk_norm {str(ours.qk_norm).lower()} would read back as "
+                        f"{str(theirs.qk_norm).lower()} (its spec's layout.qk_norm)")
     if ours.max_draft_len != theirs.max_draft_len:
         problems.append(f"max_draft_len: {ours.max_draft_len} would read back as {theirs.max_draft_len}")
     if problems:
