@@ -111,14 +111,14 @@ def test_bias_key_must_be_boolean(tmp_path):
         synthesize(a, "tiny", tmp_path / "S", seed=5)
 
 
-@pytest.mark.parametrize("to", ["trtllm_dflash", "speculators_dflash"])
-def test_biases_survive_export(tmp_path, to):
+@pytest.mark.parametrize("to, overrides", [("trtllm_dflash", BIASES), ("speculators_dflash", BIASES[:1])])
+def test_biases_survive_export(tmp_path, to, overrides):
     """An export carries ``attention_bias`` / ``mlp_bias`` and the bias tensors (TensorRT-LLM's
     layout fuses q/k/v biases into ``qkv_proj.bias`` as it fuses the weights); converted back,
     every tensor is the source's."""
     from draftsmith.framework.convert.export import export
 
-    a = _convert(tmp_path, BIASES)
+    a = _convert(tmp_path, overrides)
     x = export(a, tmp_path / "S", tmp_path / "X", to, verifier="v")
     raw = json.loads((x / "config.json").read_text())
     assert raw.get("attention_bias", raw.get("transformer_layer_config", {}).get("attention_bias")) is True
@@ -126,7 +126,7 @@ def test_biases_survive_export(tmp_path, to):
     execute(back.plan(x), tmp_path / "B", progress=False)
     _, w0 = read_checkpoint(tmp_path / "T")
     cfg1, w1 = read_checkpoint(tmp_path / "B")
-    assert R.from_config(cfg1).attention_bias and R.from_config(cfg1).mlp_bias
+    assert R.from_config(cfg1).attention_bias and R.from_config(cfg1).mlp_bias == (len(overrides) == 2)
     assert w0.keys() == w1.keys()
     for k in w0:
         assert torch.equal(w0[k], w1[k]), k
@@ -138,3 +138,12 @@ def test_no_qk_norm_export_refused_where_the_format_has_them(tmp_path):
     a = _convert(tmp_path, NO_QK_NORM)
     with pytest.raises(UserError, match="q/k norms"):
         export(a, tmp_path / "S", tmp_path / "X", "trtllm_dflash")
+
+
+def test_mlp_bias_export_refused_where_the_format_has_none(tmp_path):
+    """z-lab's and speculators' Qwen3 MLP has no biases: exporting them there is refused."""
+    from draftsmith.framework.convert.export import export
+
+    a = _convert(tmp_path, BIASES)
+    with pytest.raises(UserError, match="MLP biases"):
+        export(a, tmp_path / "S", tmp_path / "X", "speculators_dflash", verifier="v")

@@ -147,6 +147,7 @@ _FEATURES = {
                        lambda r: "causal sliding-window layers"),
     "heads": (lambda r: bool(r.heads.markov_rank) or r.heads.confidence,
               lambda r: f"the Markov (rank {r.heads.markov_rank}) / confidence ({r.heads.confidence}) heads"),
+    "mlp_bias": (lambda r: r.mlp_bias, lambda r: "MLP biases (mlp_bias: true)"),
     "target_hidden": (lambda r: r.dims.target_hidden != r.dims.hidden,
                       lambda r: f"a target hidden size ({r.dims.target_hidden}) other than the drafter's "
                                 f"hidden size ({r.dims.hidden})"),
