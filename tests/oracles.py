@@ -112,7 +112,8 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     """One greedy draft step of one sequence in float64, straight from the reference text.
 
     ``w``: the drafter's tensors by converted name; ``tgt``: the target's
-    ``model.embed_tokens.weight`` and ``lm_head.weight``. ``hidden [T, n*TGT_H]`` are the target states at positions ``ctx_start..C-1`` (positions
+    ``model.embed_tokens.weight`` and ``lm_head.weight``; a ``<linear>.bias`` in ``w`` is added, and
+    without ``self_attn.{q,k}_norm.weight`` q and k are roped un-normed. ``hidden [T, n*TGT_H]`` are the target states at positions ``ctx_start..C-1`` (positions
     before ``ctx_start`` must be invisible to every layer). Returns (tokens [K], logits [K, V],
     conf [K] or None). ``rope_freqs``: ``(inv_freq [rot/2] float64, attention_factor)`` of a
     scaled RoPE, computed by the caller's own formula (default: ``theta^(-2i/rot)``, factor 1).
@@ -137,15 +138,22 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
         x1, x2 = x[..., :half], x[..., half:rot]
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., rot:]], -1)
 
+    def lin(x, name):  # ``x @ W.T (+ b)``: a bias is applied when the checkpoint holds one
+        out = x @ w[name + ".weight"].T
+        return out + w[name + ".bias"] if name + ".bias" in w else out
+
+    def qk_norm(x, name, kind):  # per-head norm, or none when the checkpoint holds no q/k norms
+        return norm(x, w[name], kind) if name in w else x
+
     def mlp(y, p):
-        g, u = y @ w[p + "gate_proj.weight"].T, y @ w[p + "up_proj.weight"].T
+        g, u = lin(y, p + "gate_proj"), lin(y, p + "up_proj")
         if config["hidden_act"] == "silu":
             a = g * torch.sigmoid(g) * u
         else:
             lim, al = config["swiglu_limit"], config["swiglu_alpha"]
             g, u = g.clamp(max=lim), u.clamp(-lim, lim)
             a = g * torch.sigmoid(al * g) * (u + 1)
-        return a @ w[p + "down_proj.weight"].T
+        return lin(a, p + "down_proj")
 
     b = config["dflash_config"]["block_size"]
     t = hidden.shape[0]
@@ -158,19 +166,19 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
         p = f"layers.{i}."
         a_ = p + "self_attn."
         y = norm(x, w[p + "input_layernorm.weight"], "input_layernorm")
-        q = rope(norm((y @ w[a_ + "q_proj.weight"].T).view(b, HQ, D), w[a_ + "q_norm.weight"], "q_norm"), pb)
-        kc = rope(norm((c @ w[a_ + "k_proj.weight"].T).view(t, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pc)
-        kb = rope(norm((y @ w[a_ + "k_proj.weight"].T).view(b, HKV, D), w[a_ + "k_norm.weight"], "k_norm"), pb)
+        q = rope(qk_norm(lin(y, a_ + "q_proj").view(b, HQ, D), a_ + "q_norm.weight", "q_norm"), pb)
+        kc = rope(qk_norm(lin(c, a_ + "k_proj").view(t, HKV, D), a_ + "k_norm.weight", "k_norm"), pc)
+        kb = rope(qk_norm(lin(y, a_ + "k_proj").view(b, HKV, D), a_ + "k_norm.weight", "k_norm"), pb)
         vs = config["dflash_config"].get("attention_value_scale", 1.0)  # V scaled before attention (MiMo)
-        vc = vs * (c @ w[a_ + "v_proj.weight"].T).view(t, HKV, D)
-        vb = vs * (y @ w[a_ + "v_proj.weight"].T).view(b, HKV, D)
+        vc = vs * lin(c, a_ + "v_proj").view(t, HKV, D)
+        vb = vs * lin(y, a_ + "v_proj").view(b, HKV, D)
         if mask.window is not None:
             assert ctx_start == 0 or ctx_start <= c_len - (mask.window - 1), "reference context too short"
         else:
             assert ctx_start == 0, "a full layer needs the whole context"
         out, _ = oracle(q[None], [kc], [vc], kb[None], vb[None], mask.causal, mask.window,
                         1 / math.sqrt(D), ctx_start=[ctx_start])
-        x = x + out[0].reshape(b, HQ * D) @ w[a_ + "o_proj.weight"].T
+        x = x + lin(out[0].reshape(b, HQ * D), a_ + "o_proj")
         x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm"), p + "mlp.")
     z = norm(x, w["norm.weight"], "norm")
     logits = z @ head.T

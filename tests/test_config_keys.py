@@ -85,7 +85,6 @@ def test_unknown_key_in_a_section_spelled_as_raw():
     ("minimax_dspark", lambda r: r["text_config"].update(use_gemma_norm=False), "text_config.use_gemma_norm"),
     ("minimax_dspark", lambda r: r["text_config"].update(qk_norm_type="per_layer"), "text_config.qk_norm_type"),
     ("minimax_dspark", lambda r: r["dspark_config"].update(hybrid_context_fusion=True), "dspark_config.hybrid_context_fusion"),
-    ("zlab_dflash", lambda r: r.update(attention_bias=True), "attention_bias"),
 ])
 def test_fixed_values_refused_otherwise(name, edit, named):
     a = load_adapter(name)
@@ -95,6 +94,15 @@ def test_fixed_values_refused_otherwise(name, edit, named):
         a.flatten_config(raw)
     (line,) = e.value.problems
     assert line.startswith(f"config.json: {named}: ") and "implements only" in line
+
+
+def test_bias_keys_read_not_fixed():
+    """``attention_bias`` / ``mlp_bias`` are read by the family (the layout carries the biases):
+    recorded with their source, absent ones as transformers' default false."""
+    r = ResolvedDrafter.from_config(
+        load_adapter("zlab_dflash").flatten_config(_zlab_raw(lambda r: r.update(attention_bias=True))))
+    assert r.attention_bias is True and r.sources["attention_bias"] == "config.json: attention_bias"
+    assert r.mlp_bias is False and "default" in r.sources["mlp_bias"]
 
 
 def test_shift_label_must_agree():

@@ -99,17 +99,24 @@ def build(trt_version="1.4.0rc4"):
 
         def load_weights_vanilla(self, module, weights, allow_partial_loading=False):
             assert len(weights) == 1  # as load_weights_vanilla_helper asserts (it then moves to CUDA)
+            assert module.bias is None or "bias" in weights[0]  # likewise
             module.weight.data.copy_(shard(weights[0]["weight"], module.tp_mode, module.tp_size, module.tp_rank))
+            if module.bias is not None:
+                module.bias.data.copy_(weights[0]["bias"])
+
+        def _fused(self, module, weights):
+            parts = [shard(w["weight"], module.tp_mode, module.tp_size, module.tp_rank) for w in weights]
+            module.weight.data.copy_(torch.cat(parts, 0))
+            if module.bias is not None:  # each part's bias, concatenated like the weight rows
+                module.bias.data.copy_(torch.cat([w["bias"] for w in weights], 0))
 
         def load_weights_fused_qkv_linear(self, module, weights, allow_partial_loading=False):
             assert len(weights) == 3
-            parts = [shard(w["weight"], module.tp_mode, module.tp_size, module.tp_rank) for w in weights]
-            module.weight.data.copy_(torch.cat(parts, 0))
+            self._fused(module, weights)
 
         def load_weights_fused_gate_up_linear(self, module, weights, allow_partial_loading=False):
             assert len(weights) == 2
-            parts = [shard(w["weight"], module.tp_mode, module.tp_size, module.tp_rank) for w in weights]
-            module.weight.data.copy_(torch.cat(parts, 0))
+            self._fused(module, weights)
 
     mu_ns["UnquantizedLinearMethod"] = Method  # the excerpt's isinstance check names it
 
@@ -142,7 +149,11 @@ def build(trt_version="1.4.0rc4"):
             self.gather_output, self.reduce_output = gather_output, reduce_output
             self.weight = nn.Parameter(torch.zeros(self.out_features, self.in_features, dtype=dtype),
                                        requires_grad=False)
-            self.bias = None
+            # bias [out_features] (per rank); the stand-in carries one at TP 1 only (how a sharded
+            # bias is split and where a ROW bias is added is not transcribed here)
+            if bias and self.tp_size > 1:
+                raise NotImplementedError("stand-in: a Linear bias at tp_size > 1")
+            self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False) if bias else None
             self.quant_method = Method()
 
         def load_weights(self, weights, allow_partial_loading=False):
@@ -150,7 +161,7 @@ def build(trt_version="1.4.0rc4"):
                                            allow_partial_loading=allow_partial_loading)
 
         def forward(self, x, all_reduce_params=None, **_):
-            y = F.linear(x, self.weight)
+            y = F.linear(x, self.weight, self.bias)
             if self.tp_size > 1 and self.tp_mode == TensorParallelMode.ROW and self.reduce_output:
                 if not torch.distributed.is_initialized():
                     raise NotImplementedError("stand-in: the row-parallel all-reduce needs torch.distributed")
@@ -276,8 +287,8 @@ def build(trt_version="1.4.0rc4"):
                                                                  allow_partial_loading)
                 elif isinstance(module, (Linear, RMSNorm)) and f"{name}.weight" in weights:
                     w = weights[f"{name}.weight"]
-                    if isinstance(module, Linear):
-                        module.load_weights([{"weight": w}])
+                    if isinstance(module, Linear):  # the excerpt's filter_weights: weight (and bias)
+                        module.load_weights([mu_ns["filter_weights"](name, weights)])
                     else:
                         module.weight.data.copy_(w)
 
@@ -350,7 +361,7 @@ def fake_trtllm(monkeypatch):
 def test_fake_linear_shards_and_the_excerpt_dispatches_fused_modes(fake_trtllm):
     ns = fake_trtllm
     m = ns.Mapping(world_size=2, rank=1, tp_size=2)
-    lin = ns.Linear(4, 6, mapping=m, tensor_parallel_mode=ns.TP.COLUMN)
+    lin = ns.Linear(4, 6, bias=False, mapping=m, tensor_parallel_mode=ns.TP.COLUMN)
     assert lin.weight.shape == (3, 4)
     w = torch.arange(24.0).view(6, 4)
     lin.load_weights([{"weight": w}])

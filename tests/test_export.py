@@ -70,7 +70,7 @@ def test_minimax_to_speculators_and_back(tmp_path, checkpoints):
     d = tmp_path / "adapters"
     d.mkdir()
     text = adapter_files()["speculators_dspark"].read_text()
-    (d / "speculators_dspark.yaml").write_text(text.replace("  unsupported: [swiglu_oai, partial_rotary]", "  unsupported: []"))
+    (d / "speculators_dspark.yaml").write_text(text.replace("  unsupported: [swiglu_oai, partial_rotary, mlp_bias]", "  unsupported: []"))
     ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints("minimax_dspark"), "speculators", adapter_dir=d)
     assert back_adapter.name == "speculators_dspark"  # Markov head -> the DSpark format
     assert raw["speculators_model_type"] == "dspark" and raw["architectures"] == ["DSparkSpeculator"]
@@ -273,7 +273,7 @@ def test_zlab_export_of_a_gemma_drafter_drops_use_gemma_norm(tmp_path, checkpoin
     for name, path in adapter_files().items():
         text = path.read_text()
         if name == "zlab_dflash":
-            text = text.replace("  unsupported: [swiglu_oai, partial_rotary, causal_windows, heads, target_hidden]",
+            text = text.replace("  unsupported: [swiglu_oai, partial_rotary, causal_windows, heads, target_hidden, mlp_bias]",
                                 "  unsupported: []").replace(
                 "    dspark_config.sample_from_anchor: {default: false}",
                 "    dspark_config.sample_from_anchor: {from: [sample_from_anchor], default: false}")

@@ -264,7 +264,8 @@ def test_convert_lists_defaults(tmp_path, capsys):
     out = capsys.readouterr().out
     block = out.split("defaults (not in config.json): ", 1)[1]
     count, *lines = block.strip().splitlines()
-    assert int(count) == len(lines) == 10  # the six above, confidence(_with_markov), markov_head_type, rope.scaling
+    assert int(count) == len(lines) == 11  # the six above, confidence(_with_markov), markov_head_type, rope.scaling,
+    # mlp_bias (transformers' default false; attention_bias is in the config)
     for field, (value, source) in want.items():
         assert f"  {field} = {value}  ({source})" in lines, field
     assert not any(l.strip().startswith(("dims.", "block_size", "rms_norm_eps")) for l in lines)  # from config.json
@@ -273,7 +274,7 @@ def test_convert_lists_defaults(tmp_path, capsys):
         assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 'j'}",
                      "format=json", "overwrite=true", *extra]) == 0
         rows = {r["field"]: (r["value"], r["source"]) for r in json.loads(capsys.readouterr().out)["defaults"]}
-        assert len(rows) == 10 and all(rows[k] == v for k, v in want.items()), rows
+        assert len(rows) == 11 and all(rows[k] == v for k, v in want.items()), rows
     # a checkpoint that states every value: nothing defaulted but the family's absent heads
     rewrite_config(tmp_path / "s", lambda raw: raw.update(rope_theta=1e6, sliding_window=24))
     assert main(["convert", f"adapter={spec}", f"source={tmp_path / 's'}", f"out={tmp_path / 'u'}", "format=json"]) == 0

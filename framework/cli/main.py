@@ -38,12 +38,13 @@ def _import_stages() -> None:
     global torch, docs, compile_spec, route, ResolvedDrafter, defaulted, dump_sources, drafter_subfolder_hint
     global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
     global write_package, eval_command, format_report, report_json, run_draft
-    global check_draft_memory, check_lowering, init
+    global check_draft_memory, check_lowering, init, trtllm_warning
     import torch
 
     from .. import docs
     from ..compile.engine import compile_spec, route
     from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
+    from ..compile.trtllm_limits import trtllm_warning
     from ..convert.checkpoint import drafter_subfolder_hint, read_config
     from ..convert.execute import execute
     from ..convert.export import export
@@ -113,6 +114,7 @@ def describe_plan(plan) -> str:
         f"output: {len(plan.outputs)} tensors, {n_bytes / 2**20:.1f} MiB, dtype {r.dims.dtype}, "
         f"max_draft_len {r.max_draft_len}",
     ]
+    lines += [w for w in (trtllm_warning(r),) if w]
     if plan.dropped:
         lines.append(f"dropped by rename: {len(plan.dropped)}")
     if plan.ignored:
@@ -173,6 +175,7 @@ def plan_dict(plan) -> dict:
                     for o, m in plan.outputs.items()},
         "defaults": defaults_json(r), "dropped": list(plan.dropped), "ignored": list(plan.ignored),
         "complete": plan.complete, "problems": plan.report().splitlines() if not plan.complete else [],
+        "warnings": [w for w in (trtllm_warning(r),) if w],
     }
 
 
@@ -214,6 +217,9 @@ def cmd_convert(opts, spec, path):
         source = _source(opts, spec)
         adapter = _adapter(spec, path, opts, source)
         out = Path(_need(opts, "out", "convert"))
+    warning = trtllm_warning(ResolvedDrafter.from_config(adapter.flatten_config(read_config(source))))
+    if warning:
+        say(warning)
     if opts["to"] != "dflash":
         export(adapter, source, out, opts["to"], overwrite=opts["overwrite"], adapter_dir=opts.get("adapter_dir"),
                progress=opts["progress"], verifier=opts.get("verifier"))

@@ -36,6 +36,10 @@ def _pos_number(v: Any) -> str | None:
     return None if ok else "must be a finite number > 0"
 
 
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "must be true or false"
+
+
 def _layer_ids(v: Any) -> str | None:
     if not isinstance(v, list) or not v:
         return "must be a non-empty list of integers"
@@ -54,7 +58,7 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "dflash_config.block_size": _pos_int, "dflash_config.mask_token_id": _nonneg_int,
     "dflash_config.target_layer_ids": _layer_ids, "dflash_config.swa_window_size": _window,
     "sliding_window": _window, "rms_norm_eps": _pos_number, "rope_theta": _pos_number,
-    "dspark_config.markov_rank": _nonneg_int,
+    "dspark_config.markov_rank": _nonneg_int, "attention_bias": _bool, "mlp_bias": _bool,
 }
 
 

@@ -92,6 +92,8 @@ class Adapter:
         rule) or all plain: a kind left out while others are covered is a rule that missed it
         (e.g. a typo in one branch of its regex), which would store ``w`` where ``1 + w`` is meant."""
         modes = self.norm_modes()
+        if not self.spec.layout.qk_norm:  # no such tensors: no rule needs to reach them
+            modes = {k: m for k, m in modes.items() if k not in ("q_norm", "k_norm")}
         left = [k for k, m in modes.items() if m == "as is"]
         if left and len(left) < len(modes):
             covered = ", ".join(k for k, m in modes.items() if m != "as is")

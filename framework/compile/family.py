@@ -52,6 +52,7 @@ class GQADFlash:
         "dspark_config.markov_rank", "dspark_config.markov_head_type", "dspark_config.enable_confidence_head",
         "dspark_config.confidence_head_with_markov", "dspark_config.sample_from_anchor",
         "dspark_config.shift_label",  # TensorRT-LLM's spelling: must agree with sample_from_anchor
+        "attention_bias", "mlp_bias",  # q/k/v/o and gate/up/down biases (target layout ``*.bias``)
     )
     #: keys transformers' ``PreTrainedConfig`` (4.57, 5.x) writes into every saved config that no
     #: drafter forward reads -> why (reported like a spec's ``config.irrelevant``)
@@ -77,7 +78,10 @@ class GQADFlash:
     #: when none are given) and the RoPE table size (z-lab's MLX loader requires it)
     carried = ("num_target_layers", "max_position_embeddings")
     #: keys whose value the family's math hard-codes: any other value is refused
-    fixed = {"attention_bias": False}
+    fixed: dict[str, Any] = {}
+    #: boolean keys the family reads with transformers' default when absent (``LlamaConfig``,
+    #: ``Qwen3Config``: ``attention_bias`` and ``mlp_bias`` default false): key -> default
+    bias_keys = {"attention_bias": False, "mlp_bias": False}
     required = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
         "intermediate_size", "vocab_size", "dflash_config.block_size",
@@ -105,6 +109,9 @@ class GQADFlash:
                 if cfg.get(key) is None:
                     raise UserError(f"config: hidden_act swigluoai needs {key} (give it in the checkpoint, "
                                     f"or as a `default:` in the spec's config.fields)")
+        for key, default in self.bias_keys.items():
+            if cfg.get(key) is None:
+                cfg[key] = default
         ds = cfg.setdefault("dspark_config", {})
         ds.setdefault("markov_rank", 0)
         ds.setdefault("markov_head_type", "vanilla")
@@ -181,8 +188,13 @@ class GQADFlash:
         cfg["block_size"] = cfg["dflash_config"]["block_size"]
 
     def target_layout(self, cfg: dict[str, Any]) -> dict[str, TensorMeta]:
-        """Every tensor the converted checkpoint holds, in a fixed order."""
+        """Every tensor the converted checkpoint holds, in a fixed order: ``*.bias`` of
+        q/k/v/o_proj when ``attention_bias``, of gate/up/down_proj when ``mlp_bias`` (flattened
+        keys, transformers' meaning), ``self_attn.{q,k}_norm.weight`` unless the compiled
+        section's ``qk_norm`` is false (the spec's ``layout.qk_norm``)."""
         dt = dtype_from_name(cfg.get("torch_dtype", "bfloat16"))
+        attn_bias, mlp_bias = bool(cfg.get("attention_bias")), bool(cfg.get("mlp_bias"))
+        qk_norm = (cfg.get("draftsmith") or {}).get("qk_norm", True)
         h, hq, hkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
         ff, v = cfg["intermediate_size"], cfg["vocab_size"]
         n_in = len(cfg["dflash_config"]["target_layer_ids"]) * cfg["target_hidden_size"]
@@ -195,12 +207,22 @@ class GQADFlash:
             out[p + "self_attn.k_proj.weight"] = m(hkv * d, h)
             out[p + "self_attn.v_proj.weight"] = m(hkv * d, h)
             out[p + "self_attn.o_proj.weight"] = m(h, hq * d)
-            out[p + "self_attn.q_norm.weight"] = m(d)
-            out[p + "self_attn.k_norm.weight"] = m(d)
+            if attn_bias:
+                out[p + "self_attn.q_proj.bias"] = m(hq * d)
+                out[p + "self_attn.k_proj.bias"] = m(hkv * d)
+                out[p + "self_attn.v_proj.bias"] = m(hkv * d)
+                out[p + "self_attn.o_proj.bias"] = m(h)
+            if qk_norm:
+                out[p + "self_attn.q_norm.weight"] = m(d)
+                out[p + "self_attn.k_norm.weight"] = m(d)
             out[p + "post_attention_layernorm.weight"] = m(h)
             out[p + "mlp.gate_proj.weight"] = m(ff, h)
             out[p + "mlp.up_proj.weight"] = m(ff, h)
             out[p + "mlp.down_proj.weight"] = m(h, ff)
+            if mlp_bias:
+                out[p + "mlp.gate_proj.bias"] = m(ff)
+                out[p + "mlp.up_proj.bias"] = m(ff)
+                out[p + "mlp.down_proj.bias"] = m(h)
         out["norm.weight"] = m(h)
         ds = cfg["dspark_config"]
         r = ds["markov_rank"]

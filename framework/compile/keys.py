@@ -133,6 +133,11 @@ def account(adapter, raw: dict[str, Any], merged: dict[str, Any], out: dict[str,
     data = resolved.model_dump(mode="json")
     data.pop("max_draft_len", None)
     ignored = {k: who for k, who in spec.writer_ignores.items() if get_dotted(merged, k) is not None}
+    for key, default in adapter.family.bias_keys.items():
+        sources[key] = (f"config.json: {_spelled(raw, sections, key)}" if get_dotted(merged, key) is not None
+                        else f"family {adapter.family.name} default (transformers' default {json.dumps(default)})")
+    sources["qk_norm"] = "spec: layout.qk_norm"
     data.update(value_scale=float(scale) if scale is not None else 1.0, irrelevant=present, writer_ignored=ignored,
-                sources=sources)
+                attention_bias=out["attention_bias"], mlp_bias=out["mlp_bias"],
+                qk_norm=adapter.spec.layout.qk_norm, sources=sources)
     return ResolvedDrafter.model_validate(data)

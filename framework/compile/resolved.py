@@ -199,6 +199,12 @@ class ResolvedDrafter(_Frozen):
     value_scale: float = Field(1.0, description="``dflash_config.attention_value_scale``: every layer's values "
                                                 "(context and block) are multiplied by it before attention; 1 = none",
                                gt=0, strict=True, allow_inf_nan=False)
+    attention_bias: bool = Field(False, description="``attention_bias``: q/k/v/o_proj carry a bias "
+                                                    "(``layers.{i}.self_attn.{q,k,v,o}_proj.bias``)")
+    mlp_bias: bool = Field(False, description="``mlp_bias``: gate/up/down_proj carry a bias "
+                                              "(``layers.{i}.mlp.{gate,up,down}_proj.bias``)")
+    qk_norm: bool = Field(True, description="whether q and k are RMS-normed per head before RoPE "
+                                            "(``self_attn.{q,k}_norm``; the spec's ``layout.qk_norm``)")
     writer_ignored: dict[str, str] = Field(default_factory=dict,
                                            description="config keys the checkpoint's writer ignores (and so "
                                                        "draftsmith) -> the reader that would run them differently")

@@ -148,6 +148,7 @@ _FEATURES = {
                        lambda r: "causal sliding-window layers"),
     "heads": (lambda r: bool(r.heads.markov_rank) or r.heads.confidence,
               lambda r: f"the Markov (rank {r.heads.markov_rank}) / confidence ({r.heads.confidence}) heads"),
+    "mlp_bias": (lambda r: r.mlp_bias, lambda r: "MLP biases (mlp_bias: true)"),
     "target_hidden": (lambda r: r.dims.target_hidden != r.dims.hidden,
                       lambda r: f"a target hidden size ({r.dims.target_hidden}) other than the drafter's "
                                 f"hidden size ({r.dims.hidden})"),
@@ -326,6 +327,9 @@ def check_config(target, flat: dict, raw: dict, markers=frozenset()) -> dict:
     b = [(m.causal, m.window) for m in theirs.masks]
     if a != b:
         problems.append(f"layers (causal, window): {a} would read back as {b}")
+    if ours.qk_norm != theirs.qk_norm:  # an RMS norm is no identity: nothing to write in its place
+        problems.append(f"q/k norms: qk_norm {str(ours.qk_norm).lower()} would read back as "
+                        f"{str(theirs.qk_norm).lower()} (its spec's layout.qk_norm)")
     if ours.max_draft_len != theirs.max_draft_len:
         problems.append(f"max_draft_len: {ours.max_draft_len} would read back as {theirs.max_draft_len}")
     if problems:

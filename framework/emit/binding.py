@@ -24,6 +24,7 @@ import torch
 
 from ...lowering.base import DEVICE_CLASSES, PagedKV, device_class, get_lowering
 from ..compile.resolved import ResolvedDrafter
+from ..compile.trtllm_limits import rope_problem
 from ..errors import UserError
 from .forward import BlockDecode, paged_layer_cache  # noqa: F401  (re-exported)
 from .forward import write_block as _write_block
@@ -66,12 +67,9 @@ def config_dict(config: Any) -> dict:
 
 
 def rope_scaling_problem(r: ResolvedDrafter) -> Optional[str]:
-    """Why TensorRT-LLM would serve ``r`` with the wrong positions, or None: the generated
-    backbone passes only ``dim``/``theta`` to ``RopeParams``, so a scaled RoPE would run unscaled."""
-    if r.rope.type == "default":
-        return None
-    return (f"rope_type {r.rope.type!r} (RoPE scaling) is not passed to TensorRT-LLM's RopeParams by the "
-            "emitted package; the reference host (draftsmith draft) implements it")
+    """Why TensorRT-LLM would serve ``r`` with the wrong positions, or None (the one rule:
+    :func:`~..compile.trtllm_limits.rope_problem`)."""
+    return rope_problem(r)
 
 
 class PackagedDrafter:

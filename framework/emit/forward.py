@@ -3,7 +3,8 @@
 What TensorRT-LLM's ``DFlashForCausalLM.dflash_forward`` computes for one draft step (amukkara
 /TensorRT-LLM @ d70a2287, generic branch), with each layer's attention through its draftsmith
 lowering. It uses only what the pinned class and the generated backbone define: the backbone's
-``model.layers[i].{input_layernorm, self_attn.{qkv_proj, o_proj, q_norm, k_norm, num_heads,
+``model.layers[i].{input_layernorm, self_attn.{qkv_proj, o_proj, q_norm, k_norm (when present, as its
+``_has_qk_norm`` tests them), num_heads,
 num_key_value_heads, head_dim, q_size, kv_size}, post_attention_layernorm, mlp}`` and
 ``model.norm``; RoPE is computed here from the compiled drafter (NeoX halves over the first
 ``rotary_dim`` dims, base ``rope.theta``), not through any method of the wrapper.
@@ -91,6 +92,7 @@ class BlockDecode:
         a0 = layers[0].self_attn
         q_size, kv_size, hd = a0.q_size, a0.kv_size, a0.head_dim
         nh, nkv = a0.num_heads, a0.num_key_value_heads  # per rank
+        qk_norm = hasattr(a0, "q_norm") and hasattr(a0, "k_norm")  # DFlashForCausalLM's _has_qk_norm rule
         b, blk = noise_embedding.shape[:2]
         device = noise_embedding.device
         buf = self.buffers_for(device, b, blk, ctx_page_table.shape[1] if paged else 1)
@@ -118,8 +120,10 @@ class BlockDecode:
                 normed, residual = layer.input_layernorm(hidden, residual)
             qkv = attn.qkv_proj(normed)
             q, k, v = qkv[..., :q_size], qkv[..., q_size:q_size + kv_size], qkv[..., q_size + kv_size:]
-            q = attn.q_norm(q.reshape(-1, hd)).reshape(b, blk, nh, hd)
-            k = attn.k_norm(k.reshape(-1, hd)).reshape(b, blk, nkv, hd)
+            q, k = q.reshape(b, blk, nh, hd), k.reshape(b, blk, nkv, hd)
+            if qk_norm:
+                q = attn.q_norm(q.reshape(-1, hd)).reshape(b, blk, nh, hd)
+                k = attn.k_norm(k.reshape(-1, hd)).reshape(b, blk, nkv, hd)
             q, k = self.rope(q, pos, buf), self.rope(k, pos, buf)
             v = v.reshape(b, blk, nkv, hd)
             if paged:

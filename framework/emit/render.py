@@ -36,6 +36,7 @@ from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
 from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
+from ..compile.trtllm_limits import trtllm_problems
 from .binding import PACKAGE_DATA, PackagedDrafter, rope_scaling_problem
 from .fixed import PYTHON_FILES
 from .names import GENERATED, check_backbone, check_identifier, check_package_data
@@ -310,7 +311,9 @@ def write_package(
     max_draft_len, reason = resolve_max_draft_len(flat, explicit_max_draft_len)
     resolved = ResolvedDrafter.from_config(flat)
     check_engine_norms(resolved, where)
-    check_engine_rope(resolved, where)
+    problems = trtllm_problems(resolved)  # RoPE scaling, a value scale: the one list of them
+    if problems:
+        raise UserError(f"{where}: TensorRT-LLM cannot express this drafter: {'; '.join(problems)}")
     try:
         backbone = check_backbone(engine.backbone, "backbone")
         architecture = check_identifier((list(adapter.architectures) or [None])[0], "match.architectures[0]")

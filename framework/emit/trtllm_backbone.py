@@ -89,7 +89,11 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
 
     class DraftsmithAttention(nn.Module):
         """What ``DFlashForCausalLM`` reads of ``self_attn`` (fused ``qkv_proj``, sizes per rank,
-        ``q_norm``/``k_norm``, ``rotary_emb``/``pos_embd_params``), built as ``Attention`` builds it."""
+        ``q_norm``/``k_norm``, ``rotary_emb``/``pos_embd_params``), built as ``Attention`` builds it.
+        ``attention_bias``: ``qkv_proj`` and ``o_proj`` carry biases (``Linear(bias=True)``; the fused
+        loader takes each of q/k/v's ``bias``; ``_build_fused_kv_buffers`` stacks ``qkv_proj.bias``).
+        Without q/k norms (``qk_norm`` false) the attributes are absent, as ``_build_fused_kv_buffers``
+        (amukkara d70a2287) reads ``hasattr(self_attn, "k_norm")`` to set ``_has_qk_norm``."""
 
         def __init__(self, r, model_config, max_positions):
             super().__init__()
@@ -100,13 +104,15 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
             self.head_dim = d.head_dim
             self.q_size, self.kv_size = self.num_heads * d.head_dim, self.num_key_value_heads * d.head_dim
             amap = attention_mapping(self.mapping)
-            self.qkv_proj = Linear(d.hidden, tp * self.q_size + 2 * tp * self.kv_size, bias=False, dtype=dtype,
+            self.qkv_proj = Linear(d.hidden, tp * self.q_size + 2 * tp * self.kv_size, bias=r.attention_bias,
+                                   dtype=dtype,
                                    mapping=amap, tensor_parallel_mode=TP.COLUMN,
                                    weights_loading_config=WLC(weight_mode=WeightMode.FUSED_QKV_LINEAR))
-            self.o_proj = Linear(tp * self.q_size, d.hidden, bias=False, dtype=dtype, mapping=amap,
+            self.o_proj = Linear(tp * self.q_size, d.hidden, bias=r.attention_bias, dtype=dtype, mapping=amap,
                                  tensor_parallel_mode=TP.ROW)
-            self.q_norm = norm(r, "q_norm", d.head_dim, dtype)
-            self.k_norm = norm(r, "k_norm", d.head_dim, dtype)
+            if r.qk_norm:  # absent, not None: DFlashForCausalLM tests hasattr(self_attn, "k_norm")
+                self.q_norm = norm(r, "q_norm", d.head_dim, dtype)
+                self.k_norm = norm(r, "k_norm", d.head_dim, dtype)
             rope = RopeParams(dim=d.rotary_dim, theta=r.rope.theta, max_positions=max_positions)
             self.pos_embd_params = None
             self.rotary_emb = RotaryEmbedding(rope, head_dim=d.head_dim, is_neox=True)
@@ -120,10 +126,10 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
             d, m, dtype = r.dims, r.mlp, r.torch_dtype
             mmap = mlp_mapping(model_config.mapping)
             self.kind, self.alpha, self.limit = m.kind, m.alpha, m.limit
-            self.gate_up_proj = Linear(d.hidden, 2 * d.intermediate, bias=False, dtype=dtype, mapping=mmap,
+            self.gate_up_proj = Linear(d.hidden, 2 * d.intermediate, bias=r.mlp_bias, dtype=dtype, mapping=mmap,
                                        tensor_parallel_mode=TP.COLUMN,
                                        weights_loading_config=WLC(weight_mode=WeightMode.FUSED_GATE_UP_LINEAR))
-            self.down_proj = Linear(d.intermediate, d.hidden, bias=False, dtype=dtype, mapping=mmap,
+            self.down_proj = Linear(d.intermediate, d.hidden, bias=r.mlp_bias, dtype=dtype, mapping=mmap,
                                     tensor_parallel_mode=TP.ROW)
 
         def forward(self, x):

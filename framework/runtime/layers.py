@@ -36,6 +36,9 @@ class LayerShape:
     alpha: float
     limit: float
     value_scale: float = 1.0  # every value multiplied by it before attention (1: none)
+    attention_bias: bool = False  # q/k/v/o_proj carry a bias
+    mlp_bias: bool = False  # gate/up/down_proj carry a bias
+    qk_norm: bool = True  # q and k RMS-normed per head before RoPE
 
     @classmethod
     def of(cls, r: ResolvedDrafter) -> "LayerShape":
@@ -44,13 +47,15 @@ class LayerShape:
         return cls(hidden=d.hidden, heads=d.heads, kv_heads=d.kv_heads, head_dim=d.head_dim,
                    rotary_dim=d.rotary_dim, rope_theta=r.rope.theta, eps=r.rms_norm_eps, inter=d.intermediate,
                    mlp=r.mlp.kind, alpha=r.mlp.alpha or 0.0, limit=r.mlp.limit or 0.0,
-                   value_scale=r.value_scale)
+                   value_scale=r.value_scale, attention_bias=r.attention_bias, mlp_bias=r.mlp_bias,
+                   qk_norm=r.qk_norm)
 
 
 class DFlashAttention(nn.Module):
     """GQA attention of the block over [context ; block] keys through a lowering function.
 
-    ``q_norm``/``k_norm`` are per head (over ``head_dim``); RoPE is partial NeoX.
+    ``q_norm``/``k_norm`` are per head (over ``head_dim``), ``None`` without q/k norms; the
+    projections carry biases when ``attention_bias``; RoPE is partial NeoX.
     """
 
     def __init__(self, s: LayerShape, q_gemma: bool, k_gemma: bool, rope: PartialNeoxRope):
@@ -58,20 +63,23 @@ class DFlashAttention(nn.Module):
         if s.heads % s.kv_heads:
             raise ValueError(f"num_attention_heads {s.heads} not a multiple of num_key_value_heads {s.kv_heads}")
         self.heads, self.kv_heads, self.head_dim = s.heads, s.kv_heads, s.head_dim
-        self.q_proj = nn.Linear(s.hidden, s.heads * s.head_dim, bias=False)
-        self.k_proj = nn.Linear(s.hidden, s.kv_heads * s.head_dim, bias=False)
-        self.v_proj = nn.Linear(s.hidden, s.kv_heads * s.head_dim, bias=False)
-        self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False)
-        self.q_norm = RMSNorm(s.head_dim, s.eps, q_gemma)
-        self.k_norm = RMSNorm(s.head_dim, s.eps, k_gemma)
+        bias = s.attention_bias
+        self.q_proj = nn.Linear(s.hidden, s.heads * s.head_dim, bias=bias)
+        self.k_proj = nn.Linear(s.hidden, s.kv_heads * s.head_dim, bias=bias)
+        self.v_proj = nn.Linear(s.hidden, s.kv_heads * s.head_dim, bias=bias)
+        self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=bias)
+        self.q_norm = RMSNorm(s.head_dim, s.eps, q_gemma) if s.qk_norm else None
+        self.k_norm = RMSNorm(s.head_dim, s.eps, k_gemma) if s.qk_norm else None
         self.scale = s.head_dim**-0.5
         self.value_scale = s.value_scale
         self.rope = rope  # shared by all layers; holds no parameters
         self.qkv = None  # set by stack_weights()
 
     def stack_weights(self) -> None:
-        """q/k/v_proj as row blocks of one weight (one GEMM on CUDA); call before loading."""
-        self.qkv = share_rows(self.q_proj, self.k_proj, self.v_proj)
+        """q/k/v_proj as row blocks of one weight (one GEMM on CUDA); call before loading.
+        With biases the projections stay separate (each ``nn.Linear`` adds its own)."""
+        if self.q_proj.bias is None:
+            self.qkv = share_rows(self.q_proj, self.k_proj, self.v_proj)
 
     def project(self, y: torch.Tensor, with_q: bool = True):
         """``(q_proj(y) or None, k_proj(y), v_proj(y))``; one GEMM on CUDA when stacked."""
@@ -99,8 +107,11 @@ class DFlashAttention(nn.Module):
             v = v * self.value_scale
         return self.norm_rope(self.k_norm, k.view(shp), pos), v
 
-    def norm_rope(self, norm: RMSNorm, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """``rope(norm(x), pos)`` for ``x [..., T, H, D]``, as one kernel on CUDA."""
+    def norm_rope(self, norm: RMSNorm | None, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """``rope(norm(x), pos)`` for ``x [..., T, H, D]`` (``rope(x)`` when ``norm`` is None),
+        as one kernel on CUDA."""
+        if norm is None:
+            return self.rope(x, pos)
         if fused.enabled(x):
             out = fused.norm_rope(x, norm.weight, norm.eps, norm.gemma, pos.expand(x.shape[:-2]),
                                   self.rope.inv_freq, self.rope.rotary_dim)
@@ -128,7 +139,7 @@ class DFlashDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(s.hidden, s.eps, g("input_layernorm"))
         self.post_attention_layernorm = RMSNorm(s.hidden, s.eps, g("post_attention_layernorm"))
         self.self_attn = DFlashAttention(s, g("q_norm"), g("k_norm"), rope)
-        self.mlp = GatedMLP(s.hidden, s.inter, s.mlp, s.alpha, s.limit)
+        self.mlp = GatedMLP(s.hidden, s.inter, s.mlp, s.alpha, s.limit, s.mlp_bias)
 
     def stack_weights(self) -> None:
         """Stack q/k/v and gate/up weights (one GEMM each on CUDA); call before loading."""

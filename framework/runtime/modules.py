@@ -110,22 +110,25 @@ class GatedMLP(nn.Module):
     - ``swiglu``: ``silu(g) * u``;
     - ``swiglu_oai``: ``g = g.clamp(max=limit)``, ``u = u.clamp(-limit, limit)``,
       ``g * sigmoid(alpha * g) * (u + 1)``.
-    Weights ``gate_proj``/``up_proj`` ``[inter, hidden]``, ``down_proj`` ``[hidden, inter]``, no bias.
+    Weights ``gate_proj``/``up_proj`` ``[inter, hidden]``, ``down_proj`` ``[hidden, inter]``; each
+    with a bias when ``bias`` (``mlp_bias``).
     """
 
-    def __init__(self, hidden: int, inter: int, kind: str, alpha: float, limit: float):
+    def __init__(self, hidden: int, inter: int, kind: str, alpha: float, limit: float, bias: bool = False):
         super().__init__()
         if kind not in ("swiglu", "swiglu_oai"):
             raise ValueError(f"unknown MLP kind {kind!r}; known: swiglu, swiglu_oai")
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.gate_proj = nn.Linear(hidden, inter, bias=bias)
+        self.up_proj = nn.Linear(hidden, inter, bias=bias)
+        self.down_proj = nn.Linear(inter, hidden, bias=bias)
         self.kind, self.alpha, self.limit = kind, float(alpha), float(limit)
         self.gate_up = None  # set by stack_weights()
 
     def stack_weights(self) -> None:
-        """gate_proj and up_proj as row blocks of one weight (one GEMM on CUDA); before loading."""
-        self.gate_up = share_rows(self.gate_proj, self.up_proj)
+        """gate_proj and up_proj as row blocks of one weight (one GEMM on CUDA); before loading.
+        With biases they stay separate (each ``nn.Linear`` adds its own)."""
+        if self.gate_proj.bias is None:
+            self.gate_up = share_rows(self.gate_proj, self.up_proj)
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
         if fused.enabled(y):

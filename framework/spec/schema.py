@@ -114,7 +114,7 @@ class ConfigSpec(Strict):
     fixed: dict[str, Any] = Field(
         default_factory=dict,
         description="Config keys (dotted, merged view) whose value this spec's math hard-codes (e.g. "
-        "`use_gemma_norm: true` where `weights.transforms` implement Gemma norms; `attention_bias: false`): "
+        "`use_gemma_norm: true` where `weights.transforms` implement Gemma norms): "
         "a config stating another value is refused in one line; absent, the spec's value is taken and "
         "reported. An export to this adapter writes these values.",
     )
@@ -256,6 +256,15 @@ class AttentionSpec(Strict):
     )
 
 
+class LayoutSpec(Strict):
+    qk_norm: bool = Field(
+        True,
+        description="Whether the drafter RMS-norms q and k per head before RoPE (`self_attn.q_norm` / "
+        "`self_attn.k_norm`, Qwen3 style). `false` (Llama/Qwen2 style): the target layout has no "
+        "`self_attn.{q,k}_norm.weight` and the host, the export and the emitted backbone apply none.",
+    )
+
+
 class DocsSpec(Strict):
     model: str = Field(description="Model name shown in the supported-drafters table.")
     example_checkpoint: str = Field(description="Example checkpoint path or hub id.")
@@ -311,12 +320,14 @@ class ExportSpec(Strict):
         description="Top-level keys that identify this format (`speculators_model_type`, `auto_map`, ...): "
         "an export from this format never carries them into another format.",
     )
-    unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads", "target_hidden"]] = Field(
+    unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads", "target_hidden",
+                              "mlp_bias"]] = Field(
         default_factory=list,
         description="Drafter features this format's own runtime cannot run; an export of a drafter using "
         "one is refused: `swiglu_oai` (the clamped OpenAI SwiGLU), `partial_rotary` (rotary_dim < "
         "head_dim), `causal_windows` (a causal sliding-window layer), `heads` (Markov or confidence head), "
-        "`target_hidden` (a target hidden size other than the drafter's).",
+        "`target_hidden` (a target hidden size other than the drafter's), `mlp_bias` (biases on the MLP's "
+        "projections: transformers' `Qwen3MLP` has none).",
     )
 
 
@@ -351,6 +362,9 @@ class AdapterSpec(Strict):
     attention: AttentionSpec = Field(
         default_factory=AttentionSpec, description="Masks and lowerings, resolved per layer."
     )
+    layout: LayoutSpec = Field(default_factory=LayoutSpec,
+                               description="Optional parts of the family's target layout (biases follow "
+                               "the config's `attention_bias` / `mlp_bias`).")
     target_layer_ids: Literal["output", "input"] = Field(
         "output",
         description="Whether the checkpoint's target layer ids name a target layer's output or its input "
