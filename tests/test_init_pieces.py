@@ -87,6 +87,22 @@ def test_fused_sizes_read_off_the_layout():
     assert f["mlp.gate_up_proj.weight"].sizes == ["intermediate_size", "intermediate_size"]
 
 
+def test_fused_biases_when_the_family_has_part_biases():
+    """A family whose layout holds q/k/v biases: a fused qkv_proj.bias splits like the weight."""
+
+    class Biased(GQADFlash):
+        def target_layout(self, cfg):
+            out = dict(super().target_layout(cfg))
+            for n, m in list(out.items()):
+                if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+                    out[n.removesuffix(".weight") + ".bias"] = TensorMeta(m.shape[:1], m.dtype)
+            return out
+
+    f = init_layout.target_layout(Biased()).fused
+    assert f["self_attn.qkv_proj.bias"].sizes == f["self_attn.qkv_proj.weight"].sizes
+    assert f["self_attn.qkv_proj.bias"].outputs[0] == "layers.{i}.self_attn.q_proj.bias"
+
+
 def test_norm_regexes_cover_each_kind_once():
     """fold: the norms the engine runs plainly (emit/render.check_engine_norms); keep: the others;
     each of the family's norm names matches exactly one; the shipped MiniMax spec agrees."""
