@@ -1,0 +1,36 @@
+"""``draftsmith init``: the ``attention`` piece of a starter spec (family defaults, the window).
+
+Returns its piece of the :class:`AdapterSpec` and writes its comments and TODOs into a
+:class:`~.init_read.Remarks`.
+"""
+
+from __future__ import annotations
+
+from ..compile.dotted import get_dotted
+from ..spec.schema import AttentionSpec
+from .init_read import Checkpoint, Remarks
+
+#: explicit causality keys of a config (either one decides over the family default)
+CAUSALITY_KEYS = ("is_causal", "sliding_window_non_causal")
+
+
+def attention(ck: Checkpoint, say: Remarks) -> AttentionSpec:
+    """Non-causal windowed and full layers (DFlash / DSpark), a TODO where windowed layers have
+    no explicit causality key, and ``window: null`` with a TODO where no window size is given."""
+    m = ck.merged
+    windowed = any(t == "sliding_attention" for t in m.get("layer_types") or []) \
+        or bool(get_dotted(m, "dflash_config.use_swa"))
+    explicit = [k for k in CAUSALITY_KEYS if isinstance(m.get(k), bool)]
+    spec = AttentionSpec(windowed_causal=False, full_causal=False)
+    if windowed and not explicit:
+        say.comments[("attention", "windowed_causal")] = say.todo(
+            "windowed layers found and no is_causal / sliding_window_non_causal key: confirm they are non-causal")
+    else:
+        say.comments[("attention", "windowed_causal")] = (f"from {', '.join(explicit)} in the config" if explicit
+                                                          else "no windowed layers")
+    say.comments[("attention", "full_causal")] = "DFlash block attention is non-causal"
+    if windowed and m.get("sliding_window") is None and get_dotted(m, "dflash_config.swa_window_size") is None:
+        spec.window = None
+        say.comments[("attention", "window")] = say.todo("windowed layers but no sliding_window / swa_window_size: "
+                                                         "give the window")
+    return spec
