@@ -24,7 +24,8 @@ with open(os.environ["DRAFTSMITH_IMPORTS_OUT"], "w") as f:
     json.dump({"rc": rc, "modules": sorted(sys.modules)}, f)
 """
 
-LIGHT = [["--version"], ["help"], ["help", "convert"], ["convert", "--help"], ["adapters"], ["schema"]]
+LIGHT = [["--version"], ["help"], ["help", "convert"], ["convert", "--help"], ["adapters"], ["schema"],
+         ["schema", "out=s.json"]]
 
 
 def loaded_after(argv: list[str], tmp_path: Path) -> tuple[int, list[str]]:

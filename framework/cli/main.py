@@ -22,7 +22,7 @@ from ..io.atomic_file import check_file_replaceable, owned_safetensors, write_fi
 from ..io.publish import install_signal_handlers, remove_temp
 from ..io.scratch import RUN_SCRATCH, make_scratch
 from ..spec.loading import adapter_files, load_spec
-from ..spec.schema import json_schema
+from ..spec.schema import is_schema_file, json_schema
 from .compose import compose
 from .shown import shown
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
@@ -248,7 +248,7 @@ def cmd_schema(opts, spec, path):
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     if opts.get("out"):
         write_file(opts["out"], text.encode("utf-8"), key="out", command="schema", overwrite=opts["overwrite"],
-                   owned=docs.is_schema_file)
+                   owned=is_schema_file)
         print(f"wrote {opts['out']}")
     else:
         sys.stdout.write(text)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import types
@@ -17,9 +16,7 @@ from pydantic_core import PydanticUndefined
 
 from ...transforms import TRANSFORMS
 from ..spec.loading import adapter_files, read_spec_data
-from ..errors import UserError
-from ..io.safe_read import MAX_CONFIG_BYTES, load_json
-from ..spec.schema import AdapterSpec, json_schema
+from ..spec.schema import AdapterSpec, is_schema_file, json_schema  # noqa: F401 (is_schema_file: re-exported)
 from .markdown import GUIDE_FILE, SCHEMA_FILE, SCHEMA_LINE, _banner, _code, _table, _yaml
 
 # --------------------------------------------------------------------------------------
@@ -312,21 +309,6 @@ def adapter_spec_md() -> str:
             lines += [caption, "", "```yaml", text, "```", ""]
     lines += _registry_md()
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-SCHEMA_TITLE = "draftsmith adapter spec"
-
-
-def is_schema_file(path) -> bool:
-    """``path`` is a regular file (not a link) holding a JSON Schema draftsmith wrote (its
-    title), read bounded: what ``schema out=`` / ``docs`` may replace."""
-    if os.path.islink(path):
-        return False
-    try:
-        data = load_json(path, MAX_CONFIG_BYTES, "a JSON Schema")
-    except UserError:
-        return False
-    return isinstance(data, dict) and data.get("title") == SCHEMA_TITLE
 
 
 def schema_json_text() -> str:

@@ -7,6 +7,7 @@ data. ``draftsmith schema out=FILE`` exports :func:`json_schema`.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal, Optional
 
@@ -14,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ...transforms.base import check_dtype_name
 from ...transforms.regex import MAX_REGEX_LEN, check_template, compile_regex
+from ..errors import UserError
+from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 
 def check_regex(pattern: str) -> str:
     """A spec regex compiled once with RE2 (linear-time matching, no backtracking)."""
@@ -379,9 +382,25 @@ class AdapterSpec(Strict):
     synth: SynthSpec = Field(description="How `draftsmith synth` makes a source-format checkpoint.")
 
 
+#: the title of every JSON Schema draftsmith writes (how ``schema out=`` / ``docs`` know their own file).
+SCHEMA_TITLE = "draftsmith adapter spec"
+
+
 def json_schema() -> dict:
     """The JSON Schema of an adapter spec (for editors and `draftsmith schema`)."""
     schema = AdapterSpec.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "draftsmith adapter spec"
+    schema["title"] = SCHEMA_TITLE
     return schema
+
+
+def is_schema_file(path) -> bool:
+    """``path`` is a regular file (not a link) holding a JSON Schema draftsmith wrote (its
+    title), read bounded: what ``schema out=`` / ``docs`` may replace."""
+    if os.path.islink(path):
+        return False
+    try:
+        data = load_json(path, MAX_CONFIG_BYTES, "a JSON Schema")
+    except UserError:
+        return False
+    return isinstance(data, dict) and data.get("title") == SCHEMA_TITLE
