@@ -1,7 +1,7 @@
 """``draftsmith emit``: the package it writes, read as files.
 
 The package's Python is fixed text (tests/test_emit_hostile.py plants payloads); what it does
-inside TensorRT-LLM is tests/test_emit_runtime.py (excerpt-backed fake) and
+inside TensorRT-LLM is tests/test_emit_runtime.py (the conformance shim `tensorrt_llm`) and
 tests/conformance/trtllm. Here: the fixed text, the data it carries, the snippet, max_draft_len,
 the version floor, atomic re-emit.
 """

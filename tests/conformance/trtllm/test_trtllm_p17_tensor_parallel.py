@@ -1,9 +1,10 @@
 """Issue 35 item 3: tensor parallelism and attention DP across real processes (CPU, gloo).
 
 Every adapter at tiny scale with 8 query and 4 KV heads (the MiniMax drafter's 4 KV heads; harness
-``get_wide_case``), for tp 1, 2, 4, 8 (8 > 4 KV heads: duplication) and attention DP at tp 4. Pools of
-``tp`` processes (tp_drive.py) serve every adapter, one round per pool for each set of adapters with
-distinct architectures (one package per architecture and process, as a deployment has it): each rank builds the emitted drafter with the
+``get_wide_case``), for tp 1, 2, 4, 8 (8 > 4 KV heads: duplication) and attention DP at tp 4. One pool of
+``tp`` processes (tp_drive.py) per tp size serves every adapter, with and without attention DP, one round
+per set of adapters with distinct architectures (one package per architecture and process, as a
+deployment has it): each rank builds the emitted drafter with the
 target's ``Mapping`` (TensorRT-LLM hands the drafter ``mapping=model_config.mapping``), loads the
 converted checkpoint through ``_load_weights_impl`` (fused branch, ``duplicate_kv_weight``,
 ``load_weight_shard``: standin/tensorrt_llm/_torch/modules/linear.py, models/decoder_model.py) and
@@ -37,7 +38,7 @@ def _free_port():
 
 @pytest.fixture(scope="session")
 def pools(tmp_path_factory):
-    """{(tp, attention_dp): {adapter: [rank results]}}, one process pool per entry."""
+    """{(tp, attention_dp): {adapter: [rank results]}}, one process pool per tp size."""
     cases = {name: get_wide_case(name, tmp_path_factory) for name in ADAPTERS}
     rounds = []  # adapters grouped so that no process imports two packages of one architecture
     for name, case in cases.items():
@@ -45,33 +46,34 @@ def pools(tmp_path_factory):
         slot = next((r for r in rounds if arch not in {cases[n].config["architectures"][0] for n in r}), None)
         slot.append(name) if slot is not None else rounds.append([name])
     root = tmp_path_factory.mktemp("tp")
-    out = {}
-    for tp, dp in POOLS:
-        out[(tp, dp)] = {}
+    out = {pool: {} for pool in POOLS}
+    for tp in TP_SIZES:
+        variants = [dp for t, dp in POOLS if t == tp]
         for i, names in enumerate(rounds):
             runs = []
-            for name in names:
-                case = cases[name]
-                res = str(root / f"{name}.tp{tp}{'dp' if dp else ''}.json")
-                runs.append({"mode": "serve", "package_dir": str(case.package()), "checkpoint": str(case.converted),
-                             "target": str(case.target), "inputs": str(case.inputs), "arch_modules": None,
-                             "backends": ["VANILLA"], "result": res})
-            job = root / f"job.tp{tp}{'dp' if dp else ''}.{i}.json"
-            job.write_text(json.dumps({"world_size": tp, "tp_size": tp, "attention_dp": dp, "port": _free_port(),
-                                       "runs": runs}))
+            for dp in variants:
+                for name in names:
+                    case = cases[name]
+                    res = str(root / f"{name}.tp{tp}{'dp' if dp else ''}.json")
+                    runs.append({"mode": "serve", "package_dir": str(case.package()),
+                                 "checkpoint": str(case.converted), "target": str(case.target),
+                                 "inputs": str(case.inputs), "arch_modules": None, "backends": ["VANILLA"],
+                                 "result": res, "attention_dp": dp})
+            job = root / f"job.tp{tp}.{i}.json"
+            job.write_text(json.dumps({"world_size": tp, "tp_size": tp, "port": _free_port(), "runs": runs}))
             procs = [subprocess.Popen([sys.executable, str(HERE / "tp_drive.py"), str(job), str(r)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(tp)]
             errs = []
             for p in procs:
                 _, e = p.communicate(timeout=600)
                 errs.append(e[-1500:] if p.returncode else "")
-            for run, name in zip(runs, names):
+            for run, name in zip(runs, [n for _ in variants for n in names]):
                 ranks = []
                 for r in range(tp):
                     f = Path(run["result"] + f".rank{r}")
                     assert f.is_file(), f"tp {tp} rank {r} died: {errs[r]}"
                     ranks.append(json.loads(f.read_text()))
-                out[(tp, dp)][name] = ranks
+                out[(tp, run["attention_dp"])][name] = ranks
     return out
 
 

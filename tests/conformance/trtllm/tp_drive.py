@@ -1,9 +1,10 @@
 """One rank of a tensor-parallel deployment: ``python tp_drive.py JOB.json RANK``.
 
-``JOB``: ``{world_size, tp_size, attention_dp, port, runs: [drive.py ARGS, ...]}``. Joins the gloo
-process group (``torch.distributed``, CPU), then runs every ``drive.py`` ``serve`` run in this one
-process with the target's ``Mapping(world_size, rank, tp_size, enable_attention_dp)`` (one pool of
-processes serves every adapter), writing each run's result to ``ARGS["result"] + ".rank<R>"``.
+``JOB``: ``{world_size, tp_size, port, runs: [drive.py ARGS + {attention_dp}, ...]}``. Joins the gloo
+process group (``torch.distributed``, CPU; one intra-op thread a rank), then runs every ``drive.py``
+``serve`` run in this one process with the target's ``Mapping(world_size, rank, tp_size,
+enable_attention_dp)`` (one pool of processes serves every adapter, with and without attention DP),
+writing each run's result to ``ARGS["result"] + ".rank<R>"``.
 The row-parallel all-reduces of the stand-in ``Linear`` are ``torch.distributed.all_reduce``."""
 
 import json
@@ -18,7 +19,10 @@ sys.path.insert(0, str(HERE))
 
 def main(job_path, rank):
     job = json.loads(Path(job_path).read_text())
+    import torch
     import torch.distributed as dist
+
+    torch.set_num_threads(1)  # tp_size ranks share the machine's cores
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]))
     dist.init_process_group("gloo", rank=rank, world_size=job["world_size"])
@@ -27,7 +31,7 @@ def main(job_path, rank):
     try:
         for args in job["runs"]:
             args = {**args, "mapping": {"world_size": job["world_size"], "rank": rank, "tp_size": job["tp_size"],
-                                        "enable_attention_dp": job["attention_dp"]}}
+                                        "enable_attention_dp": args.pop("attention_dp")}}
             try:
                 res = drive.main(args)
             except BaseException as e:  # noqa: BLE001

@@ -9,7 +9,7 @@ entries this stand-in ships.
 MODEL_ARCH_TO_MODULE = {
     "Qwen3ForCausalLM": "modeling_qwen3",
     "LlamaForCausalLM": "modeling_qwen3",
-    "MiniMaxM3ForCausalLM": "modeling_minimaxm3",
+    "MiniMaxM3SparseForCausalLM": "modeling_minimaxm3",  # the key; the class is MiniMaxM3ForCausalLM
 }
 SPEC_MODE_TO_MODULE = {"DFLASH": "modeling_dflash", "DSPARK": "modeling_dspark"}
 BUILTIN_PREFIX = "tensorrt_llm._torch.models."

@@ -58,9 +58,10 @@ class _Model(nn.Module):
         self.norm = RMSNorm(hidden_size=c.hidden_size, eps=c.rms_norm_eps, use_gemma=g)
 
 
-@register_auto_model("MiniMaxM3ForCausalLM")
+@register_auto_model("MiniMaxM3SparseForCausalLM")
 class MiniMaxM3ForCausalLM(DecoderModelForCausalLM):
-    """Reproduces modeling_minimaxm3.py @ 016beb63 ``MiniMaxM3ForCausalLM`` for an all-dense
+    """Reproduces modeling_minimaxm3.py @ 016beb63 ``MiniMaxM3ForCausalLM`` (registered under the
+    architecture key ``MiniMaxM3SparseForCausalLM``, as NVIDIA modeling_minimaxm3.py registers it) for an all-dense
     config: layers of MiniMaxM3Attention + swigluoai dense MLP (``dense_intermediate_size``),
     RMSNorms with ``use_gemma=use_gemma_norm`` (the layer norms' flag is assumed to follow
     ``use_gemma_norm`` as q/k do; their construction was not read). Sparse/MoE layers are

@@ -5,44 +5,8 @@ import torch
 from torch import nn
 
 from ..models.modeling_utils import FUSED_MODULE_COMPONENTS
+from .embedding import Embedding, LMHead  # noqa: F401  (Embedding: re-exported for the stand-in models)
 from .linear import Linear
-
-
-class Embedding(nn.Module):
-    """Reproduces NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch/modules/embedding.py`` @
-    ``06d0733f493698c0855bfed9c3fc00dd198e279c``, ``Embedding``: the constructor signature
-    ``(num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
-    gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False)``,
-    ``tp_size`` / ``tp_rank`` / ``tp_mode`` from the mapping (what the tie block of
-    ``DecoderModelForCausalLM.__init__`` compares), and a ``weight`` looked up by id. COLUMN keeps
-    ``embedding_dim / tp`` columns and gathers them (``gather_output``); ROW (vocab-split with an
-    all-reduce) is not reproduced and refused."""
-
-    def __init__(self, num_embeddings, embedding_dim, dtype=None, mapping=None, tensor_parallel_mode=None,
-                 gather_output=False, enable_torch_compile_for_embedding=False, use_custom_cublas_mm=False):
-        from ...mapping import Mapping
-        from .linear import TensorParallelMode
-
-        super().__init__()
-        self.mapping = mapping or Mapping()
-        self.tp_size, self.tp_rank, self.tp_mode = self.mapping.tp_size, self.mapping.tp_rank, tensor_parallel_mode
-        self.gather_output = gather_output
-        if self.tp_mode == TensorParallelMode.ROW and self.tp_size > 1:
-            raise NotImplementedError("stand-in Embedding: ROW (vocab-split) parallelism is not reproduced")
-        cols = embedding_dim
-        if self.tp_mode == TensorParallelMode.COLUMN and self.tp_size > 1:
-            assert embedding_dim % self.tp_size == 0
-            cols = embedding_dim // self.tp_size
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = nn.Parameter(torch.empty(num_embeddings, cols, dtype=dtype), requires_grad=False)
-
-    def forward(self, ids):
-        out = self.weight[ids].float()
-        if self.gather_output and self.tp_size > 1:
-            from ..distributed import allgather
-
-            out = allgather(out, self.mapping)
-        return out
 
 
 class DecoderModel(nn.Module):
@@ -82,12 +46,32 @@ def duplicate_kv_weight(weight, num_kv_heads, tensor_parallel_size):
 PARAMS_MAP = {'qkv_proj': ['q_proj', 'k_proj', 'v_proj'], 'gate_up_proj': ['gate_proj', 'up_proj']}
 
 
+def _tie_block():
+    """The excerpt's ``tie_word_embeddings`` block of ``DecoderModelForCausalLM.__init__`` (amukkara
+    modeling_utils.py @ 6d5e1f4d, executed from ``$DRAFTSMITH_TRTLLM_SRC`` through ``excerpts.py``)."""
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parents[4])  # tests/conformance/trtllm (excerpts.py)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import excerpts
+
+    global _TIE
+    if _TIE is None:
+        _TIE = excerpts.loader().modeling_utils()["_tie_block_of_decoder_model_for_causal_lm_init"]
+    return _TIE
+
+
+_TIE = None
+
+
 class DecoderModelForCausalLM(nn.Module):
     """Constructor as in NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_utils.py
     (index ids 5904819667, 5772362611): ``__init__(self, model, *, config, hidden_size,
     vocab_size)`` (keyword-only; the class lives in ``modeling_utils``, re-exported there); the
-    ``lm_head`` is replaced by the target's (``load_weights_from_target_model``), so its TP mode is
-    not reproduced.
+    ``lm_head`` an ``LMHead`` built as index id 1046435088 builds it, then the excerpt's tie block
+    when ``tie_word_embeddings``.
 
     ``load_weights`` reproduces ``_load_weights_impl`` (NVIDIA modeling_utils.py, index id
     1046435088): ``tp_size = 1`` under attention DP else ``mapping.tp_size``; per module with
@@ -102,14 +86,21 @@ class DecoderModelForCausalLM(nn.Module):
         super().__init__()
         self.model_config = config
         self.model = model
-        # LMHead(vocab, hidden, parallel_config=...) as DecoderModelForCausalLM.__init__ builds it (index id
-        # 5904819667): COLUMN with gather_output over the mapping's TP, unsharded (no mode) under attention DP
+        # as DecoderModelForCausalLM.__init__ (NVIDIA modeling_utils.py, index id 1046435088): under attention
+        # DP an unsharded LMHead without the mapping, else COLUMN over the mapping's TP with lm_head_gather_output
         from .linear import TensorParallelMode
 
         mapping = getattr(config, "mapping", None)
-        dp = mapping is None or mapping.enable_attention_dp
-        self.lm_head = Linear(hidden_size, vocab_size, bias=False, mapping=None if dp else mapping,
-                              tensor_parallel_mode=None if dp else TensorParallelMode.COLUMN, gather_output=not dp)
+        dtype = getattr(getattr(config, "pretrained_config", None), "torch_dtype", None)
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        if mapping is None or mapping.enable_attention_dp:
+            self.lm_head = LMHead(vocab_size, hidden_size, dtype=dtype)
+        else:
+            self.lm_head = LMHead(vocab_size, hidden_size, dtype=dtype, mapping=mapping,
+                                  tensor_parallel_mode=TensorParallelMode.COLUMN,
+                                  gather_output=getattr(config, "lm_head_gather_output", True))
+        if getattr(getattr(config, "pretrained_config", None), "tie_word_embeddings", False):
+            _tie_block()(self, config)  # TensorRT-LLM's own text (excerpt), as the same __init__ runs it
 
     @property
     def config(self):
