@@ -36,6 +36,7 @@ import torch
 
 import timing
 from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.convert.synth import source_config
 from draftsmith.framework.runtime import DFlashDraftModel, DraftStepGraph
 
@@ -51,7 +52,7 @@ def minimax_config(tiny: bool) -> dict:
 def random_model(config: dict, device: torch.device, lowering: str | None) -> DFlashDraftModel:
     """The drafter with random bf16 weights made on ``device`` in the target layout, plus a
     random target embedding / LM head."""
-    model = DFlashDraftModel(config, device=device, dtype=torch.bfloat16, lowering=lowering)
+    model = DFlashDraftModel(ResolvedDrafter.from_config(config), device=device, dtype=torch.bfloat16, lowering=lowering)
     g = torch.Generator(device).manual_seed(0)
     weights = {}
     for name, p in model.named_parameters():

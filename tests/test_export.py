@@ -131,9 +131,9 @@ def test_trtllm_export_fuses_qkv(tmp_path, checkpoints):
 
 def test_to_alias_and_unknown(checkpoints):
     res = checkpoints("zlab_dflash").synth
-    assert resolve_target("speculators", res.config).name == "speculators_dflash"
+    assert resolve_target("speculators", R.from_config(res.config)).name == "speculators_dflash"
     with pytest.raises(UserError, match="not an adapter name"):
-        resolve_target("nope", res.config)
+        resolve_target("nope", R.from_config(res.config))
 
 
 @pytest.mark.parametrize("src_name,to,what", [
@@ -185,7 +185,7 @@ def test_derived_fields_and_markers(tmp_path, checkpoints):
     from draftsmith.framework.convert.export import derived_values
     flat = dict(ref_cfg)
     flat.pop("num_target_layers")  # a source that does not record the target's depth: one past the deepest id
-    assert derived_values(load_adapter("zlab_dflash"), flat, {}, None) == {"num_target_layers": 6}
+    assert derived_values(load_adapter("zlab_dflash"), flat, R.from_config(flat), {}, None) == {"num_target_layers": 6}
     # speculators -> speculators keeps the source's verifier when none is given
     x3 = export(back_adapter, tmp_path / "exported", tmp_path / "sp", "speculators_dflash")
     assert json.loads((x3 / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == "my-org/my-verifier"
@@ -203,8 +203,8 @@ def test_config_inverse_uses_first_alias():
     mm = load_adapter("minimax_dspark")
     from draftsmith.framework.convert.synth import source_config
 
-    flat = mm.flatten_config(source_config(mm, "tiny"))
-    raw = source_config_from_flat(mm, flat)
+    flat, record = mm.compile_config(source_config(mm, "tiny"))
+    raw = source_config_from_flat(mm, flat, record)
     tc = raw["text_config"]
     assert tc["dspark_block_size"] == 7 and tc["dspark_noise_token_id"] == 250
     assert tc["dspark_target_layer_ids"] == [1, 3, 5] and tc["dense_intermediate_size"] == 256

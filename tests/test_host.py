@@ -143,7 +143,7 @@ def write_checkpoint(root: Path, config: dict, weights: dict, target: dict, shar
 
 
 def build(config, weights, target, lowering=None):
-    model = DFlashDraftModel(config, device="cpu", dtype=torch.float32, lowering=lowering)
+    model = DFlashDraftModel(ResolvedDrafter.from_config(config), device="cpu", dtype=torch.float32, lowering=lowering)
     model.load_weights(weights)
 
     model.load_weights_from_target_model(fake_target(target["model.embed_tokens.weight"], target["lm_head.weight"]))
@@ -280,7 +280,7 @@ def test_chunked_appends_equal_one_append():
 
 
 def test_attention_mask_args():
-    model = DFlashDraftModel(make_config(), dtype=torch.float32)
+    model = DFlashDraftModel(ResolvedDrafter.from_config(make_config()), dtype=torch.float32)
     assert model._get_attention_mask_args(0) == (False, (W - 1, W - 1))
     assert model._get_attention_mask_args(1) == (False, (-1, -1))
     assert model._get_attention_mask_args(2) == (True, (W - 1, 0))
@@ -288,21 +288,21 @@ def test_attention_mask_args():
 
 def test_lowering_choice_and_errors():
     config = make_config()
-    assert DFlashDraftModel(config, dtype=torch.float32).layer_lowerings == ["dense"] * 3
+    assert DFlashDraftModel(ResolvedDrafter.from_config(config), dtype=torch.float32).layer_lowerings == ["dense"] * 3
     with pytest.raises(UserError, match="unknown lowering 'nope'; known"):
-        DFlashDraftModel(config, dtype=torch.float32, lowering="nope")
+        DFlashDraftModel(ResolvedDrafter.from_config(config), dtype=torch.float32, lowering="nope")
     with pytest.raises(UserError, match="trtllm_gen does not run on cpu"):
-        DFlashDraftModel(config, dtype=torch.float32, lowering="trtllm_gen")
+        DFlashDraftModel(ResolvedDrafter.from_config(config), dtype=torch.float32, lowering="trtllm_gen")
     no_cpu = {k: v for k, v in TABLE.items() if k != "cpu"}
     bad = make_config(tables=[TABLE, no_cpu, TABLE])
     with pytest.raises(UserError, match=r"layer 1 \(full\): no lowering for device class cpu"):
-        DFlashDraftModel(bad, dtype=torch.float32)
+        DFlashDraftModel(ResolvedDrafter.from_config(bad), dtype=torch.float32)
 
 
 def test_load_weights_strict_and_mapper():
     config = make_config()
     weights = make_weights(config)
-    model = DFlashDraftModel(config, dtype=torch.float32)
+    model = DFlashDraftModel(ResolvedDrafter.from_config(config), dtype=torch.float32)
     partial = dict(weights)
     partial.pop("norm.weight")
     partial["extra.weight"] = torch.ones(1)
@@ -335,7 +335,7 @@ def test_get_host_unknown():
 def test_bf16_host_close_to_reference():
     config = make_config()
     weights, target = make_weights(config), make_target()
-    model = DFlashDraftModel(config, dtype=torch.bfloat16)
+    model = DFlashDraftModel(ResolvedDrafter.from_config(config), dtype=torch.bfloat16)
     model.load_weights(weights)
     tm = build(config, weights, target)  # borrow fp32 target pieces; the host casts them to bf16
     model.load_weights_from_target_model(fake_target(tm.embed_tokens.weight, tm.lm_head.weight))
@@ -356,7 +356,7 @@ def test_cuda_graph_replay_matches_eager():
 
     config = make_config(tables=[dict(TABLE, sm100="triton_window_block")] * len(LAYERS))
     weights, target = make_weights(config), make_target()
-    model = DFlashDraftModel(config, device="cuda", dtype=torch.float32)
+    model = DFlashDraftModel(ResolvedDrafter.from_config(config), device="cuda", dtype=torch.float32)
     model.load_weights(weights)
     tm = build(config, weights, target)
     model.load_weights_from_target_model(fake_target(tm.embed_tokens.weight, tm.lm_head.weight))

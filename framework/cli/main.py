@@ -107,7 +107,7 @@ def cmd_synth(opts, spec, path):
 
 def describe_plan(plan) -> str:
     n_bytes = sum(m.nbytes for m in plan.outputs.values())
-    r = ResolvedDrafter.from_config(plan.config)
+    r = plan.resolved
     lines = [
         f"source: {plan.source} ({len(plan.sources)} tensors)",
         f"adapter: {r.adapter}   family: {r.family}",
@@ -164,7 +164,7 @@ def _tensor_rows(plan) -> dict[str, tuple[list[str], str]]:
 
 def plan_dict(plan) -> dict:
     """The plan and loading report as JSON-ready data (``format=json``)."""
-    r = ResolvedDrafter.from_config(plan.config)
+    r = plan.resolved
     rows = _tensor_rows(plan)
     return {
         "source": str(plan.source), "adapter": r.adapter, "family": r.family,
@@ -217,14 +217,14 @@ def cmd_convert(opts, spec, path):
         source = _source(opts, spec)
         adapter = _adapter(spec, path, opts, source)
         out = Path(_need(opts, "out", "convert"))
-    warning = trtllm_warning(ResolvedDrafter.from_config(adapter.flatten_config(read_config(source))))
+    _, record = adapter.compile_config(read_config(source))
+    warning = trtllm_warning(record)
     if warning:
         say(warning)
     if opts["to"] != "dflash":
         export(adapter, source, out, opts["to"], overwrite=opts["overwrite"], adapter_dir=opts.get("adapter_dir"),
                progress=opts["progress"], verifier=opts.get("verifier"))
-        # the source's defaults (the export wrote them into the target format's config)
-        r = ResolvedDrafter.from_config(adapter.flatten_config(read_config(source)))
+        r = record  # the source's defaults (the export wrote them into the target format's config)
         if quiet:
             print(json.dumps({"source": str(source), "adapter": adapter.name, "to": opts["to"], "out": str(out),
                               "defaults": defaults_json(r), "files": _written(out)}))
@@ -239,7 +239,7 @@ def cmd_convert(opts, spec, path):
             print(json.dumps({**plan_dict(plan), "out": str(out), "files": _written(out)}))
         else:
             print(f"converted {source} with adapter {adapter.name}: {len(plan.outputs)} tensors -> {out}")
-            print("\n".join(defaults_lines(ResolvedDrafter.from_config(plan.config))))
+            print("\n".join(defaults_lines(plan.resolved)))
         del plan  # freed by reference counting: the collection that GC resumes with stays small
     return 0
 

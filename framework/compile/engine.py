@@ -20,7 +20,7 @@ from ...transforms.names import NameTemplate
 
 from ..errors import UserError
 from .family import get_family
-from .flatten import flatten
+from .flatten import compile_config, flatten
 from ..convert.checkpoint import SourceTensor
 from ..convert.execute import run_group
 from ..convert.plan import build_plan, plan_from_metas
@@ -161,6 +161,10 @@ class Adapter:
     def flatten_config(self, raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
         """The flattened config of ``docs/converted-format.md``."""
         return flatten(self, raw, where)
+
+    def compile_config(self, raw: dict[str, Any], where: str = "config.json"):
+        """``(flattened config, ResolvedDrafter)`` of raw ``config.json`` ``raw``."""
+        return compile_config(self, raw, where)
 
     def plan(self, source: Path):
         """The conversion plan of checkpoint folder ``source`` (headers only)."""

@@ -1,5 +1,6 @@
-"""Config flattening: raw drafter ``config.json`` -> the flattened config of
-``docs/converted-format.md``. Pure function of (spec, raw config); reads no tensors."""
+"""Config compilation: raw drafter ``config.json`` -> the typed :class:`ResolvedDrafter` and
+the flattened config of ``docs/converted-format.md``. Pure function of (spec, raw config);
+reads no tensors."""
 
 from __future__ import annotations
 
@@ -41,7 +42,14 @@ def merge_sections(raw: dict[str, Any], sections: list[str]) -> dict[str, Any]:
 
 
 def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
-    """See module docstring. ``adapter`` is a compiled :class:`~.engine.Adapter`."""
+    """The flattened config alone (see :func:`compile_config`)."""
+    return compile_config(adapter, raw, where)[0]
+
+
+def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> tuple[dict[str, Any], ResolvedDrafter]:
+    """``(flattened config, its record)``: the record is what in-process consumers read; the
+    flattened config carries it as its ``draftsmith`` section. ``adapter`` is a compiled
+    :class:`~.engine.Adapter`."""
     spec = adapter.spec
     cs = spec.config
     if not isinstance(raw, dict):
@@ -123,7 +131,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
         )
     trtllm_keys(out, merged, resolved)
     out["draftsmith"] = resolved.section()
-    return dict(sorted(out.items()))
+    return dict(sorted(out.items())), resolved
 
 
 #: Flattened ``model_type`` -> the one the converted config carries. TensorRT-LLM's

@@ -16,7 +16,6 @@ from tqdm import tqdm
 
 from ...transforms.base import Context, TransformError
 
-from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.gc_pause import paused_gc
 from ..io.publish import atomic_dir, publish, remove_temp, step_point
@@ -81,7 +80,7 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
     ctx = Context(plan.config, pool)
     shards = shard_layout(plan.outputs, plan.max_shard_bytes)
     names = shard_names(len(shards))
-    meta = {"format": "pt", "draftsmith_adapter": ResolvedDrafter.from_config(plan.config).adapter}
+    meta = {"format": "pt", "draftsmith_adapter": plan.resolved.adapter}
     total = sum(m.nbytes for m in plan.outputs.values())
     writers = [ShardWriter(tmp / n, s, meta) for n, s in zip(names, shards)]
     where = {t: w for w in writers for t in w.metas}

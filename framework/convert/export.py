@@ -94,14 +94,13 @@ _NOT_CARRIED = ("draftsmith",)
 _O_PROJ = NameTemplate("layers.{i}.self_attn.o_proj.weight")
 
 
-def resolve_target(to: str, flat: dict[str, Any], adapter_dir=None):
-    """The adapter ``to`` names: an adapter name, or an ``export.alias`` (several adapters
-    may share one, told apart by ``export.with_heads``: whether the drafter has a Markov or
-    confidence head)."""
+def resolve_target(to: str, r: ResolvedDrafter, adapter_dir=None):
+    """The adapter ``to`` names for drafter ``r``: an adapter name, or an ``export.alias``
+    (several adapters may share one, told apart by ``export.with_heads``: whether the drafter
+    has a Markov or confidence head)."""
     files = adapter_files(adapter_dir)
     if to in files:
         return load_adapter(to, adapter_dir=adapter_dir)
-    r = ResolvedDrafter.from_config(flat)
     heads = bool(r.heads.markov_rank) or r.heads.confidence
     adapters = [load_adapter(n, adapter_dir=adapter_dir) for n in sorted(files)]
     aliases = sorted({a.spec.export.alias for a in adapters if a.spec.export.alias})
@@ -201,9 +200,10 @@ def _get_path(d: Any, key: str) -> Any:
     return d
 
 
-def derived_values(target, flat: dict, source_raw: dict | None, verifier: str | None) -> dict[str, Any]:
-    """The target's ``export.derived`` keys -> values from the drafter / the user / the source."""
-    r = ResolvedDrafter.from_config(flat)
+def derived_values(target, flat: dict, r: ResolvedDrafter, source_raw: dict | None,
+                   verifier: str | None) -> dict[str, Any]:
+    """The target's ``export.derived`` keys -> values from the drafter (flattened config ``flat``,
+    its record ``r``) / the user / the source."""
     out: dict[str, Any] = {}
     for key, what in target.spec.export.derived.items():
         if what == "draft_vocab_size":
@@ -225,19 +225,19 @@ def derived_values(target, flat: dict, source_raw: dict | None, verifier: str | 
     return out
 
 
-def source_config_from_flat(target, flat: dict[str, Any], source_raw: dict | None = None,
+def source_config_from_flat(target, flat: dict[str, Any], r: ResolvedDrafter, source_raw: dict | None = None,
                             verifier: str | None = None, markers: set[str] | frozenset = frozenset()) -> dict[str, Any]:
-    """The raw ``config.json`` of ``target``'s source format for flattened config ``flat``
-    (``source_raw``: the source's own config.json, for the verifier; ``markers``: format
-    markers never carried over)."""
+    """The raw ``config.json`` of ``target``'s source format for flattened config ``flat`` and
+    its record ``r`` (``source_raw``: the source's own config.json, for the verifier;
+    ``markers``: format markers never carried over)."""
     spec = target.spec
-    refuse_unsupported(target, ResolvedDrafter.from_config(flat))
-    derived = derived_values(target, flat, source_raw, verifier)
+    refuse_unsupported(target, r)
+    derived = derived_values(target, flat, r, source_raw, verifier)
     cfg = family_view(target.family, flat)
     pop_dotted(cfg, VALUE_SCALE)  # folded into o_proj by the export (no target format's runtime reads it)
     for key, value in {**target.family.fixed, **spec.config.fixed}.items():  # values the target's math hard-codes
         set_dotted(cfg, key, copy.deepcopy(value))
-    _attention_keys(cfg, ResolvedDrafter.from_config(flat).masks, spec.export.causality_keys)
+    _attention_keys(cfg, r.masks, spec.export.causality_keys)
     dc = cfg.setdefault("dflash_config", {})
     if spec.target_layer_ids == "input":
         dc["target_layer_ids"] = [i + 1 for i in dc["target_layer_ids"]]
@@ -314,15 +314,15 @@ def _compare(flat: dict, back: dict, drop: list[str], prefix: str = "") -> list[
     return out
 
 
-def check_config(target, flat: dict, raw: dict, markers=frozenset()) -> dict:
-    """Flatten ``raw`` with ``target``; refuse when it does not read back as ``flat`` (format
-    ``markers`` and the target's derived keys excepted: they are the target format's own)."""
+def check_config(target, flat: dict, ours: ResolvedDrafter, raw: dict, markers=frozenset()) -> dict:
+    """Flatten ``raw`` with ``target``; refuse when it does not read back as ``flat`` (record
+    ``ours``; format ``markers`` and the target's derived keys excepted: they are the target
+    format's own)."""
     if not target.matches(raw):
         raise UserError(f"to={target.name}: the written config would not route to {target.name}")
-    back = target.flatten_config(raw, where=f"{target.name} config (export)")
+    back, theirs = target.compile_config(raw, where=f"{target.name} config (export)")
     skip = [*target.spec.config.drop, *markers, *target.spec.export.markers, *target.spec.export.derived]
     problems = _compare(family_view(target.family, flat), family_view(target.family, back), [*skip, VALUE_SCALE])
-    ours, theirs = ResolvedDrafter.from_config(flat), ResolvedDrafter.from_config(back)
     a = [(m.causal, m.window) for m in ours.masks]
     b = [(m.causal, m.window) for m in theirs.masks]
     if a != b:
@@ -365,16 +365,16 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     plan = adapter.plan(source)
     if not plan.complete:
         raise UserError(*(f"{source}: {l}" for l in plan.report().splitlines()))
-    flat = plan.config
-    target = resolve_target(to, flat, adapter_dir)
+    flat, r = plan.config, plan.resolved
+    target = resolve_target(to, r, adapter_dir)
     markers = all_markers(adapter_dir)
-    raw = source_config_from_flat(target, flat, read_config(source), verifier, markers)
-    tflat = check_config(target, flat, raw, markers)
+    raw = source_config_from_flat(target, flat, r, read_config(source), verifier, markers)
+    tflat = check_config(target, flat, r, raw, markers)
     layout = target.family.target_layout(tflat)
     if {n: (m.shape, m.dtype) for n, m in layout.items()} != {n: (m.shape, m.dtype) for n, m in plan.outputs.items()}:
         raise UserError(f"to={target.name}: the target layout differs from the converted one")
-    src_styles, dst_styles = ResolvedDrafter.from_config(flat).norms, target.norm_styles()
-    value_scale = ResolvedDrafter.from_config(flat).value_scale
+    src_styles, dst_styles = r.norms, target.norm_styles()
+    value_scale = r.value_scale
     ctx = Context(tflat)
     apps = inverse_apps(target, layout)
 

@@ -8,6 +8,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...transforms.base import Binding, Context, TensorMeta, Transform, TransformError
 
@@ -15,6 +16,9 @@ from .checkpoint import SourceTensor, read_config, read_headers
 from ..errors import UserError
 from ..io.gc_pause import paused_gc
 from ..layer_ranges import format_ranges
+
+if TYPE_CHECKING:
+    from ..compile.resolved import ResolvedDrafter
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class Plan:
     groups: list[Group]
     problems: list[Problem] = field(default_factory=list)
     max_shard_bytes: int = 5 * 2**30
+    resolved: ResolvedDrafter | None = None  # the record ``config`` carries (None: a bare in-memory plan)
 
     @property
     def complete(self) -> bool:
@@ -136,17 +141,18 @@ def format_report(problems: list[Problem]) -> str:
 def build_plan(adapter, source: Path, raw_config: dict | None = None, headers: dict | None = None) -> Plan:
     """Plan the conversion of ``source`` (reads config.json and headers only)."""
     raw = raw_config if raw_config is not None else read_config(source)
-    cfg = adapter.flatten_config(raw, where=str(source / "config.json"))
+    cfg, resolved = adapter.compile_config(raw, where=str(source / "config.json"))
     try:
         Context(cfg).dtype
     except ValueError as e:
         raise UserError(f"{source / 'config.json'}: torch_dtype: {e}") from None
     with paused_gc():  # hundreds of thousands of live objects for a big header
         sources = headers if headers is not None else read_headers(source)
-        return plan_from_metas(adapter, cfg, sources, source)
+        return plan_from_metas(adapter, cfg, sources, source, resolved)
 
 
-def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None) -> Plan:
+def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None,
+                    resolved: ResolvedDrafter | None = None) -> Plan:
     ctx = Context(cfg)
     problems: list[Problem] = []
     shared = set(adapter.spec.weights.shared_with_target)
@@ -252,7 +258,7 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
             g_apps.sort(key=lambda a: order[id(a)])
         groups.append(Group(members, g_apps, outs, sum(sources[s].meta.nbytes for s in members)))
     return Plan(source, cfg, sources, renamed, dropped, ignored, layout, groups, problems,
-                adapter.spec.weights.max_shard_bytes)
+                adapter.spec.weights.max_shard_bytes, resolved)
 
 
 

@@ -35,6 +35,7 @@ class Drafter:
 
     adapter: Any  # engine.Adapter
     config: dict  # flattened full-size config
+    resolved: ResolvedDrafter  # its record
 
     @property
     def spec(self):
@@ -43,10 +44,6 @@ class Drafter:
     @property
     def name(self) -> str:
         return self.adapter.name
-
-    @property
-    def resolved(self) -> ResolvedDrafter:
-        return ResolvedDrafter.from_config(self.config)
 
 
 def load_drafters(adapter_dir: str | Path | None = None) -> list[Drafter]:
@@ -69,8 +66,7 @@ def _load(names: list[str], adapter_dir) -> list[Drafter]:
     out = []
     for name in names:
         a = load_adapter(name, adapter_dir=adapter_dir)
-        cfg = a.flatten_config(source_config(a, "full"), where=f"{a.path}: synth.config")
-        out.append(Drafter(a, cfg))
+        out.append(Drafter(a, *a.compile_config(source_config(a, "full"), where=f"{a.path}: synth.config")))
     return out
 
 

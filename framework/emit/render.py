@@ -112,9 +112,13 @@ class EmitResult:
 
 
 def resolve_max_draft_len(flat: dict, explicit: Optional[int] = None) -> tuple[int, str]:
-    """``(max_draft_len, reason)`` of a flattened config (its :class:`ResolvedDrafter`);
-    refuses an ``explicit`` value that contradicts it."""
-    r = ResolvedDrafter.from_config(flat)
+    """:func:`max_draft_len_of` a flattened config dict (kept for tests that build one)."""
+    return max_draft_len_of(ResolvedDrafter.from_config(flat), explicit)
+
+
+def max_draft_len_of(r: ResolvedDrafter, explicit: Optional[int] = None) -> tuple[int, str]:
+    """``(max_draft_len, reason)`` of drafter ``r``; refuses an ``explicit`` value that
+    contradicts it."""
     reason = f"block_size {r.block_size}, sample_from_anchor {str(r.sample_from_anchor).lower()}"
     if explicit is not None and explicit != r.max_draft_len:
         raise UserError(f"adapter spec max_draft_len = {explicit} contradicts the derived max_draft_len "
@@ -192,7 +196,7 @@ def _load_config(path: Optional[Path]) -> Optional[dict]:
     return load_json(path, MAX_CONFIG_BYTES, "drafter config.json")
 
 
-def _emission_config(adapter: Any, config: Optional[Path]) -> dict:
+def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, ResolvedDrafter]:
     """The flattened config emission derives ``max_draft_len`` from: ``config`` if given,
     else the adapter's ``synth.config`` (the full-size source config it describes)."""
     raw = _load_config(config)
@@ -201,7 +205,9 @@ def _emission_config(adapter: Any, config: Optional[Path]) -> dict:
         raw = getattr(synth, "config", None)
     if raw is None:
         raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<drafter config.json>")
-    return raw if "draftsmith" in raw else adapter.flatten_config(dict(raw))
+    if "draftsmith" in raw:  # already converted: a config= read from disk
+        return raw, ResolvedDrafter.from_config(raw)
+    return adapter.compile_config(dict(raw))
 
 
 @dataclass(frozen=True)
@@ -307,9 +313,8 @@ def write_package(
     writes is checked first (:mod:`.names`); a refusal is one :class:`UserError` line and
     leaves nothing written. ``overwrite`` is passed to :func:`atomic_dir` / :func:`publish`."""
     where = f"adapter {adapter.name}"
-    flat = _emission_config(adapter, config)
-    max_draft_len, reason = resolve_max_draft_len(flat, explicit_max_draft_len)
-    resolved = ResolvedDrafter.from_config(flat)
+    flat, resolved = _emission_config(adapter, config)
+    max_draft_len, reason = max_draft_len_of(resolved, explicit_max_draft_len)
     check_engine_norms(resolved, where)
     problems = trtllm_problems(resolved)  # RoPE scaling, a value scale: the one list of them
     if problems:

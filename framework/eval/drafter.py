@@ -39,7 +39,7 @@ class Drafter:
         self.config = config
         self.target_layer_ids = list(self.resolved.target_layer_ids)  # layer outputs, by the record's contract
         try:
-            self.model = get_host(host).model_cls(config, device=device, dtype=dtype, lowering=lowering)
+            self.model = get_host(host).model_cls(self.resolved, device=device, dtype=dtype, lowering=lowering)
             self.model.load_weights(weights)
         except (ValueError, KeyError, RuntimeError) as e:
             raise UserError(f"checkpoint={checkpoint}: {str(e).splitlines()[0]}") from None

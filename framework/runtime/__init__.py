@@ -18,7 +18,7 @@ from .target import BorrowedTarget
 
 @dataclass(frozen=True)
 class HostInfo:
-    """A registered host: ``model_cls(config: dict, device, dtype, lowering)`` exposing the
+    """A registered host: ``model_cls(resolved: ResolvedDrafter, device, dtype, lowering)`` exposing the
     DFlash drafter interface (see :mod:`draftsmith.framework.runtime.dflash`)."""
 
     name: str

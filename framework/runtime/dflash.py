@@ -1,7 +1,7 @@
 """The GQA DFlash/DSpark drafter on the PyTorch reference host (drafter reference, section 1).
 
 Public names follow TensorRT-LLM's DFlash drafter interface and stay stable (the generated
-TensorRT-LLM path runs against them): ``DFlashDraftModel(config, device, dtype, lowering)``,
+TensorRT-LLM path runs against them): ``DFlashDraftModel(resolved, device, dtype, lowering)``,
 ``load_weights(weights, weight_mapper=None, **kwargs)``,
 ``load_weights_from_target_model(target_model)``, ``project_target_hidden(hidden_states)``,
 ``precompute_context_kv(projected_hidden, positions) -> (k, v)``,
@@ -47,20 +47,20 @@ class DraftOutput:
 
 
 class DFlashDraftModel(nn.Module):
-    """GQA DFlash/DSpark drafter built from the flattened draft config (``config.json`` dict).
+    """GQA DFlash/DSpark drafter built from its compiled record ``resolved`` (the reader of a
+    converted ``config.json`` parses it: ``ResolvedDrafter.from_config``).
 
-    ``self.cfg`` is its :class:`ResolvedDrafter` (read with ``ResolvedDrafter.from_config``),
+    ``self.cfg`` is that :class:`ResolvedDrafter`,
     ``self.shape`` the per-layer sizes. ``device``: where weights and caches live; ``dtype``: weight dtype (default the config's
     ``torch_dtype``); ``lowering``: one lowering name for every layer, overriding the
     per-layer ``draftsmith.layers[i].lowering[device_class]`` table. Weights start
     uninitialised: call :meth:`load_weights` and :meth:`load_weights_from_target_model`.
     """
 
-    def __init__(self, config: dict, device: torch.device | str = "cpu", dtype: Optional[torch.dtype] = None,
+    def __init__(self, resolved: ResolvedDrafter, device: torch.device | str = "cpu", dtype: Optional[torch.dtype] = None,
                  lowering: Optional[str] = None):
         super().__init__()
-        self.config = config
-        self.cfg = cfg = ResolvedDrafter.from_config(config)
+        self.cfg = cfg = resolved
         self.shape = s = LayerShape.of(cfg)
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:

@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from ..compile.resolved import ResolvedDrafter
 from ..convert import checkpoint
 
 from .target import BorrowedTarget
@@ -21,10 +22,11 @@ def read_checkpoint(directory: str | Path) -> tuple[dict, dict[str, torch.Tensor
 
 def build_drafter(model_cls, checkpoint_dir: str | Path, target_dir: str | Path, device="cpu",
                   dtype: Optional[torch.dtype] = None, lowering: Optional[str] = None):
-    """``model_cls(config, device, dtype, lowering)`` with the checkpoint's weights loaded and
+    """``model_cls(resolved, device, dtype, lowering)`` (the record of the checkpoint's
+    ``config.json``) with the checkpoint's weights loaded and
     the target's ``embed_tokens``/``lm_head`` borrowed; returns ``(model, target)``."""
     config, weights = read_checkpoint(checkpoint_dir)
-    model = model_cls(config, device=device, dtype=dtype, lowering=lowering)
+    model = model_cls(ResolvedDrafter.from_config(config), device=device, dtype=dtype, lowering=lowering)
     model.load_weights(weights)
     del weights
     target = BorrowedTarget(target_dir, device=device, dtype=model.dtype)

@@ -1,0 +1,52 @@
+"""Compilation is record-first: the record compile hands in-process consumers is the one
+the converted config carries, and only readers of a config on disk re-parse it."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from draftsmith.framework.compile.resolved import ResolvedDrafter
+from draftsmith.framework.convert.synth import source_config
+from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.spec.loading import adapter_files
+
+
+@pytest.mark.parametrize("name", sorted(adapter_files()))
+def test_compiled_record_is_the_one_the_config_carries(name):
+    a = load_adapter(name)
+    flat, record = a.compile_config(source_config(a, "tiny"))
+    assert record == ResolvedDrafter.from_config(flat)
+    assert flat["draftsmith"] == record.section()
+
+
+
+ROOT = Path(__file__).resolve().parents[1]
+#: (product file, function) that parse a converted config.json read from disk: the only
+#: ``from_config`` callers in the product
+DISK_READERS = {
+    ("framework/runtime/memory.py", "check_draft_memory"),
+    ("framework/runtime/loading.py", "build_drafter"),
+    ("framework/emit/binding.py", "bind"),
+    ("framework/eval/drafter.py", "__init__"),
+    ("framework/emit/render.py", "_emission_config"),  # config=<converted config.json>
+    ("framework/emit/render.py", "resolve_max_draft_len"),  # a dict wrapper tests/test_emit.py calls
+}
+
+
+def _from_config_callers() -> set[tuple[str, str]]:
+    found = set()
+    for path in sorted((ROOT / "framework").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "from_config":
+                    found.add((str(path.relative_to(ROOT)), fn.name))
+    return found
+
+
+def test_from_config_is_called_only_on_configs_read_from_disk():
+    callers = _from_config_callers()
+    assert callers and callers <= DISK_READERS, sorted(callers - DISK_READERS)
