@@ -22,7 +22,7 @@ from draftsmith.framework.emit.binding import PackagedDrafter, check_engine_vers
 from draftsmith.framework.emit.render import (
     EngineNames,
     decoding_type,
-    resolve_max_draft_len,
+    max_draft_len_of,
     write_package,
 )
 from draftsmith.framework.emit.fixed import PYTHON_FILES
@@ -63,19 +63,19 @@ def test_max_draft_len_derivation():
     with pytest.raises(UserError, match="leaves no slot to draft"):
         max_draft_len_rule(1, False)
     flat = make_config(sfa=True)
-    assert resolve_max_draft_len(flat)[0] == BLOCK
-    assert resolve_max_draft_len(make_config(sfa=False))[0] == BLOCK - 1
+    assert max_draft_len_of(R.from_config(flat))[0] == BLOCK
+    assert max_draft_len_of(R.from_config(make_config(sfa=False)))[0] == BLOCK - 1
     # the compiled section decides; the raw dspark_config is not read again
     no_dspark = {k: v for k, v in make_config(sfa=False).items() if k != "dspark_config"}
-    assert resolve_max_draft_len(no_dspark)[0] == BLOCK - 1
+    assert max_draft_len_of(R.from_config(no_dspark))[0] == BLOCK - 1
     no_section = {k: v for k, v in make_config(sfa=False).items() if k != "draftsmith"}
     with pytest.raises(UserError, match="no draftsmith section"):
-        resolve_max_draft_len(no_section)
+        max_draft_len_of(R.from_config(no_section))
 
 
 def test_contradicting_max_draft_len_is_refused(tmp_path):
     with pytest.raises(UserError, match="contradicts the derived max_draft_len 4"):
-        resolve_max_draft_len(make_config(sfa=True), explicit=3)
+        max_draft_len_of(R.from_config(make_config(sfa=True)), explicit=3)
     bad = make_config(sfa=True)
     bad["draftsmith"]["max_draft_len"] = 3
     with pytest.raises(UserError, match="max_draft_len 3 contradicts the derived 4"):
@@ -141,6 +141,15 @@ def test_unknown_device_class_is_left_to_trtllm_and_worker_mask_limits(tmp_path)
     causal = r.model_copy(update={"layers": tuple(l.model_copy(update={"mask": type(l.mask)(True, None)})
                                                   for l in r.layers)})
     assert worker_mask_problems(causal) and "causal full attention" in worker_mask_problems(causal)[0]
+    # causal windows only: one use_sliding_window flag expresses them under d70a2287's rule, but
+    # PR #17935's rule runs every sliding layer of a non-DFlash-2 drafter non-causally
+    windows = r.model_copy(update={"layers": tuple(l.model_copy(update={"mask": type(l.mask)(True, 8)})
+                                                   for l in r.layers)})
+    assert worker_mask_problems(windows) == [f"layers {list(range(len(r.layers)))}: causal windows (run "
+                                             "non-causally by releases with TensorRT-LLM PR #17935)"]
+    noncausal = r.model_copy(update={"layers": tuple(l.model_copy(update={"mask": type(l.mask)(False, 8)})
+                                                     for l in r.layers)})
+    assert worker_mask_problems(noncausal) == []
 
 
 def test_engine_version_floor():

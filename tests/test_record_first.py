@@ -30,7 +30,6 @@ DISK_READERS = {
     ("framework/emit/binding.py", "bind"),
     ("framework/eval/drafter.py", "__init__"),
     ("framework/emit/render.py", "_emission_config"),  # config=<converted config.json>
-    ("framework/emit/render.py", "resolve_max_draft_len"),  # a dict wrapper tests/test_emit.py calls
 }
 
 

@@ -111,11 +111,6 @@ class EmitResult:
         )
 
 
-def resolve_max_draft_len(flat: dict, explicit: Optional[int] = None) -> tuple[int, str]:
-    """:func:`max_draft_len_of` a flattened config dict (kept for tests that build one)."""
-    return max_draft_len_of(ResolvedDrafter.from_config(flat), explicit)
-
-
 def max_draft_len_of(r: ResolvedDrafter, explicit: Optional[int] = None) -> tuple[int, str]:
     """``(max_draft_len, reason)`` of drafter ``r``; refuses an ``explicit`` value that
     contradicts it."""
@@ -286,7 +281,9 @@ def check_engine_rope(r: ResolvedDrafter, where: str) -> None:
 def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
     """Layers whose mask TensorRT-LLM's built-in classes cannot resolve from the converted config
     (a worker process builds those; CONTRACT.md R2): causal full layers (only DFlash 2 honours
-    ``is_causal``) and causal windows next to non-causal ones (one ``use_sliding_window`` flag)."""
+    ``is_causal``), causal windows next to non-causal ones (one ``use_sliding_window`` flag), and
+    any causal window under TensorRT-LLM PR #17935's rule (``causal = self._sliding_layers_causal``,
+    false for every non-DFlash-2 drafter)."""
     out = []
     causal_full = [i for i, m in enumerate(r.masks) if m.causal and m.window is None]
     if causal_full:
@@ -294,6 +291,10 @@ def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
     win = {m.causal for m in r.masks if m.window is not None}
     if len(win) > 1:
         out.append("causal and non-causal windowed layers together")
+    causal_windows = [i for i, m in enumerate(r.masks) if m.causal and m.window is not None]
+    if causal_windows:
+        out.append(f"layers {causal_windows}: causal windows (run non-causally by releases with TensorRT-LLM "
+                   "PR #17935)")
     return out
 
 
