@@ -144,15 +144,6 @@ def test_existing_destination_kept_without_overwrite(synth, tmp_path):
     assert not (out / "stale.txt").exists() and (out / "model.safetensors").exists()
 
 
-def test_convert_state_dict_in_memory(synth):
-    a = minimax()
-    src = load_file(synth.path / "model.safetensors")
-    cfg = a.flatten_config(json.loads((synth.path / "config.json").read_text()))
-    out = a.convert_state_dict(src, cfg)
-    for k, v in synth.targets.items():
-        assert torch.equal(bits(out[k]), bits(v))
-
-
 def test_cli_acceptance(tmp_path, capsys):
     s, t, t2 = tmp_path / "S", tmp_path / "T", tmp_path / "T2"
     assert main(["synth", "adapter=minimax_dspark", "scale=tiny", f"out={s}", "seed=3"]) == 0

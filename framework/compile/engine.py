@@ -10,29 +10,23 @@ import difflib
 import hashlib
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from pydantic import ValidationError
 
 from ...lowering.base import DEVICE_CLASSES
-from ...transforms.base import Context, TensorMeta, Transform, get_transform
+from ...transforms.base import Transform, get_transform
 from ...transforms.names import NameTemplate
 
 from ..errors import UserError
 from .family import get_family
 from .flatten import compile_config, flatten
-from ..convert.checkpoint import SourceTensor
-from ..convert.execute import run_group
-from ..convert.plan import build_plan, plan_from_metas
+from ..convert.plan import build_plan
 from ..spec.loading import adapter_files, key_path, load_spec
 from .rename import Renamer
 from .resolved import check_lowering
 from ..spec.schema import AdapterSpec
 from ..spec.yaml_lines import line_of, load_yaml
-
-if TYPE_CHECKING:
-    import torch
-
 
 class Adapter:
     """A compiled spec: config flattening, weight conversion plan, attention table."""
@@ -169,22 +163,6 @@ class Adapter:
     def plan(self, source: Path):
         """The conversion plan of checkpoint folder ``source`` (headers only)."""
         return build_plan(self, Path(source))
-
-    def convert_state_dict(self, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """In-memory conversion (rename, transforms) into the target layout.
-
-        ``config`` is the *flattened* config. Used by engines that hand tensors to a loader
-        (the generated TensorRT-LLM ``load_weights``); refuses an incomplete mapping.
-        """
-        metas = {n: SourceTensor(n, Path("<memory>"), TensorMeta(tuple(t.shape), t.dtype)) for n, t in tensors.items()}
-        plan = plan_from_metas(self, config, metas, None)
-        if not plan.complete:
-            raise UserError(*(f"<state dict>: {l}" for l in plan.report().splitlines()))
-        out: dict[str, torch.Tensor] = {}
-        ctx = Context(config)
-        for g in plan.groups:
-            out.update(run_group(plan, g, {s: tensors[s] for s in g.sources}, ctx))
-        return {n: out[n] for n in plan.outputs}
 
 
 def _params_msg(err: dict, cls) -> str:
