@@ -64,7 +64,8 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
 
 def check_config_types(out: dict, sources: dict[str, str], where: str) -> None:
     """Refuse (all at once, one line each) present keys of ``out`` with a wrong type or range;
-    then the cross-key rules that need only these values (mask id < vocab, heads dividing)."""
+    then the cross-key rule that needs only these values (mask id < vocab; the shape
+    invariants are the record's, :class:`~.resolved.Dims`)."""
     problems = []
 
     def name(key: str) -> str:
@@ -84,9 +85,5 @@ def check_config_types(out: dict, sources: dict[str, str], where: str) -> None:
     vocab, mask = out.get("vocab_size"), get_dotted(out, "dflash_config.mask_token_id")
     if vocab is not None and mask is not None and mask >= vocab:
         problems.append(f"{where}: {name('dflash_config.mask_token_id')}: {mask} must be < vocab_size ({vocab})")
-    heads, kv = out.get("num_attention_heads"), out.get("num_key_value_heads")
-    if heads is not None and kv is not None and heads % kv:
-        problems.append(f"{where}: {name('num_attention_heads')}: {heads} is not a multiple of "
-                        f"{name('num_key_value_heads')} ({kv})")
     if problems:
         raise UserError(*problems)

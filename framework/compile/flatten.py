@@ -129,7 +129,12 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
             f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {resolved.max_draft_len} "
             f"(block_size {resolved.block_size}, sample_from_anchor {resolved.sample_from_anchor})"
         )
-    trtllm_keys(out, merged, resolved)
+    engine = render_engine_keys(resolved, out.get("model_type"))
+    out["dspark_config"] = {**out.get("dspark_config", {}), **engine.pop("dspark_config")}
+    out.update(engine)
+    for key, value in merged.items():  # the raw top-level dspark_* fallbacks, kept as read
+        if key.startswith("dspark_") and not isinstance(value, dict):
+            out.setdefault(key, value)
     out["draftsmith"] = resolved.section()
     return dict(sorted(out.items())), resolved
 
@@ -144,20 +149,21 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
 TRTLLM_MODEL_TYPES = {"minimax_m3": "minimax_m2"}
 
 
-def trtllm_keys(out: dict[str, Any], merged: dict[str, Any], resolved: ResolvedDrafter) -> None:
-    """Keys TensorRT-LLM's built-in drafter classes read, so a process that never imported the
-    emitted package resolves the trained masks and slots (tests/conformance/trtllm/CONTRACT.md
-    R2, R6): ``use_sliding_window`` (false when a window is non-causal: the window then comes
-    from ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
-    (= ``sample_from_anchor``), the raw top-level ``dspark_*`` fallbacks, kept as read, and a
-    ``model_type`` TensorRT-LLM's ``load_pretrained_config`` loads (:data:`TRTLLM_MODEL_TYPES`)."""
+def render_engine_keys(resolved: ResolvedDrafter, model_type: str | None) -> dict[str, Any]:
+    """The keys TensorRT-LLM's built-in drafter classes read, rendered from the record alone (and
+    the flattened ``model_type``), so a process that never imported the emitted package resolves
+    the trained masks and slots (tests/conformance/trtllm/CONTRACT.md R2, R6): ``use_sliding_window``
+    (false when a window is non-causal: the window then comes from
+    ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
+    (= ``sample_from_anchor``) and a ``model_type`` TensorRT-LLM's ``load_pretrained_config``
+    loads (:data:`TRTLLM_MODEL_TYPES`). Pure: the caller merges the result into the flattened
+    config (``dspark_config`` key by key)."""
     windows = [m for m in resolved.masks if m.window is not None]
-    out["model_type"] = TRTLLM_MODEL_TYPES.get(out.get("model_type"), out.get("model_type"))
-    out["use_sliding_window"] = bool(windows) and all(m.causal for m in windows)
-    out.setdefault("dspark_config", {})["shift_label"] = resolved.sample_from_anchor
-    for key, value in merged.items():
-        if key.startswith("dspark_") and not isinstance(value, dict):
-            out.setdefault(key, value)
+    return {
+        "model_type": TRTLLM_MODEL_TYPES.get(model_type, model_type),
+        "use_sliding_window": bool(windows) and all(m.causal for m in windows),
+        "dspark_config": {"shift_label": resolved.sample_from_anchor},
+    }
 
 
 #: ResolvedDrafter field (dotted) -> the flattened config key it is read from.
@@ -245,8 +251,14 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
             sources=src,
         ))
     except ValidationError as e:
-        def key(loc) -> str:  # the config key a field was read from, when there is one
-            dotted = ".".join(str(p) for p in loc)
-            return MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted) or dotted or "config"
+        raise UserError(*(_refusal(where, x) for x in e.errors())) from None
 
-        raise UserError(*(f"{where}: {key(x['loc'])}: {x['msg']}" for x in e.errors())) from None
+
+def _refusal(where: str, error: dict) -> str:
+    """One line for a record validation error: a field's names the config key it was read from;
+    a record rule's (``Dims``: heads dividing, ``rotary_dim``) is its own message, which names its keys."""
+    dotted = ".".join(str(p) for p in error["loc"])
+    key = MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted)
+    if key is None and error["type"] == "value_error" and dotted in ("dims", "heads"):
+        return f"{where}: {error['ctx']['error']}"
+    return f"{where}: {key or dotted or 'config'}: {error['msg']}"

@@ -60,8 +60,6 @@ class DFlashAttention(nn.Module):
 
     def __init__(self, s: LayerShape, q_gemma: bool, k_gemma: bool, rope: PartialNeoxRope):
         super().__init__()
-        if s.heads % s.kv_heads:
-            raise ValueError(f"num_attention_heads {s.heads} not a multiple of num_key_value_heads {s.kv_heads}")
         self.heads, self.kv_heads, self.head_dim = s.heads, s.kv_heads, s.head_dim
         bias = s.attention_bias
         self.q_proj = nn.Linear(s.hidden, s.heads * s.head_dim, bias=bias)
