@@ -49,3 +49,22 @@ def _from_config_callers() -> set[tuple[str, str]]:
 def test_from_config_is_called_only_on_configs_read_from_disk():
     callers = _from_config_callers()
     assert callers and callers <= DISK_READERS, sorted(callers - DISK_READERS)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("num_key_value_heads", 3, ("num_attention_heads", "is not a multiple of num_key_value_heads")),
+    ("rotary_dim", 3, ("rotary_dim 3", "even", "head_dim")),
+])
+def test_a_record_rule_refuses_in_one_line_naming_its_keys(key, value, words):
+    """Heads dividing and rotary_dim are checked once, by the record; its refusal names the keys."""
+    from draftsmith.framework.errors import UserError
+
+    a = load_adapter("speculators_dflash")
+    raw = source_config(a, "tiny")
+    sections = [raw] + [v for v in raw.values() if isinstance(v, dict)]
+    hit = [s for s in sections if key in s]
+    (hit[0] if hit else raw)[key] = value
+    with pytest.raises(UserError) as e:
+        a.compile_config(raw)
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
