@@ -33,3 +33,12 @@ def pop_dotted(d: dict, key: str) -> None:
         if not isinstance(cur, dict):
             return
     cur.pop(parts[-1], None)
+
+
+def spelled_key(raw: dict, sections: list, key: str) -> str:
+    """``key`` as the raw config spells it (``text_config.head_dim`` when it sits in a section)."""
+    top = key.split(".")[0]
+    for sec in sections:
+        if isinstance(raw.get(sec), dict) and top in raw[sec]:
+            return f"{sec}.{key}"
+    return key

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from ..errors import UserError
 from .attention import resolve_layers, write_back
 from .config_types import check_config_types
-from .dotted import get_dotted, pop_dotted, set_dotted
+from .dotted import get_dotted, pop_dotted, set_dotted, spelled_key
 from .keys import account
 from .resolved import CONFIG_PREFIX, SPEC_DEFAULT, VALUE_MARK, ResolvedDrafter
 
@@ -75,7 +75,7 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
                 sources[key] = f"{SPEC_DEFAULT} (config.fields.{key}.default)"
                 taken[key] = copy.deepcopy(value)
         else:
-            sources[key] = f"config.json: {_qualified(raw, cs.sections, found)}"
+            sources[key] = f"config.json: {spelled_key(raw, cs.sections, found)}"
         for alias in rule.from_:
             if alias != key:
                 pop_dotted(out, alias)
@@ -85,7 +85,7 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
     # dtype
     dtype_key = next((k for k in cs.dtype_keys if merged.get(k) is not None), None)
     dtype = merged[dtype_key] if dtype_key else cs.default_dtype
-    sources["torch_dtype"] = (f"config.json: {_qualified(raw, cs.sections, dtype_key)}" if dtype_key
+    sources["torch_dtype"] = (f"config.json: {spelled_key(raw, cs.sections, dtype_key)}" if dtype_key
                               else f"{SPEC_DEFAULT} (config.default_dtype)")
     for k in cs.dtype_keys:
         out.pop(k, None)
@@ -185,21 +185,12 @@ ALT_SPELLINGS = {"rope_theta": ("rope_parameters.rope_theta",),
                  "rope_type": ("rope_scaling.rope_type", "rope_scaling.type", "rope_parameters.rope_type")}
 
 
-def _qualified(raw: dict[str, Any], sections: list[str], key: str) -> str:
-    """``key`` as it is spelled in the raw config (``text_config.head_dim`` when nested)."""
-    top = key.split(".")[0]
-    for sec in sections:
-        if isinstance(raw.get(sec), dict) and top in raw[sec]:
-            return f"{sec}.{key}"
-    return key
-
-
 def _source(adapter, raw, merged, sections, key: str) -> str:
     """Where the flattened ``key`` came from when no config.fields rule set it (the raw
     ``config.json`` key, never a file path: the record must not depend on where it was read)."""
     for spelling in (key, *ALT_SPELLINGS.get(key, ())):
         if get_dotted(merged, spelling) is not None:
-            return f"config.json: {_qualified(raw, sections, spelling)}"
+            return f"config.json: {spelled_key(raw, sections, spelling)}"
     derived = adapter.family.derived.get(key)
     return f"derived: {derived}" if derived else f"family {adapter.family.name} default"
 

@@ -23,7 +23,7 @@ import math
 from typing import Any
 
 from ..errors import UserError
-from .dotted import get_dotted
+from .dotted import get_dotted, spelled_key
 from .resolved import CONFIG_PREFIX, VALUE_MARK, ResolvedDrafter
 
 ROUTING_KEYS = ("architectures", "model_type", "speculators_model_type")
@@ -70,15 +70,6 @@ def unaccounted(family, cs, quant_methods, merged: dict[str, Any]) -> list[str]:
     return out
 
 
-def _spelled(raw: dict[str, Any], sections: list[str], key: str) -> str:
-    """``key`` as the raw config spells it (``text_config.x`` when it sits in a section)."""
-    top = key.split(".")[0]
-    for sec in sections:
-        if isinstance(raw.get(sec), dict) and top in raw[sec]:
-            return f"{sec}.{key}"
-    return key
-
-
 def _same(a: Any, b: Any) -> bool:
     """JSON equality that keeps ``true`` apart from ``1`` (numbers compare as numbers)."""
     if isinstance(a, bool) or isinstance(b, bool):
@@ -97,36 +88,36 @@ def account(adapter, raw: dict[str, Any], merged: dict[str, Any], out: dict[str,
     the present ``irrelevant`` keys and the sources of both. Problems are refused together,
     one line each."""
     spec, sections = adapter.spec.config, adapter.spec.config.sections
-    problems = [f"{where}: {_spelled(raw, sections, k)}: not read by family {adapter.family.name} nor adapter "
+    problems = [f"{where}: {spelled_key(raw, sections, k)}: not read by family {adapter.family.name} nor adapter "
                 f"{adapter.name}: refused (a key that changes nothing goes under config.irrelevant with its reason)"
                 for k in unaccounted(adapter.family, spec, adapter.quant_methods, merged)]
     sources = dict(resolved.sources)
     for key, want in adapter.family.fixed.items():
         got = get_dotted(merged, key)
         if got is not None and not _same(got, want):
-            problems.append(f"{where}: {_spelled(raw, sections, key)}: {json.dumps(got)[:60]}, but family "
+            problems.append(f"{where}: {spelled_key(raw, sections, key)}: {json.dumps(got)[:60]}, but family "
                             f"{adapter.family.name} implements only {json.dumps(want)}")
     for key, want in spec.fixed.items():
         got = get_dotted(merged, key)
         if got is not None and not _same(got, want):
-            problems.append(f"{where}: {_spelled(raw, sections, key)}: {json.dumps(got)[:60]}, but adapter "
+            problems.append(f"{where}: {spelled_key(raw, sections, key)}: {json.dumps(got)[:60]}, but adapter "
                             f"{adapter.name} implements only {json.dumps(want)} (config.fixed)")
-        src = (f"config.json: {_spelled(raw, sections, key)} (as config.fixed requires)" if got is not None
+        src = (f"config.json: {spelled_key(raw, sections, key)} (as config.fixed requires)" if got is not None
                else "spec default (config.fixed; not in config.json)")
         sources[f"{CONFIG_PREFIX}{key}"] = f"{src}{VALUE_MARK}{json.dumps(want)}"
     scale = get_dotted(out, VALUE_SCALE)
     if scale is not None and not (type(scale) in (int, float) and math.isfinite(scale) and scale > 0):
-        problems.append(f"{where}: {_spelled(raw, sections, VALUE_SCALE)}: {json.dumps(scale)[:60]} must be a "
+        problems.append(f"{where}: {spelled_key(raw, sections, VALUE_SCALE)}: {json.dumps(scale)[:60]} must be a "
                         "finite number > 0")
     shift = get_dotted(merged, "dspark_config.shift_label")
     aliased = any("dspark_config.shift_label" in r.from_ for r in spec.fields.values())
     if shift is not None and not aliased and shift is not resolved.sample_from_anchor:
-        problems.append(f"{where}: {_spelled(raw, sections, 'dspark_config.shift_label')}: {json.dumps(shift)} "
+        problems.append(f"{where}: {spelled_key(raw, sections, 'dspark_config.shift_label')}: {json.dumps(shift)} "
                         f"contradicts sample_from_anchor {json.dumps(resolved.sample_from_anchor)} "
                         f"({resolved.sources.get('sample_from_anchor', '')})")
     if problems:
         raise UserError(*problems)
-    sources["value_scale"] = (f"config.json: {_spelled(raw, sections, VALUE_SCALE)}" if scale is not None
+    sources["value_scale"] = (f"config.json: {spelled_key(raw, sections, VALUE_SCALE)}" if scale is not None
                               else f"family {adapter.family.name} default (no value scale)")
     present = {k: why for k, why in {**adapter.family.irrelevant, **spec.irrelevant}.items()
                if get_dotted(merged, k) is not None}
@@ -134,7 +125,7 @@ def account(adapter, raw: dict[str, Any], merged: dict[str, Any], out: dict[str,
     data.pop("max_draft_len", None)
     ignored = {k: who for k, who in spec.writer_ignores.items() if get_dotted(merged, k) is not None}
     for key, default in adapter.family.bias_keys.items():
-        sources[key] = (f"config.json: {_spelled(raw, sections, key)}" if get_dotted(merged, key) is not None
+        sources[key] = (f"config.json: {spelled_key(raw, sections, key)}" if get_dotted(merged, key) is not None
                         else f"family {adapter.family.name} default (transformers' default {json.dumps(default)})")
     sources["qk_norm"] = "spec: layout.qk_norm"
     data.update(value_scale=float(scale) if scale is not None else 1.0, irrelevant=present, writer_ignored=ignored,
