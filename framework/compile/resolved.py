@@ -147,6 +147,50 @@ class Heads(_Frozen):
         return self
 
 
+class BlockConv(_Frozen):
+    """DFlash 2's grouped block convolution around each sublayer (docs/dflash2-reference.md section 2):
+    ``layers.{i}.{attention_conv,mlp_conv}.base_kernel [2, T, hidden]`` and
+    ``.kernel_projection.weight [2*T*G, hidden]``, ``G = hidden / group_size``."""
+
+    kernel_size: int = Field(description="``conv_kernel_size``: taps ``T`` along the block (causal, block-local)",
+                             ge=1, le=MAX_BLOCK_SIZE, strict=True)
+    group_size: int = Field(description="``conv_group_size``: channels ``g`` sharing one dynamic coefficient "
+                                        "(channel ``c`` uses group ``c // g``)", ge=1, le=MAX_WIDTH, strict=True)
+
+
+class Unary(_Frozen):
+    """The selector's unary score of a candidate from its logit ``l`` (reference section 3, rows 1-2)."""
+
+    multiplier: float = Field(description="``output_multiplier`` ``m`` (1 = none)", gt=0, strict=True, allow_inf_nan=False)
+    softcap: Optional[float] = Field(description="``final_logit_softcapping`` ``cap``: ``cap * tanh(y / cap)``; "
+                                                 "null = none", gt=0, strict=True, allow_inf_nan=False)
+    order: Literal["scale_then_cap", "cap_then_scale"] = Field(
+        description="``scale_then_cap``: ``softcap(m * l)`` (z-lab); ``cap_then_scale``: ``m * softcap(l)``")
+
+
+class Selector(_Frozen):
+    """DFlash 2's pairwise candidate selector and its path walk (reference sections 3-5):
+    ``candidate_selector.{predecessor_codebook, successor_codebook} [vocab, rank]``,
+    ``candidate_selector.hidden_projection.weight [rank, hidden]``."""
+
+    rank: int = Field(description="``selector_rank`` ``r``", ge=1, le=MAX_WIDTH, strict=True)
+    top_k: int = Field(description="``selector_top_k`` ``k``: candidates per drafted position", ge=2, le=MAX_VOCAB, strict=True)
+    unary: Unary = Field(description="how a candidate's logit becomes its unary score")
+    chain: Literal["greedy", "sampled"] = Field(
+        description="``greedy``: each step conditions on the argmax (TensorRT-LLM); ``sampled``: on the "
+                    "sampled candidate (vLLM, z-lab); equal at temperature 0")
+
+
+class DFlash2(_Frozen):
+    """DFlash 2's additions to the DFlash block decode (docs/dflash2-reference.md)."""
+
+    conv: BlockConv = Field(description="the grouped block convolutions (every layer, both sublayers)")
+    selector: Selector = Field(description="the candidate selector")
+    input_embedding_scale: float = Field(description="``input_embedding_scale``: the block embeddings are "
+                                                     "multiplied by it (1 = none)", gt=0, strict=True,
+                                         allow_inf_nan=False)
+
+
 class LayerPlan(_Frozen):
     """One layer's attention: its mask and its lowering per device class."""
 
@@ -203,6 +247,8 @@ class ResolvedDrafter(_Frozen):
                                                     "(``layers.{i}.self_attn.{q,k,v,o}_proj.bias``)")
     mlp_bias: bool = Field(False, description="``mlp_bias``: gate/up/down_proj carry a bias "
                                               "(``layers.{i}.mlp.{gate,up,down}_proj.bias``)")
+    dflash2: Optional[DFlash2] = Field(None, description="DFlash 2's block convolutions and candidate selector; "
+                                                          "null for DFlash / DSpark drafters")
     qk_norm: bool = Field(True, description="whether q and k are RMS-normed per head before RoPE "
                                             "(``self_attn.{q,k}_norm``; the spec's ``layout.qk_norm``)")
     writer_ignored: dict[str, str] = Field(default_factory=dict,
@@ -244,6 +290,12 @@ class ResolvedDrafter(_Frozen):
         if not 0 <= self.mask_token_id < self.dims.vocab:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocab ({self.dims.vocab})")
         max_draft_len_rule(self.block_size, self.sample_from_anchor)
+        if self.dflash2 is not None:
+            if self.dims.hidden % self.dflash2.conv.group_size:
+                raise ValueError(f"conv_group_size {self.dflash2.conv.group_size} does not divide hidden_size "
+                                 f"{self.dims.hidden}")
+            if self.dflash2.selector.top_k > self.dims.vocab:
+                raise ValueError(f"selector_top_k {self.dflash2.selector.top_k} exceeds the vocab ({self.dims.vocab})")
         return self
 
     # -- derived ------------------------------------------------------------------------
