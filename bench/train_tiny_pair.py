@@ -139,6 +139,18 @@ def rope(x: torch.Tensor, pos: torch.Tensor, rotary: int, theta: float) -> torch
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], -1).to(x.dtype)
 
 
+def block_mask(anchors: torch.Tensor, t: int, b: int, w: int) -> torch.Tensor:
+    """``[A*B, t + A*B]`` bool for blocks of ``b`` slots at ``anchors [A]`` over ``t`` context
+    positions: context keys ``k < a`` and block keys of the same block, all within
+    ``|p - k| <= w - 1`` (non-causal window)."""
+    qpos = (anchors[:, None] + torch.arange(b, device=anchors.device)).reshape(-1)
+    qa = anchors.repeat_interleave(b)
+    cpos = torch.arange(t, device=anchors.device)
+    ctx = (cpos[None] < qa[:, None]) & ((qpos[:, None] - cpos[None]).abs() <= w - 1)
+    blk = (qa[:, None] == qa[None]) & ((qpos[:, None] - qpos[None]).abs() <= w - 1)
+    return torch.cat([ctx, blk], 1)
+
+
 class Layer(nn.Module):
     def __init__(self, h: int, s: dict):
         super().__init__()
@@ -195,15 +207,7 @@ class Drafter(nn.Module):
         self.confidence = nn.Linear(h + s["rank"], 1)
 
     def mask(self, anchors: torch.Tensor, t: int) -> torch.Tensor:
-        """``[A*B, t + A*B]`` bool: context keys ``k < a`` and block keys of the same block, all
-        within ``|p - k| <= W - 1`` (non-causal window)."""
-        b, w = self.s["block"], self.s["window"]
-        qpos = (anchors[:, None] + torch.arange(b, device=anchors.device)).reshape(-1)
-        qa = anchors.repeat_interleave(b)
-        cpos = torch.arange(t, device=anchors.device)
-        ctx = (cpos[None] < qa[:, None]) & ((qpos[:, None] - cpos[None]).abs() <= w - 1)
-        blk = (qa[:, None] == qa[None]) & ((qpos[:, None] - qpos[None]).abs() <= w - 1)
-        return torch.cat([ctx, blk], 1)
+        return block_mask(anchors, t, self.s["block"], self.s["window"])
 
     def forward(self, hidden, tokens, anchors, embed, lm_head):
         """``hidden [N, T, n*h]`` target layer outputs, ``tokens [N, T]``, ``anchors [A]`` ->
@@ -248,6 +252,13 @@ class LayerTap:
         return h
 
 
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA; a disabled context on CPU (float32 there)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
 def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -287,7 +298,7 @@ def train_target(data, args, device, log):
     model = LlamaForCausalLM(LlamaConfig(**TARGET, bos_token_id=None, eos_token_id=None, pad_token_id=None)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.target_lr, betas=(0.9, 0.95), weight_decay=0.1)
     g = torch.Generator().manual_seed(args.seed + 1)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    amp = autocast(device)
 
     def step(i, total):
         for grp in opt.param_groups:
@@ -321,7 +332,7 @@ def train_drafter(model, data, args, device, log):
     b = s["block"]
     weights = torch.exp(-torch.arange(b, dtype=torch.float32, device=device) / 4.0)
     weights = weights / weights.sum()
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    amp = autocast(device)
 
     def step(i, total):
         for grp in opt.param_groups:

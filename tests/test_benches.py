@@ -35,7 +35,7 @@ def triton_or_skip():
 
 
 RUNS = {"attention.py", "read_ceiling.py", "convert.py", "draft_step.py", "many_tensors.py", "mask_effect.py",
-        "train_tiny_pair.py"}
+        "train_tiny_pair.py", "train_tiny_dflash2.py"}
 
 
 def test_every_bench_is_run():
@@ -109,3 +109,71 @@ def test_train_tiny_pair_smoke(tmp_path):
     assert len((tmp_path / "pair" / "prompts.jsonl").read_text().splitlines()) == 1
     log = json.loads((tmp_path / "pair" / "train_log.json").read_text())
     assert log["target"]["steps"] == 2 and log["drafter_train"]["steps"] == 2
+
+
+# docs/dflash2-reference.md section 6, the z-lab / inco layout: the keys of z-lab/dflash
+# tests/fixtures/dflash2-config.json @ 0a7587c (S8b) and its dflash_config keys.
+ZLAB_DFLASH2_CONFIG_KEYS = {
+    "architectures", "attention_bias", "attention_dropout", "bos_token_id", "is_causal", "dflash_config", "dtype",
+    "eos_token_id", "head_dim", "hidden_act", "hidden_size", "initializer_range", "intermediate_size",
+    "layer_types", "max_position_embeddings", "max_window_layers", "model_type", "num_attention_heads",
+    "num_hidden_layers", "num_key_value_heads", "num_target_layers", "pad_token_id", "rms_norm_eps",
+    "rope_parameters", "sliding_window", "tie_word_embeddings", "transformers_version", "use_cache",
+    "use_sliding_window", "vocab_size"}
+ZLAB_DFLASH2_KEYS = {"block_size", "conv_group_size", "conv_kernel_size", "final_logit_softcapping", "mask_token_id",
+                     "output_multiplier", "selector_rank", "selector_top_k", "target_layer_ids"}
+
+
+def zlab_dflash2_tensors(c: dict) -> dict[str, list[int]]:
+    """Names and shapes of the S8c header (z-lab/dflash tests/fixtures/dflash2-safetensors-header.json
+    @ 0698f53) for config ``c``: no prefix, codebooks without ``.weight``."""
+    d = c["dflash_config"]
+    h, hd, inter, v = c["hidden_size"], c["head_dim"], c["intermediate_size"], c["vocab_size"]
+    taps, r = d["conv_kernel_size"], d["selector_rank"]
+    conv = [[2, taps, h], [2 * taps * h // d["conv_group_size"], h]]
+    out = {"fc.weight": [h, len(d["target_layer_ids"]) * h], "hidden_norm.weight": [h], "norm.weight": [h],
+           "candidate_selector.hidden_projection.weight": [r, h],
+           "candidate_selector.predecessor_codebook": [v, r], "candidate_selector.successor_codebook": [v, r]}
+    for i in range(c["num_hidden_layers"]):
+        p = f"layers.{i}."
+        out.update({
+            p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
+            p + "self_attn.q_proj.weight": [c["num_attention_heads"] * hd, h],
+            p + "self_attn.k_proj.weight": [c["num_key_value_heads"] * hd, h],
+            p + "self_attn.v_proj.weight": [c["num_key_value_heads"] * hd, h],
+            p + "self_attn.o_proj.weight": [h, c["num_attention_heads"] * hd],
+            p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
+            p + "mlp.gate_proj.weight": [inter, h], p + "mlp.up_proj.weight": [inter, h],
+            p + "mlp.down_proj.weight": [h, inter],
+            p + "attention_conv.base_kernel": conv[0], p + "attention_conv.kernel_projection.weight": conv[1],
+            p + "mlp_conv.base_kernel": conv[0], p + "mlp_conv.kernel_projection.weight": conv[1]})
+    return out
+
+
+def test_train_tiny_dflash2_small_saves_the_zlab_layout(tmp_path):
+    """``--small`` against the shipped target: ``dflash2/`` in the z-lab / inco DFlash 2 layout
+    (config keys, names, shapes, BF16), the log with its held-out accepted lengths."""
+    out = run("train_tiny_dflash2.py", "--out", str(tmp_path), "--small", "--device", "cpu", "--drafter-steps", "2")
+    assert "held-out accepted length" in out
+    c = json.loads((tmp_path / "dflash2" / "config.json").read_text())
+    assert set(c) == ZLAB_DFLASH2_CONFIG_KEYS and set(c["dflash_config"]) == ZLAB_DFLASH2_KEYS
+    assert c["architectures"] == ["DFlash2DraftModel"] and c["model_type"] == "qwen3" and c["is_causal"] is False
+    assert c["layer_types"] == ["sliding_attention"] * c["num_hidden_layers"] and c["use_sliding_window"] is True
+    assert set(c["rope_parameters"]) == {"rope_theta", "rope_type"} and "rope_theta" not in c
+    target = json.loads((ROOT / "tests/fixtures/tiny_pair/target/config.json").read_text())
+    assert (c["vocab_size"], c["hidden_size"], c["num_target_layers"]) == (
+        target["vocab_size"], target["hidden_size"], target["num_hidden_layers"])
+    d = c["dflash_config"]
+    assert d["block_size"] == 8 and d["mask_token_id"] == 255 and d["target_layer_ids"] == [1, 3, 5]
+    assert d["selector_top_k"] >= 2 and c["hidden_size"] % d["conv_group_size"] == 0
+    assert d["output_multiplier"] > 0 and (d["final_logit_softcapping"] is None or d["final_logit_softcapping"] > 0)
+    raw = (tmp_path / "dflash2" / "model.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    header.pop("__metadata__", None)
+    assert {k: v["shape"] for k, v in header.items()} == zlab_dflash2_tensors(c)
+    assert {v["dtype"] for v in header.values()} == {"BF16"}
+    assert sorted(p.name for p in (tmp_path / "dflash2").iterdir()) == ["config.json", "model.safetensors"]
+    log = json.loads((tmp_path / "dflash2_train_log.json").read_text())
+    assert log["drafter_train"]["steps"] == 2
+    acc = log["held_out_accepted_length_tf"]
+    assert acc["blocks"] > 0 and all(1 <= acc[k] <= d["block_size"] for k in ("unary", "selector", "top_8_oracle"))
