@@ -275,6 +275,31 @@ def teacher_forced_scores(sel, logits, z, ids, prev):
     return s[:, 0, 0].reshape(*lead, k)
 
 
+def unary_loss(logits, t_logits, w):
+    """Soft cross entropy toward the target's distribution, ``[N, A, B-1, V]`` each, slot
+    weights ``w [B-1]``, averaged over blocks."""
+    ce = -(torch.softmax(t_logits, -1) * torch.log_softmax(logits, -1)).sum(-1)  # [N, A, B-1]
+    return (ce.mean((0, 1)) * w).sum()
+
+
+def selector_loss(sel, logits, z, target_ids, prev, w):
+    """The selector's teacher-forced hard cross entropy (speculators' ``compute_selector_loss``
+    with its weights normalised to sum 1 over the drafted slots): ``logits [N, A, B-1, V]``,
+    ``z [N, A, B-1, h]``, ``target_ids``/``prev [N, A, B-1]``. -> ``(loss, ids [..., k],
+    scores [..., k] float32, contains_target [...])``."""
+    k = sel.top_k
+    ids, slot, contains = selector_candidates(logits, target_ids, k)
+    scores = teacher_forced_scores(sel, logits, z, ids, prev).float()
+    ce = F.cross_entropy(scores.reshape(-1, k), slot.reshape(-1), reduction="none").view_as(slot)
+    return (ce.mean((0, 1)) * w).sum(), ids, scores, contains
+
+
+def drafted_positions(anchors: torch.Tensor, b: int) -> torch.Tensor:
+    """``[A, B-1]``: slot ``j = 1..B-1`` drafts position ``a + j``; its target distribution is
+    the target's at ``a + j - 1`` and its predecessor the true byte there."""
+    return anchors[:, None] + torch.arange(b - 1, device=anchors.device)
+
+
 def block_terms(drafter, model, tap, x, anchors, embed, head, amp):
     """One forward: drafted-slot logits, targets and selector inputs for blocks at ``anchors``."""
     s = drafter.s
@@ -284,7 +309,7 @@ def block_terms(drafter, model, tap, x, anchors, embed, head, amp):
         hidden = tap.take()
     with amp:
         logits, z = drafter(hidden.to(torch.bfloat16 if x.is_cuda else torch.float32), x, anchors, embed, head)
-    pos = anchors[:, None] + torch.arange(b - 1, device=x.device)  # slot j = 1..B-1 drafts a + j: target at a + j - 1
+    pos = drafted_positions(anchors, b)
     return logits[:, :, 1:], z[:, :, 1:], t_logits[:, pos], x[:, pos]  # x[:, pos]: the true predecessor bytes
 
 
@@ -309,14 +334,10 @@ def train_drafter(model, data, args, device, log):
         lo = 8
         anchors = (torch.randperm(args.seq - b - lo, generator=g)[: args.anchors] + lo).sort().values.to(device)
         logits, z, t_logits, prev = block_terms(drafter, model, tap, x, anchors, embed, head, amp)
-        ce = -(torch.softmax(t_logits, -1) * torch.log_softmax(logits, -1)).sum(-1)  # [N, A, B-1]
-        loss_u = (ce.mean((0, 1)) * w).sum()
+        loss_u = unary_loss(logits, t_logits, w)
         target_ids = t_logits.argmax(-1)
-        ids, slot, contains = selector_candidates(logits, target_ids, k)
         with amp:
-            scores = teacher_forced_scores(sel, logits, z, ids, prev).float()
-        ce_s = F.cross_entropy(scores.reshape(-1, k), slot.reshape(-1), reduction="none").view_as(slot)
-        loss_s = (ce_s.mean((0, 1)) * w).sum()
+            loss_s, ids, scores, contains = selector_loss(sel, logits, z, target_ids, prev, w)
         opt.zero_grad(set_to_none=True)
         (loss_u + s["selector_loss_alpha"] * loss_s).backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
