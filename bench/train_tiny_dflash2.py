@@ -34,10 +34,14 @@ speculators' ``dflash_loss_decay`` without ``sample_from_anchor``), weights norm
   candidates are the drafter's own top-``k`` at slot ``j``; when the target's argmax is not
   among them it replaces the ``k``-th; hard cross entropy over the ``k`` edge scores toward
   the target's argmax, teacher forced: the predecessor is the true byte ``x_{a+j-1}`` (the
-  anchor for ``j = 1``). The unary part of the score is ``UnaryTransform(output_multiplier,
-  final_logit_softcapping, scale_then_cap)`` (z-lab's order) of the drafter's logit, not
-  detached (as speculators' ``score_candidates``, gradients reach the backbone through it and
-  through the gate). ``loss = unary + 1.0 * selector`` (``selector_loss_alpha`` 1).
+  anchor for ``j = 1``). The unary part of the score is not detached (as speculators'
+  ``score_candidates``: gradients reach the backbone through it and through the gate). One
+  departure, so that training scores as z-lab's runtime does for this config: the unary part
+  is ``UnaryTransform(output_multiplier 1.0, final_logit_softcapping 20.0, scale_then_cap)``
+  of the logit (z-lab's ``compute_logits``; speculators scores the raw logit, TensorRT-LLM
+  too: docs/dflash2-reference.md section 7 row 1). ``loss = unary + 1.0 * selector``
+  (``selector_loss_alpha`` 1). tests/test_train_tiny_dflash2.py checks this loss against
+  speculators 0.9.0's own functions (with the identity transform).
 
 After training, held-out windows give a teacher-forced estimate of the accepted length with
 and without the selector (greedy: the unary argmax path vs the selector's greedy walk from
