@@ -247,9 +247,10 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
 
 def _refusal(where: str, error: dict) -> str:
     """One line for a record validation error: a field's names the config key it was read from;
-    a record rule's (``Dims``: heads dividing, ``rotary_dim``) is its own message, which names its keys."""
+    a record rule's (``Dims``: heads dividing, ``rotary_dim``; the record's: mask id < vocab) is its own
+    message, which names its keys."""
     dotted = ".".join(str(p) for p in error["loc"])
     key = MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted)
-    if key is None and error["type"] == "value_error" and dotted in ("dims", "heads"):
+    if key is None and error["type"] == "value_error" and dotted in ("", "dims", "heads"):
         return f"{where}: {error['ctx']['error']}"
     return f"{where}: {key or dotted or 'config'}: {error['msg']}"
