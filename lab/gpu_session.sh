@@ -37,7 +37,7 @@ for step in "$@"; do
              timeout 540 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
                2>&1 | tail -15
              timeout 300 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_lowerings.py \
-               tests/test_fused_host_kernels.py tests/test_host.py lab/tests/test_gluon_ptxas.py 2>&1 | tail -15
+               tests/test_fused_host_kernels.py tests/test_host.py lab/tests/test_gluon_ptxas.py lab/tests/test_timed_kernel.py 2>&1 | tail -15
              for d in 128 64 256; do
                timeout 300 python3 bench/attention.py --head-dim $d --only-triton --no-flex \
                  --log "$OUT/attention_d$d.jsonl" > "$OUT/attention_d$d.txt" 2>&1; tail -8 "$OUT/attention_d$d.txt"

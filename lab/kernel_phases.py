@@ -1,11 +1,12 @@
 """Where the Gluon kernel's time goes, phase by phase, at the MiniMax drafter shape (SM90 GPU).
 
-Runs ``gluon_window_block.launch(timer=...)`` (a separately compiled kernel whose programs
-stamp the SM cycle counter at each phase, see ``TIMER_SLOTS``) inside a CUDA graph, L2
+Runs the lab's phase-timer build of the product kernel (``timed_kernel.load()``: today's kernel
+with ``kernel_phases.patch`` applied; its ``launch(timer=...)`` has each program stamp the SM
+cycle counter at each phase, see its ``TIMER_SLOTS``) inside a CUDA graph, L2
 flushed before each replay (``bench/attention.py``'s method), and prints per batch:
 
-- a side-by-side row: the untimed kernel's replay and per-kernel device times (attention,
-  merge), the timed kernel's (the timer's own cost), and the floor: the window's bytes at
+- a side-by-side row: the product kernel's replay and per-kernel device times (attention,
+  merge), the timed build's (the timer's own cost), and the floor: the window's bytes at
   the copy bandwidth measured in the same run;
 - one line per batch on the multiprocessors: busy fraction, gaps between programs, the ring's
   streaming rate;
@@ -25,12 +26,13 @@ import torch
 
 import _paths  # noqa: F401  (bench/ on sys.path)
 import attention
+import timed_kernel
 from attention import B, D, HKV, HQ, W, bench_graph, capture_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
 from draftsmith.lowering import gluon_window_block as gwb
 from draftsmith.lowering.base import MaskSpec
 from draftsmith.lowering.triton_window_block import choose_config
 
-SLOT = {name: i for i, name in enumerate(gwb.TIMER_SLOTS)}
+SLOT = {}  # timer slot name -> index, the timed build's TIMER_SLOTS (filled by main)
 
 # (label, from slot, to slot): each a span inside one program, in SM cycles.
 PHASES = (
@@ -161,6 +163,11 @@ def main():
     W = attention.W = args.window  # attention.make_inputs sizes the ring from it
     if not gwb.available():
         raise SystemExit("needs triton 3.6's Gluon and an SM90 GPU")
+    try:
+        TIMED = timed_kernel.load()
+    except timed_kernel.PatchError as e:
+        raise SystemExit(str(e)) from None
+    SLOT.update({name: i for i, name in enumerate(TIMED.TIMER_SLOTS)})
     copy_tbs = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; copy {copy_tbs:.2f} TB/s")
@@ -173,18 +180,18 @@ def main():
         q, cache, kb, vb = make_inputs(n, args.ctx)
         chosen = choose_config(n, B, HQ, HKV, D, W - 1, q.device, gluon_ok=True).num_splits
         for splits in map(int, (args.splits or str(chosen)).split(",")):
-            timer = torch.full((n * HKV, splits, len(gwb.TIMER_SLOTS)), -1, dtype=torch.int64, device="cuda")
+            timer = torch.full((n * HKV, splits, len(TIMED.TIMER_SLOTS)), -1, dtype=torch.int64, device="cuda")
             kw = dict(num_splits=splits)
 
             def plain():
                 return gwb.launch(q, cache, kb, vb, mask, scale, **kw)
 
             def timed():
-                return gwb.launch(q, cache, kb, vb, mask, scale, timer=timer, **kw)
+                return TIMED.launch(q, cache, kb, vb, mask, scale, timer=timer, **kw)
 
             err = (timed().float() - plain().float()).abs().max().item()
             if err != 0.0:
-                print(f"(batch {n}: the timed kernel's output differs from the untimed one's by up to {err:.3g})")
+                print(f"(batch {n}: the timed build's output differs from the product kernel's by up to {err:.3g})")
             per = kernel_us(plain, per_kernel=True)
             attn = sum(v for k, v in per.items() if "gluon" in k)
             merge = sum(v for k, v in per.items() if "gluon" not in k)

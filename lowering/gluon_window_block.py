@@ -28,8 +28,6 @@ Split-KV (``num_splits > 1``): split ``s`` takes an equal range of whole tiles o
 the mask reaches and writes a float32 partial and its log2-sum-exp, merged afterwards by
 ``triton_window_block.merge_splits``; ``triton_window_block`` splits only while ``N * Hkv``
 programs leave multiprocessors idle (a program fills one).
-``launch(timer=...)`` runs a build that stamps each program's phases and the time the ring's
-two sides waited for each other (``TIMER_SLOTS``; ``lab/kernel_phases.py`` prints them).
 Needs an SM90 GPU and triton 3.6 (Gluon's API changes between releases: triton 3.9 does
 not compile this kernel, so :func:`available` gates on the version and other releases use
 the Triton kernel). Never run elsewhere. Its tuned parameters are :data:`TUNED`; today's
@@ -60,13 +58,13 @@ except Exception:  # noqa: BLE001 - no triton, or a triton without this Gluon AP
 
 # The partitions' argument groups, built by keyword and read by field name (triton 3.6 passes a
 # named tuple into jit functions and warp_specialize partitions with its field names).
-Work = namedtuple("Work", "ctx_ptr timer_ptr total B HKV NUM_SPLITS W_M1 WINDOWED")  # the launch's items and shape
-Item = namedtuple("Item", "n kvh split ctx start lo hi n_tiles n_pre mid_end has_blk t_ptr")  # one work item
+Work = namedtuple("Work", "ctx_ptr total B HKV NUM_SPLITS W_M1 WINDOWED")  # the launch's items and shape
+Item = namedtuple("Item", "n kvh split ctx start lo hi n_tiles n_pre mid_end has_blk")  # one work item
 ProducerArgs = namedtuple("ProducerArgs", "bt_ptr k_desc v_desc k_bufs v_bufs ready empty s_btn PAGE R "
-                                          "TMA_PAGE TMA_HEAD TMA_COL TIMED")
+                                          "TMA_PAGE TMA_HEAD TMA_COL")
 ConsumerArgs = namedtuple("ConsumerArgs", "q_ptr out_ptr lse_ptr po_ptr plse_ptr k_bufs v_bufs ready empty "
                                           "kq_bufs vq_bufs q_bufs NUM_SPLITS s_qn s_qb s_qh s_on s_ob s_oh "
-                                          "B G HQ W_M1 qk_scale CAUSAL WINDOWED WANT_LSE TIMED")
+                                          "B G HQ W_M1 qk_scale CAUSAL WINDOWED WANT_LSE")
 PrivateArgs = namedtuple("PrivateArgs", "bt_ptr kp_ptr vp_ptr kb_ptr vb_ptr B s_btn PAGE R s_kpp s_kpt s_kph "
                                         "s_vpp s_vpt s_vph s_kbn s_kbb s_kbh s_vbn s_vbb s_vbh")  # private-tile copies
 
@@ -93,31 +91,6 @@ NUM_BUF = TUNED["ring_slots"][0]
 CONSUMER_REGS = TUNED["consumer_regs"][0]
 PRODUCER_REGS = TUNED["producer_regs"][0]
 
-
-# Phase timer (a diagnostic, ``launch(timer=...)``; compiled out otherwise): int64 slots per
-# program, ``timer[pid, split, slot]``; ``clock`` slots are the SM's cycle counter (%clock64),
-# ``ns`` slots the global nanosecond timer (%globaltimer). Read by ``lab/kernel_phases.py``.
-TIMER_SLOTS = (
-    "ns_entry",  # kernel entry (before the context length is read)
-    "clock_entry",
-    "clock_consumer",  # consumer 0 starts (context length read, barriers initialised)
-    "clock_q",  # consumer 0 has its Q rows in registers
-    "clock_first_tile",  # consumer 0's first ring tile has landed (unset without interior tiles)
-    "clock_interior_done",  # consumer 0 is done with the ring
-    "clock_first_private",  # consumer 0's first edge tile (after the ring) has landed (unset without edge tiles;
-    #                         the block's keys, also private, are used before the ring)
-    "clock_private_done",
-    "clock_stored",  # consumer 0 has issued its output stores
-    "ns_stored",
-    "clock_producer",  # the producer warp starts
-    "clock_first_tma",  # the producer has issued its first TMA copy (page index read)
-    "clock_last_tma",  # the producer has issued its last TMA copy
-    "ring_tiles",  # interior tiles of this program
-    "private_tiles",  # private tiles (window edge, trailing partial tile, block keys)
-    "smid",
-    "producer_wait",  # cycles the producer waited for free ring slots, over all its tiles
-    "consumer_wait",  # cycles consumer 0 waited for landed ring tiles (the first's wait included)
-)
 
 VERIFIED_TRITON = ("3.6.",)  # Gluon's API moves between releases; 3.9's does not compile this kernel
 
@@ -205,62 +178,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     SUB = gl.constexpr(sub)
     N_SUB = gl.constexpr(bn // sub)
     BM = gl.constexpr(TILE)
-    # Timer slots (TIMER_SLOTS' order).
-    (T_NS_ENTRY, T_ENTRY, T_CONSUMER, T_Q, T_FIRST_TILE, T_INTERIOR_DONE, T_FIRST_PRIVATE, T_PRIVATE_DONE, T_STORED,
-     T_NS_STORED, T_PRODUCER, T_FIRST_TMA, T_LAST_TMA, T_RING_TILES, T_PRIVATE_TILES, T_SMID, T_PRODUCER_WAIT,
-     T_CONSUMER_WAIT) = (
-        gl.constexpr(i) for i in range(len(TIMER_SLOTS)))
-    N_SLOTS = gl.constexpr(len(TIMER_SLOTS))
-
-    @gluon.jit
-    def stamp(t_ptr, slot: gl.constexpr, TIMED: gl.constexpr, NS: gl.constexpr = False, when=True):
-        """Store %clock64, or %globaltimer if ``NS``, into this program's timer slot (if ``when``).
-
-        Worker partitions receive ``TIMED`` as a value, not a constexpr (triton 3.6 passes their
-        arguments as block arguments), so there this is a branch on a constant, which folds: the
-        untimed build's PTX holds no timer instruction."""
-        if TIMED:
-            if not when:
-                return
-            if NS:
-                t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False,
-                                              pack=1)
-            else:
-                t = clock()
-            gl.store(t_ptr + slot, t)
-
-    @gluon.jit
-    def clock():
-        """The SM's cycle counter (%clock64)."""
-        return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-
-    @gluon.jit
-    def wait(bar, phase, spent, TIMED):
-        """Wait on mbarrier ``bar`` for ``phase``; with the timer on, add the cycles waited to
-        ``spent`` (int64), which is returned."""
-        if TIMED:
-            c0 = clock()
-            mbarrier.wait(bar, phase)
-            spent += clock() - c0
-        else:
-            mbarrier.wait(bar, phase)
-        return spent
-
-    @gluon.jit
-    def record(t_ptr, slot: gl.constexpr, value, TIMED: gl.constexpr):
-        """Store a count into this program's timer slot."""
-        if TIMED:
-            gl.store(t_ptr + slot, value.to(gl.int64))
-
-    @gluon.jit
-    def entered(t_ptr, TIMED):
-        """Stamp an entry: the global timer, the SM's clock and the SM's number."""
-        stamp(t_ptr, T_NS_ENTRY, TIMED, True)
-        stamp(t_ptr, T_ENTRY, TIMED)
-        if TIMED:
-            sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
-            record(t_ptr, T_SMID, sm, TIMED)
-
     @gluon.jit
     def ptx(asm: gl.constexpr):
         """One PTX statement with no operands (a dummy output, which inline asm needs)."""
@@ -313,12 +230,11 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         """One work item, (sequence ``n``, KV head ``kvh``, split ``split``) with ``ctx`` context
         tokens, as the :data:`Item` the partitions read (``w``: the launch's :data:`Work`, built in
         the kernel's entry)."""
-        timer_ptr, B, HKV, NUM_SPLITS, W_M1, WINDOWED = w.timer_ptr, w.B, w.HKV, w.NUM_SPLITS, w.W_M1, w.WINDOWED
+        B, NUM_SPLITS, W_M1, WINDOWED = w.B, w.NUM_SPLITS, w.W_M1, w.WINDOWED
         start, lo, hi, n_tiles, n_pre, mid_end = span(ctx, split, NUM_SPLITS, B, W_M1, WINDOWED)
         has_blk = (split == NUM_SPLITS - 1).to(gl.int32)  # the last split also takes the block's keys
-        t_ptr = timer_ptr + ((n * HKV + kvh) * NUM_SPLITS + split) * N_SLOTS
         return Item(n=n, kvh=kvh, split=split, ctx=ctx, start=start, lo=lo, hi=hi, n_tiles=n_tiles, n_pre=n_pre,
-                    mid_end=mid_end, has_blk=has_blk, t_ptr=t_ptr)
+                    mid_end=mid_end, has_blk=has_blk)
 
     @gluon.jit
     def producer(p, w):
@@ -331,16 +247,14 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         ``g`` (tiles streamed before it); returns ``g`` after it."""
         bt_ptr, k_desc, v_desc, k_bufs, v_bufs, ready = p.bt_ptr, p.k_desc, p.v_desc, p.k_bufs, p.v_bufs, p.ready
         empty, s_btn, PAGE, R, TMA_PAGE, TMA_HEAD = p.empty, p.s_btn, p.PAGE, p.R, p.TMA_PAGE, p.TMA_HEAD
-        TMA_COL, TIMED = p.TMA_COL, p.TIMED
-        n, kvh, lo, n_pre, mid_end, t_ptr = it.n, it.kvh, it.lo, it.n_pre, it.mid_end, it.t_ptr
+        TMA_COL = p.TMA_COL
+        n, kvh, lo, n_pre, mid_end = it.n, it.kvh, it.lo, it.n_pre, it.mid_end
         NB: gl.constexpr = k_bufs.type.shape[0]
-        stamp(t_ptr, T_PRODUCER, TIMED)
         n_bt = bt_ptr + n.to(gl.int64) * s_btn
-        spent = n.to(gl.int64) * 0  # cycles waited for free slots (the timer's)
         for i in range(mid_end - n_pre):
             idx = (g + i) % NB
             ph = ((g + i) // NB) & 1
-            spent = wait(empty.index(idx), ph ^ 1, spent, TIMED)
+            mbarrier.wait(empty.index(idx), ph ^ 1)
             t0 = lo + (n_pre + i) * BN
             mbarrier.expect(ready.index(idx), 2 * N_SUB * k_desc.block_type.nbytes)
             for j in gl.static_range(N_SUB):  # one box per page the tile spans (one when pages hold 64k keys)
@@ -354,9 +268,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                     v_dst = v_bufs.index(idx).slice(j * SUB, SUB)
                 tma.async_copy_global_to_shared(k_desc, [row, kvh * TMA_COL], ready.index(idx), k_dst)
                 tma.async_copy_global_to_shared(v_desc, [row, kvh * TMA_COL], ready.index(idx), v_dst)
-            stamp(t_ptr, T_FIRST_TMA, TIMED, when=i == 0)
-        stamp(t_ptr, T_LAST_TMA, TIMED)
-        record(t_ptr, T_PRODUCER_WAIT, spent, TIMED)
         return g + mid_end - n_pre
 
     @gluon.jit
@@ -442,11 +353,9 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         k_bufs, v_bufs, ready, empty, kq_bufs, vq_bufs = c.k_bufs, c.v_bufs, c.ready, c.empty, c.kq_bufs, c.vq_bufs
         q_bufs, NUM_SPLITS, s_qn, s_qb, s_qh, s_on = c.q_bufs, c.NUM_SPLITS, c.s_qn, c.s_qb, c.s_qh, c.s_on
         s_ob, s_oh, B, G, HQ, W_M1, qk_scale, CAUSAL = c.s_ob, c.s_oh, c.B, c.G, c.HQ, c.W_M1, c.qk_scale, c.CAUSAL
-        WINDOWED, WANT_LSE, TIMED = c.WINDOWED, c.WANT_LSE, c.TIMED
+        WINDOWED, WANT_LSE = c.WINDOWED, c.WANT_LSE
         n, kvh, split, ctx, start, lo, hi = it.n, it.kvh, it.split, it.ctx, it.start, it.lo, it.hi
-        n_tiles, n_pre, mid_end, has_blk, t_ptr = it.n_tiles, it.n_pre, it.mid_end, it.has_blk, it.t_ptr
-        T0 = TIMED and ROW0 == 0  # consumer 0 stamps the timer
-        stamp(t_ptr, T_CONSUMER, T0)
+        n_tiles, n_pre, mid_end, has_blk = it.n_tiles, it.n_pre, it.mid_end, it.has_blk
         PP: gl.constexpr = PINGPONG and kq_bufs.type.shape[0] == 2  # turns need two consumers
         ME: gl.constexpr = ROW0 // BM
         OTHER: gl.constexpr = 1 - ME
@@ -470,8 +379,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         keys = gl.arange(0, BN, layout=gl.SliceLayout(1, ld_l))
         n_edge = n_pre + (n_tiles - mid_end)
         n_priv = n_edge + has_blk
-        record(t_ptr, T_RING_TILES, mid_end - n_pre, T0)
-        record(t_ptr, T_PRIVATE_TILES, n_priv, T0)
         # Q rows (block query j = row // G, head kvh * G + row % G) in registers: wgmma's A. Its
         # load is issued ahead of the private tiles' copies (lab/log.md#a11).
         rows = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))
@@ -491,7 +398,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             gl.thread_barrier()  # every thread's rows are in
         else:
             q_s = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=s_l, k_width=2))
-        stamp(t_ptr, T_Q, T0)
 
         jrow = (ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))) // G
         srow_ok = (ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_l))) < B * G
@@ -522,14 +428,12 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
 
         # Interior tiles from the producer's ring: no mask.
         n_ring = mid_end - n_pre
-        spent = n64 * 0  # cycles waited for landed tiles (the timer's)
         if OVERLAP:
             # Tile i's P @ V and tile i + 1's Q K^T are in flight while tile i + 1's softmax runs.
             dt: gl.constexpr = v_bufs.dtype
             p = gl.zeros([BM, BN], dt, layout=p_l)
             if n_ring > 0:
-                spent = wait(ready.index(g % NB), (g // NB) & 1, spent, T0)
-                stamp(t_ptr, T_FIRST_TILE, T0)
+                mbarrier.wait(ready.index(g % NB), (g // NB) & 1)
                 s = warpgroup_mma(q_s, k_bufs.index(g % NB).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                                   use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
@@ -538,7 +442,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             for i in range(n_ring - 1):
                 idx = (g + i) % NB
                 nxt = (g + i + 1) % NB
-                spent = wait(ready.index(nxt), ((g + i + 1) // NB) & 1, spent, T0)
+                mbarrier.wait(ready.index(nxt), ((g + i + 1) // NB) & 1)
                 turn(ME, True, PP)
                 s = warpgroup_mma(q_s, k_bufs.index(nxt).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
@@ -559,8 +463,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             turn(ME, True, PP)
             for i in range(n_ring):
                 idx = (g + i) % NB
-                spent = wait(ready.index(idx), ((g + i) // NB) & 1, spent, T0)
-                stamp(t_ptr, T_FIRST_TILE, T0, when=i == 0)
+                mbarrier.wait(ready.index(idx), ((g + i) // NB) & 1)
                 s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)),
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
                 turn(OTHER, False, PP)
@@ -572,14 +475,11 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
             turn(OTHER, False, PP)
-        stamp(t_ptr, T_INTERIOR_DONE, T0)
-        record(t_ptr, T_CONSUMER_WAIT, spent, T0)
 
         for e in range(n_edge):  # the edge tiles, after the ring
             async_copy.wait_group(0)
             fence_async_shared()
             gl.thread_barrier()  # every thread's copies have landed
-            stamp(t_ptr, T_FIRST_PRIVATE, T0, when=e == 0)
             s = warpgroup_mma(q_s, kq.permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                               use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
@@ -592,7 +492,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             if e + 1 < n_edge:
                 gl.thread_barrier()  # every warp's MMAs on this tile are done: the buffers are free
                 fetch_private(f, it, e + 1, n_edge, kq, vq, keys, dims, edge_tile(f, it, e + 1, keys))
-        stamp(t_ptr, T_PRIVATE_DONE, T0)
 
         has = l_i > 0.0
         l_safe = gl.where(has, l_i, 1.0)
@@ -619,8 +518,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         l_ok = lrow < B * G
         gl.store(lse_ptr + l_off, lse2 * 0.6931471805599453, mask=l_ok & (WANT_LSE != 0) & (NUM_SPLITS == 1))
         gl.store(plse_ptr + l_off * NUM_SPLITS + split, lse2, mask=l_ok & (NUM_SPLITS > 1))
-        stamp(t_ptr, T_STORED, T0)
-        stamp(t_ptr, T_NS_STORED, T0, True)
         return g + n_ring
 
     @gluon.jit
@@ -633,18 +530,17 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
 
     @gluon.jit
     def gluon_window_block_kernel(q_ptr, kp_ptr, vp_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr, po_ptr, plse_ptr, bt_ptr,
-               ctx_ptr, k_desc, v_desc, timer_ptr,
+               ctx_ptr, k_desc, v_desc,
                s_qn, s_qb, s_qh, s_kpp, s_kpt, s_kph, s_vpp, s_vpt, s_vph, s_kbn, s_kbb, s_kbh,
                s_vbn, s_vbb, s_vbh, s_on, s_ob, s_oh, s_btn, N, B, G, HQ, HKV, R, PAGE, W_M1, qk_scale, TMA_PAGE, TMA_HEAD, TMA_COL,
                WANT_LSE, NUM_SPLITS, NB: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                PRODUCER_REGS: gl.constexpr,
-               CAUSAL: gl.constexpr, WINDOWED: gl.constexpr, TIMED: gl.constexpr):
+               CAUSAL: gl.constexpr, WINDOWED: gl.constexpr):
         # The work: this program's (sequence, KV head, split) item, (pid // HKV, pid % HKV, split).
         pid = gl.program_id(0)
-        w = Work(ctx_ptr=ctx_ptr, timer_ptr=timer_ptr, total=N * HKV * NUM_SPLITS, B=B, HKV=HKV,
-                 NUM_SPLITS=NUM_SPLITS, W_M1=W_M1, WINDOWED=WINDOWED)
+        w = Work(ctx_ptr=ctx_ptr, total=N * HKV * NUM_SPLITS, B=B, HKV=HKV, NUM_SPLITS=NUM_SPLITS, W_M1=W_M1,
+                 WINDOWED=WINDOWED)
         split = gl.program_id(1)
-        entered(timer_ptr + (pid * NUM_SPLITS + split) * N_SLOTS, TIMED)
         n = pid // HKV
         work = work_item(n, pid % HKV, split, gl.load(ctx_ptr + n), w)
 
@@ -666,12 +562,12 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         # One argument group per role: the producer's, the consumers', the private-tile copies'.
         p = ProducerArgs(bt_ptr=bt_ptr, k_desc=k_desc, v_desc=v_desc, k_bufs=k_bufs, v_bufs=v_bufs, ready=ready,
                          empty=empty, s_btn=s_btn, PAGE=PAGE, R=R, TMA_PAGE=TMA_PAGE, TMA_HEAD=TMA_HEAD,
-                         TMA_COL=TMA_COL, TIMED=TIMED)
+                         TMA_COL=TMA_COL)
         c = ConsumerArgs(q_ptr=q_ptr, out_ptr=out_ptr, lse_ptr=lse_ptr, po_ptr=po_ptr, plse_ptr=plse_ptr,
                          k_bufs=k_bufs, v_bufs=v_bufs, ready=ready, empty=empty, kq_bufs=kq_bufs, vq_bufs=vq_bufs,
                          q_bufs=q_bufs, NUM_SPLITS=NUM_SPLITS, s_qn=s_qn, s_qb=s_qb, s_qh=s_qh, s_on=s_on, s_ob=s_ob,
                          s_oh=s_oh, B=B, G=G, HQ=HQ, W_M1=W_M1, qk_scale=qk_scale, CAUSAL=CAUSAL, WINDOWED=WINDOWED,
-                         WANT_LSE=WANT_LSE, TIMED=TIMED)
+                         WANT_LSE=WANT_LSE)
         f = PrivateArgs(bt_ptr=bt_ptr, kp_ptr=kp_ptr, vp_ptr=vp_ptr, kb_ptr=kb_ptr, vb_ptr=vb_ptr, B=B, s_btn=s_btn,
                         PAGE=PAGE, R=R, s_kpp=s_kpp, s_kpt=s_kpt, s_kph=s_kph, s_vpp=s_vpp, s_vpt=s_vpt, s_vph=s_vph,
                         s_kbn=s_kbn, s_kbb=s_kbb, s_kbh=s_kbh, s_vbn=s_vbn, s_vbb=s_vbb, s_vbh=s_vbh)
@@ -700,13 +596,12 @@ def default_pingpong(d: int) -> bool:
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
            num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS, producer_regs: Optional[int] = None,
-           timer: Optional[torch.Tensor] = None, overlap: Optional[bool] = None, pingpong: Optional[bool] = None):
+           overlap: Optional[bool] = None, pingpong: Optional[bool] = None):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
     Builds (:func:`_kernel`): ``pingpong`` by default except at head dim 256 (:func:`default_pingpong`); ``overlap`` by default where each
     program streams a whole window (one split) at head dim 128 (:func:`default_overlap`).
-    ``timer``: an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor to fill with the
-    phase timer (a diagnostic; a separately compiled kernel). Returns ``out`` or ``(out, lse)``."""
+    Returns ``out`` or ``(out, lse)``."""
     n, b, hq, d = q.shape
     hkv = k_blk.shape[2]
     g = hq // hkv
@@ -729,10 +624,6 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     consumers = 2 if b * g > TILE else 1
     warps = 4 + 4 * consumers  # default partition + the workers, in warpgroups
     windowed = mask.window is not None
-    if timer is not None and (timer.dtype != torch.int64 or timer.shape != (n * hkv, num_splits, len(TIMER_SLOTS))
-                              or not timer.is_contiguous()):
-        raise ValueError(f"timer: an int64 contiguous [{n * hkv}, {num_splits}, {len(TIMER_SLOTS)}] tensor, "
-                         f"got {timer.dtype} {tuple(timer.shape)}")
     if overlap is None:
         overlap = default_overlap(num_splits, d)
     if pingpong is None:
@@ -742,14 +633,13 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     grid = (n * hkv, num_splits)
     _kernel(overlap, sub, pingpong, bn, q_smem)[grid](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
-        timer if timer is not None else ctx,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2), k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),
         v_blk.stride(0), v_blk.stride(1), v_blk.stride(2), out.stride(0), out.stride(1), out.stride(2), bt.stride(0),
         n, b, g, hq, hkv, bt.shape[1], page, mask.reach if windowed else 0, float(scale) * LOG2E, *strides,
         int(return_lse), num_splits, NB=num_buf, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
         PRODUCER_REGS=producer_regs, CAUSAL=bool(mask.causal),
-        WINDOWED=windowed, TIMED=timer is not None, num_warps=4, maxnreg=min(255, 65536 // (32 * warps)) // 8 * 8,
+        WINDOWED=windowed, num_warps=4, maxnreg=min(255, 65536 // (32 * warps)) // 8 * 8,
     )
     if num_splits > 1:
         merge_splits(po, plse, out, lse)

@@ -54,9 +54,11 @@ def test_from_config_is_called_only_on_configs_read_from_disk():
 @pytest.mark.parametrize("key, value, words", [
     ("num_key_value_heads", 3, ("num_attention_heads", "is not a multiple of num_key_value_heads")),
     ("rotary_dim", 3, ("rotary_dim 3", "even", "head_dim")),
+    ("mask_token_id", 1 << 23, (f"mask_token_id {1 << 23}", "must be < vocab_size")),
 ])
 def test_a_record_rule_refuses_in_one_line_naming_its_keys(key, value, words):
-    """Heads dividing and rotary_dim are checked once, by the record; its refusal names the keys."""
+    """Heads dividing, rotary_dim and the mask id inside the vocab are checked once, by the
+    record; its refusal names the keys."""
     from draftsmith.framework.errors import UserError
 
     a = load_adapter("speculators_dflash")
@@ -66,5 +68,28 @@ def test_a_record_rule_refuses_in_one_line_naming_its_keys(key, value, words):
     (hit[0] if hit else raw)[key] = value
     with pytest.raises(UserError) as e:
         a.compile_config(raw)
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("dims.rotary_dim", 3, ("rotary_dim 3", "even", "head_dim")),
+    ("mask_token_id", 1 << 23, (f"mask_token_id {1 << 23}", "must be < vocab_size")),
+])
+def test_a_record_rule_refuses_a_converted_config_too(field, value, words):
+    """The record's rules hold for a config read from disk (``from_config``): the torch host's
+    rope and the config checks do not repeat them, so the record is their one place."""
+    from draftsmith.framework.errors import UserError
+
+    a = load_adapter("speculators_dflash")
+    flat, record = a.compile_config(source_config(a, "tiny"))
+    section = record.section()
+    *path, last = field.split(".")
+    node = section
+    for part in path:
+        node = node[part]
+    node[last] = value
+    with pytest.raises(UserError) as e:
+        ResolvedDrafter.from_config(dict(flat, draftsmith=section))
     msg = str(e.value)
     assert "\n" not in msg and all(w in msg for w in words), msg

@@ -487,60 +487,6 @@ def test_gpu_gluon_block_kv_views():
     run_and_check(q, cache, kb_odd, vb, causal=False, window=300, tol=1e-2, lse_tol=2e-2)
 
 
-@pytest.mark.gpu
-@gpu
-def test_gpu_gluon_phase_timer():
-    """The phase timer (a diagnostic build of the Gluon kernel): the same output as the plain
-    kernel, bit for bit; each program's ring and private tile counts as the split rule gives
-    them (counted here from the keys of each split); its stamps in phase order; an unset
-    stamp only where a program has no such tiles (the first-private stamp is the first edge
-    tile's, after the ring: the block's keys are used before it)."""
-    from draftsmith.lowering import gluon_window_block as gwb
-
-    gen = torch.Generator().manual_seed(23)
-    ctx, window, splits, hkv, b, tile = [5003, 1000, 299, 64, 0], 4096, 3, 4, 7, 64
-    q, cache, kb, vb = _gpu_case(len(ctx), b, 64, hkv, 128, 64, ctx, window, dtype=torch.bfloat16, gen=gen,
-                                 poison_unreachable=True)
-    _require_gluon((q, cache, kb, vb))
-    mask, scale = MaskSpec(causal=False, window=window), 128 ** -0.5
-    timer = torch.full((len(ctx) * hkv, splits, len(gwb.TIMER_SLOTS)), -7, dtype=torch.int64, device="cuda")
-    out = gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits, timer=timer)
-    assert torch.equal(out, gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits))
-    with pytest.raises(ValueError, match="timer"):
-        gwb.launch(q, cache, kb, vb, mask, scale, num_splits=splits, timer=timer[:, :1])
-    t = {name: timer[..., i].cpu() for i, name in enumerate(gwb.TIMER_SLOTS)}
-    for n, c in enumerate(ctx):
-        start = max(0, c - (window - 1))
-        seen_by_all = c + b - 1 - (window - 1)  # first key every block query's window reaches
-        start_al = start // tile * tile
-        chunk = -(-(-(-(c - start_al) // splits)) // tile) * tile
-        for s in range(splits):
-            lo, hi = start_al + s * chunk, min(c, start_al + (s + 1) * chunk)
-            firsts = list(range(lo, hi, tile)) if hi > lo else []
-            ring = sum(1 for f in firsts if f >= max(start, seen_by_all) and f + tile <= hi)
-            edge = len(firsts) - ring  # private tiles after the ring; the block's keys come before it
-            private = edge + (s == splits - 1)
-            for h in range(hkv):
-                p = (n * hkv + h, s)
-                assert (t["ring_tiles"][p], t["private_tiles"][p]) == (ring, private), (n, s)
-                order = ["clock_entry", "clock_consumer", "clock_q"] + (["clock_first_tile"] if ring else []) + [
-                    "clock_interior_done"] + (["clock_first_private"] if edge else []) + [
-                    "clock_private_done", "clock_stored"]
-                stamps = [t[k][p].item() for k in order]
-                assert stamps == sorted(stamps) and stamps[0] > 0, (n, s, dict(zip(order, stamps)))
-                assert (t["clock_first_tile"][p] == -7) == (ring == 0)
-                assert (t["clock_first_private"][p] == -7) == (edge == 0)
-                assert t["clock_entry"][p] <= t["clock_producer"][p]
-                if ring:
-                    assert t["clock_producer"][p] <= t["clock_first_tma"][p] <= t["clock_last_tma"][p]
-                    # the two sides' waits for each other: within the ring's span
-                    span = t["clock_interior_done"][p] - t["clock_consumer"][p]
-                    assert 0 <= t["consumer_wait"][p] <= span, (n, s)
-                    assert 0 <= t["producer_wait"][p] <= t["clock_last_tma"][p] - t["clock_producer"][p], (n, s)
-                assert 0 < t["ns_entry"][p] <= t["ns_stored"][p]
-                assert 0 <= t["smid"][p] < torch.cuda.get_device_properties(0).multi_processor_count
-
-
 def test_merge_config_rows(monkeypatch):
     """The merge takes one row per program while rows are few, up to MERGE_MAX_ROWS once
     they outnumber programs, and never more than 64 partials per program."""

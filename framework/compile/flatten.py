@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from ..errors import UserError
 from .attention import resolve_layers, write_back
 from .config_types import check_config_types
+from .decoding import decoding_type
 from .dotted import get_dotted, pop_dotted, set_dotted, spelled_key
 from .keys import account
 from .resolved import CONFIG_PREFIX, SPEC_DEFAULT, VALUE_MARK, ResolvedDrafter
@@ -132,9 +133,6 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
     engine = render_engine_keys(resolved, out.get("model_type"))
     out["dspark_config"] = {**out.get("dspark_config", {}), **engine.pop("dspark_config")}
     out.update(engine)
-    for key, value in merged.items():  # the raw top-level dspark_* fallbacks, kept as read
-        if key.startswith("dspark_") and not isinstance(value, dict):
-            out.setdefault(key, value)
     out["draftsmith"] = resolved.section()
     return dict(sorted(out.items())), resolved
 
@@ -155,14 +153,33 @@ def render_engine_keys(resolved: ResolvedDrafter, model_type: str | None) -> dic
     the trained masks and slots (tests/conformance/trtllm/CONTRACT.md R2, R6): ``use_sliding_window``
     (false when a window is non-causal: the window then comes from
     ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
-    (= ``sample_from_anchor``) and a ``model_type`` TensorRT-LLM's ``load_pretrained_config``
-    loads (:data:`TRTLLM_MODEL_TYPES`). Pure: the caller merges the result into the flattened
+    (= ``sample_from_anchor``), the top-level ``dspark_*`` fallbacks (:func:`dspark_fallbacks`) and
+    a ``model_type`` TensorRT-LLM's ``load_pretrained_config`` loads (:data:`TRTLLM_MODEL_TYPES`). Pure: the caller merges the result into the flattened
     config (``dspark_config`` key by key)."""
     windows = [m for m in resolved.masks if m.window is not None]
     return {
         "model_type": TRTLLM_MODEL_TYPES.get(model_type, model_type),
         "use_sliding_window": bool(windows) and all(m.causal for m in windows),
         "dspark_config": {"shift_label": resolved.sample_from_anchor},
+        **dspark_fallbacks(resolved),
+    }
+
+
+def dspark_fallbacks(resolved: ResolvedDrafter) -> dict[str, Any]:
+    """The top-level ``dspark_*`` keys ``DSparkDecodingConfig`` falls back to for a field the
+    speculative config leaves unset ("If None, read from the draft model config", NVIDIA
+    ``tensorrt_llm/llmapi/llm_args.py`` @ ``00043967``), for a drafter served as DSpark
+    (:func:`~.decoding.decoding_type`); none for DFlash, whose config has no fallbacks.
+    ``resolve_dspark_head_config``'s top-level ``dspark_<key>`` spellings are not written: it
+    reads ``dspark_config`` first, which carries every head switch."""
+    if decoding_type(resolved) != "DSpark":
+        return {}
+    return {
+        "dspark_block_size": resolved.block_size,
+        "dspark_noise_token_id": resolved.mask_token_id,
+        "dspark_target_layer_ids": list(resolved.target_layer_ids),
+        "dspark_markov_rank": resolved.heads.markov_rank,
+        "dspark_markov_head_type": resolved.heads.markov_head_type,
     }
 
 
@@ -247,9 +264,10 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
 
 def _refusal(where: str, error: dict) -> str:
     """One line for a record validation error: a field's names the config key it was read from;
-    a record rule's (``Dims``: heads dividing, ``rotary_dim``) is its own message, which names its keys."""
+    a record rule's (``Dims``: heads dividing, ``rotary_dim``; the record's: mask id < vocab) is its own
+    message, which names its keys."""
     dotted = ".".join(str(p) for p in error["loc"])
     key = MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted)
-    if key is None and error["type"] == "value_error" and dotted in ("dims", "heads"):
+    if key is None and error["type"] == "value_error" and dotted in ("", "dims", "heads"):
         return f"{where}: {error['ctx']['error']}"
     return f"{where}: {key or dotted or 'config'}: {error['msg']}"

@@ -288,7 +288,7 @@ class ResolvedDrafter(_Frozen):
         if set(self.norms) != set(NORM_KINDS):
             raise ValueError(f"norms must name exactly {', '.join(NORM_KINDS)}")
         if not 0 <= self.mask_token_id < self.dims.vocab:
-            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocab ({self.dims.vocab})")
+            raise ValueError(f"mask_token_id {self.mask_token_id} must be < vocab_size ({self.dims.vocab})")
         max_draft_len_rule(self.block_size, self.sample_from_anchor)
         if self.dflash2 is not None:
             if self.dims.hidden % self.dflash2.conv.group_size:

@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from ..compile.engine import compile_spec
+from ..compile.decoding import decoding_type
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
@@ -252,13 +253,6 @@ def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNam
         return EngineNames(backbone=check_backbone(backbone, "backbone"))
     except ValueError as e:
         raise UserError(f"adapter {adapter.name}: {e}") from None
-
-
-def decoding_type(r: ResolvedDrafter) -> str:
-    """``DFlash`` for a drafter with no DSpark head and no shift (TensorRT-LLM's DFlash reads
-    slots ``1..K``), else ``DSpark``."""
-    heads = r.heads
-    return "DSpark" if (r.sample_from_anchor or heads.markov_rank or heads.confidence) else "DFlash"
 
 
 def check_engine_norms(r: ResolvedDrafter, where: str) -> None:

@@ -46,13 +46,12 @@ class PartialNeoxRope:
     pass through. Angles ``pos * inv_freq`` are formed in float64 (exact for long contexts),
     cos/sin applied in float32. ``rope_type``/``scaling``: the drafter's RoPE scaling
     (``runtime/rope.py``); ``attention_factor`` multiplies cos and sin (YaRN). Holds no
-    parameters (shared by all layers).
+    parameters (shared by all layers). ``head_dim``, ``rotary_dim``: the record's (its ``Dims``
+    checks that ``rotary_dim`` is even and in ``1..head_dim``).
     """
 
     def __init__(self, head_dim: int, rotary_dim: int, theta: float, device: torch.device | str = "cpu",
                  rope_type: str = "default", scaling: dict | None = None):
-        if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
-            raise ValueError(f"rotary_dim must be even and in 1..head_dim={head_dim}, got {rotary_dim}")
         self.rotary_dim = rotary_dim
         self.theta = float(theta)
         inv_freq, self.attention_factor = rope_frequencies(self.theta, rotary_dim, rope_type, scaling or {})

@@ -34,7 +34,7 @@ PTXAS = _ptxas()
 
 # The builds ``launch`` picks (``default_overlap``, ``default_pingpong``: no turns at head dim 256): one split at head dim 128 (overlap), several
 # splits (no overlap), head dims 64 and 256, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
-# causal without a window, the phase timer's build, and the VANILLA dense arena (a page of any length a
+# causal without a window, the lab's phase-timer build (timed_kernel.py), and the VANILLA dense arena (a page of any length a
 # sequence, one TMA box a tile).
 BUILDS = [
     dict(overlap=True),
@@ -55,7 +55,9 @@ BUILDS = [
 @pytest.mark.skipif(PTXAS is None, reason="Gluon's Hopper API (triton 3.6) and its ptxas are not installed here")
 @pytest.mark.parametrize("build", BUILDS, ids=lambda b: "-".join(f"{k}={v}" for k, v in b.items()))
 def test_launched_builds_assemble_without_serialized_wgmma(build, tmp_path):
-    ptx = compile_for_sm90(**build)["ptx"]
+    import timed_kernel
+
+    ptx = compile_for_sm90(**build, **(dict(kernel=timed_kernel.load()) if build.get("timed") else {}))["ptx"]
     src = tmp_path / "kernel.ptx"
     src.write_text(ptx)
     done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],

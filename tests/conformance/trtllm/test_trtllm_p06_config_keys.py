@@ -1,5 +1,5 @@
 """Point 6 (config keys): the converted config says ``shift_label`` where TensorRT-LLM looks for it,
-keeps the raw ``dspark_*`` fallbacks, sets ``use_sliding_window``; the snippet carries
+carries the ``dspark_*`` fallbacks rendered from the record, sets ``use_sliding_window``; the snippet carries
 ``target_layer_ids``, ``mask_token_id``, ``block_size`` and a valid ``attention_backend``
 (CONTRACT.md R6)."""
 
@@ -15,15 +15,31 @@ def test_shift_label_resolves_to_the_trained_slot_convention(case):
         f"sample_from_anchor={case.sample_from_anchor}")
 
 
-def test_dspark_fallback_keys_survive_conversion(case):
-    raw = case.raw_config
-    keys = {k: v for k, v in raw.items() if k.startswith("dspark_") and not isinstance(v, dict)}
-    text = raw.get("text_config") or {}
-    keys.update({k: v for k, v in text.items() if k.startswith("dspark_") and not isinstance(v, dict)})
-    if not keys:
-        pytest.skip(f"{case.adapter}: the raw config has no top-level dspark_* keys")
-    lost = {k: v for k, v in keys.items() if case.config.get(k) != v}
-    assert not lost, f"{case.adapter}: conversion dropped or changed the dspark_* fallbacks {lost}"
+#: DSparkDecodingConfig field -> the drafter config key it falls back to when unset (NVIDIA
+#: tensorrt_llm/llmapi/llm_args.py @ 00043967: "If None, read from the draft model config (...)")
+DSPARK_FALLBACKS = {"block_size": "dspark_block_size", "mask_token_id": "dspark_noise_token_id",
+                    "target_layer_ids": "dspark_target_layer_ids", "markov_rank": "dspark_markov_rank",
+                    "markov_head_type": "dspark_markov_head_type"}
+
+
+def test_dspark_fallbacks_are_the_records(case):
+    """The top-level ``dspark_*`` fallbacks carry the record's values (never the raw config's as
+    read: ``minimax_dspark_v0``'s raw ones are null) for a DSpark drafter, and are absent for
+    DFlash; the stand-in's ``DSparkDecodingConfig`` resolves ``markov_rank``, which the snippet
+    leaves unset, from them."""
+    rec = case.config["draftsmith"]
+    got = {k: case.config[k] for k in DSPARK_FALLBACKS.values() if k in case.config}
+    if case.is_dflash:
+        assert not got, f"{case.adapter}: a DFlash config carries DSpark fallbacks {got}"
+        return
+    heads = rec["heads"]
+    want = {"dspark_block_size": rec["block_size"], "dspark_noise_token_id": rec["mask_token_id"],
+            "dspark_target_layer_ids": rec["target_layer_ids"], "dspark_markov_rank": heads["markov_rank"],
+            "dspark_markov_head_type": heads["markov_head_type"]}
+    assert got == want, f"{case.adapter}: top-level dspark_* {got}, the record says {want}"
+    for backend, out in case.serve()["backends"].items():
+        resolved = out.get("spec_resolved", {})
+        assert resolved.get("markov_rank") == heads["markov_rank"], (case.adapter, backend, resolved)
 
 
 def test_use_sliding_window_is_explicit_and_no_window_is_inferred(case):

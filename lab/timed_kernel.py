@@ -1,0 +1,140 @@
+"""The phase-timer build of the product's Gluon kernel, kept in the lab.
+
+The product kernel (``lowering/gluon_window_block.py``) carries no timer. This builds one at
+run time: today's kernel with ``lab/kernel_phases.patch`` applied (no second copy of the kernel
+is kept by hand), loaded as its own module beside the product's (``gluon_ab.kernel_at``). Its
+``launch(timer=...)`` stamps each program's phases and the time the ring's two sides waited
+for each other into an int64 ``[N * Hkv, num_splits, len(TIMER_SLOTS)]`` tensor
+(``lab/kernel_phases.py`` reads it); without ``timer`` it runs untimed.
+
+The patch is a unified diff with context, applied strictly (a hunk's lines must match
+exactly, anywhere after the previous hunk, nearest its stated line): a kernel edit that
+moves what the timer hooks into makes :func:`timed_source` fail, naming the hunk
+(``lab/tests/test_timed_kernel.py`` checks it on CPU). Then:
+``PYTHONPATH=. python3 lab/timed_kernel.py --write /tmp/timed.py`` (the last version that
+applied: ``--base REV``), port the timer to today's kernel in that file, and
+``--refresh /tmp/timed.py`` rewrites the patch against today's kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = "lowering/gluon_window_block.py"
+PATCH = Path(__file__).with_name("kernel_phases.patch")
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class PatchError(ValueError):
+    """The patch does not apply (one line: which hunk, and the first line it looked for)."""
+
+
+def _hunks(patch: str) -> list[tuple[int, list[str], list[str], str]]:
+    """``(old start line, old lines, new lines, header)`` per hunk of a unified diff."""
+    hunks, cur = [], None
+    for line in patch.splitlines():
+        m = HUNK.match(line)
+        if m:
+            cur = (int(m.group(1)), [], [], line)
+            hunks.append(cur)
+        elif cur is None or line.startswith("\\"):
+            continue  # file headers; "\ No newline at end of file"
+        else:
+            tag, body = (line[0], line[1:]) if line else (" ", "")  # an editor may strip a blank context line
+            if tag in " -":
+                cur[1].append(body)
+            if tag in " +":
+                cur[2].append(body)
+            if tag not in " -+":
+                raise PatchError(f"{PATCH.name}: not a unified-diff line in hunk {cur[3]!r}: {line[:60]!r}")
+    return hunks
+
+
+def apply(text: str, patch: str, what: str = KERNEL) -> str:
+    """``text`` with unified diff ``patch`` applied, each hunk where its old lines match exactly;
+    :class:`PatchError` if one matches nowhere after the previous hunk."""
+    src = text.splitlines()
+    out, pos, shift = [], 0, 0
+    hunks = _hunks(patch)
+    if not hunks:
+        raise PatchError(f"{PATCH.name}: no hunks")
+    for n, (start, old, new, header) in enumerate(hunks, 1):
+        want = max(start - 1 + shift, pos)
+        found = [p for p in range(pos, len(src) - len(old) + 1) if src[p:p + len(old)] == old]
+        if not found:
+            first = next((l for l in old if l.strip()), "")
+            raise PatchError(f"{PATCH.name} no longer applies to {what}: hunk {n} ({header}) matches nowhere "
+                             f"(its first line: {first.strip()[:70]!r})")
+        at = min(found, key=lambda p: abs(p - want))
+        out += src[pos:at] + new
+        pos, shift = at + len(old), at - (start - 1)
+    return "\n".join(out + src[pos:]) + "\n"
+
+
+def kernel_text(rev: str | None = None) -> str:
+    """Today's product kernel, or git revision ``rev``'s."""
+    if rev is None:
+        return (ROOT / KERNEL).read_text()
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{KERNEL}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise PatchError(f"--base {rev}: git has no {KERNEL} there")
+    return shown.stdout
+
+
+def timed_source(rev: str | None = None) -> str:
+    """The timed kernel's source: the patch applied to today's kernel (or ``rev``'s)."""
+    return apply(kernel_text(rev), PATCH.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def load():
+    """The timed kernel, imported as ``draftsmith.lowering.gluon_window_block_at_timed``
+    (its relative imports resolve to the product's sibling modules)."""
+    from gluon_ab import kernel_at
+
+    folder = Path(tempfile.mkdtemp(prefix="timed_kernel_"))
+    path = folder / "timed.py"
+    path.write_text(timed_source())
+    return kernel_at(str(path))
+
+
+def refresh(edited: Path) -> str:
+    """The patch that turns today's kernel into ``edited``."""
+    return "".join(difflib.unified_diff(kernel_text().splitlines(keepends=True),
+                                        edited.read_text().splitlines(keepends=True),
+                                        fromfile=f"a/{KERNEL}", tofile=f"b/{KERNEL}", n=3))
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="check, write or refresh lab/kernel_phases.patch")
+    ap.add_argument("--write", type=Path, help="write the timed kernel's source here")
+    ap.add_argument("--base", help="with --write: apply the patch to this git revision's kernel instead")
+    ap.add_argument("--refresh", type=Path, help="rewrite the patch from this edited timed kernel")
+    args = ap.parse_args(argv)
+    try:
+        if args.refresh:
+            PATCH.write_text(refresh(args.refresh))
+            timed_source()
+            print(f"{PATCH.relative_to(ROOT)} rewritten; it applies to {KERNEL}")
+        elif args.write:
+            args.write.write_text(timed_source(args.base))
+            print(f"wrote {args.write}")
+        else:
+            timed_source()
+            print(f"{PATCH.relative_to(ROOT)} applies to {KERNEL}")
+    except (PatchError, OSError) as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
