@@ -148,6 +148,10 @@ _FEATURES = {
     "heads": (lambda r: bool(r.heads.markov_rank) or r.heads.confidence,
               lambda r: f"the Markov (rank {r.heads.markov_rank}) / confidence ({r.heads.confidence}) heads"),
     "mlp_bias": (lambda r: r.mlp_bias, lambda r: "MLP biases (mlp_bias: true)"),
+    "mixed_causality": (lambda r: len({m.causal for m in r.masks}) > 1,
+                        lambda r: "layers of differing causality (causal: "
+                                  f"{[m.causal for m in r.masks]}; vLLM 0.33's speculators reader, "
+                                  "transformers_utils/configs/speculators/algos.py, applies one to every layer)"),
     "target_hidden": (lambda r: r.dims.target_hidden != r.dims.hidden,
                       lambda r: f"a target hidden size ({r.dims.target_hidden}) other than the drafter's "
                                 f"hidden size ({r.dims.hidden})"),
