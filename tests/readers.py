@@ -18,6 +18,7 @@ this repository. Two ways of running their code, both executing their source tex
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import importlib.abc
 import importlib.util
@@ -136,13 +137,25 @@ def _parsed(path: str) -> ast.Module:
 
 
 def defs(path: Path, names: Iterable[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Execute the top-level definitions ``names`` of ``path`` (in file order, after the file's
+    """Execute the top-level definitions ``names`` of ``path`` (``Class.method``: that method
+    alone, as a function named ``Class_method``) (in file order, after the file's
     stdlib imports) in ``namespace`` (the names they use that the file imports from elsewhere)
     and return it. A name the file does not define at top level is an error."""
     names = list(names)
     tree = _parsed(str(path))
     picked = [n for n in tree.body if _name(n) in names]
-    missing = set(names) - {_name(n) for n in picked}
+    for dotted in [n for n in names if "." in n]:  # Class.method: the method as a plain function
+        cls, meth = dotted.split(".")
+        for c in tree.body:
+            if isinstance(c, ast.ClassDef) and c.name == cls:
+                for m in c.body:
+                    if isinstance(m, ast.FunctionDef) and m.name == meth:
+                        f = copy.deepcopy(m)
+                        f.name = f"{cls}_{meth}"
+                        f.decorator_list = []
+                        picked.append(f)
+    missing = set(names) - {_name(n) for n in picked} - {n for n in names if "." in n and
+                                                         n.replace(".", "_") in {_name(p) for p in picked}}
     if missing:
         raise LookupError(f"{path}: no top-level {', '.join(sorted(missing))}")
     module = ast.Module(body=[n for n in tree.body if _stdlib(n)] + picked, type_ignores=[])

@@ -16,6 +16,9 @@ Runs (files of the ``sglang==0.5.23`` wheel, see readers.py):
   the model call (``get_dflash_layer_types``, ``get_dflash_attention_sliding_window_size``,
   ``is_nemotron_35_draft_config``, ...);
 - ``srt/utils/hf_transformers/common.py`` ``get_rope_config``;
+- ``srt/model_executor/model_runner_components/spec_aux_hidden_state.py``
+  ``_resolve_dflash_aux_hidden_state`` and ``srt/models/qwen3.py``
+  ``Qwen3ForCausalLM.set_dflash_layers_to_capture`` (which target layers are captured);
 - ``srt/layers/radix_attention.py`` ``AttentionType``.
 """
 
@@ -29,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from readers import SGLANG, NotRead, Obj, defs, recorder, src_root
+from readers import SGLANG, NotRead, Obj, Stub, defs, recorder, src_root
 
 #: SGLang norm class -> the style it applies (srt/layers/layernorm.py: ``RMSNorm`` scales by
 #: ``w``, ``GemmaRMSNorm`` by ``1 + w``)
@@ -88,7 +91,46 @@ def _classes(root: Path, loads: dict):
     defs(s / "models/dflash.py",
          ["_get_dflash_attention_type", "_get_dflash_layer_attention_params", "_ROPE_DIM_SUPERSEDED_KEYS",
           "DFlashAttention", "DFlashMLP", "DFlashDecoderLayer", "DFlashDraftModel"], ns)
+    ns["_dflash_utils"] = utils
     return ns
+
+
+def captured(root: Path, config, target_layers: int) -> tuple[int, ...]:
+    """The target layer *outputs* SGLang feeds the drafter when serving it on a target of
+    ``target_layers`` layers: ``spec_aux_hidden_state.py`` ``_resolve_dflash_aux_hidden_state``
+    (its ids), then ``models/qwen3.py`` ``Qwen3ForCausalLM.set_dflash_layers_to_capture`` (it
+    captures *before* layer ``id + 1``), converted back to outputs (each minus 1)."""
+    s = root / "sglang/srt"
+    utils = defs(s / "speculative/dflash_utils.py",
+                 ["DEFAULT_DFLASH_MASK_TOKEN", "build_target_layer_ids", "_cfg_get", "_get_text_config",
+                  "_get_dflash_config", "_parse_optional_int", "DFlashDraftConfig", "parse_dflash_draft_config"])
+    draft_model_config = Obj(hf_config=config)
+    aux = defs(s / "model_executor/model_runner_components/spec_aux_hidden_state.py",
+               ["_MUSE_LAYER_OUTPUT_DRAFT_ARCHITECTURES", "_map_muse_target_layer_ids",
+                "_resolve_dflash_aux_hidden_state"], {
+                   "logger": __import__("logging").getLogger("sglang"),
+                   # STUB: configs/model_config.py ModelConfig (the draft's hf config, as loaded)
+                   "ModelConfig": Obj(from_server_args=lambda *a, **k: draft_model_config),
+                   "get_spec": lambda: Obj(speculative_draft_model_path=None,
+                                           speculative_draft_model_revision=None),  # STUB: runtime_context
+                   "is_deepseek_v4": lambda c: False})
+    import sys
+    sys.modules["sglang.srt.speculative.dflash_utils"] = Stub(  # the function imports it at call time
+        "sglang.srt.speculative.dflash_utils", "srt/speculative/dflash_utils.py: parse_dflash_draft_config "
+        "(executed from that file; the module imports the sampling kernels)",
+        parse_dflash_draft_config=utils["parse_dflash_draft_config"])
+    out = Obj()
+    try:
+        aux["_resolve_dflash_aux_hidden_state"](
+            config=out, server_args=None,
+            model_config=Obj(hf_config=Obj(model_type="qwen3"), hf_text_config=Obj(num_hidden_layers=target_layers)),
+            spec_algorithm=Obj(is_dflash_family=lambda: True, is_dspark=lambda: False), is_draft_worker=False)
+    finally:
+        del sys.modules["sglang.srt.speculative.dflash_utils"]
+    target = Obj(pp_group=Obj(is_last_rank=True), model=Obj())
+    defs(s / "models/qwen3.py", ["Qwen3ForCausalLM.set_dflash_layers_to_capture"],
+         {"List": list})["Qwen3ForCausalLM_set_dflash_layers_to_capture"](target, out.dflash_target_layer_ids)
+    return tuple(i - 1 for i in target.model.layers_to_capture)
 
 
 def entry_classes(path: Path) -> list[str]:
@@ -117,8 +159,8 @@ def read(folder: Path) -> dict:
     """What SGLang would run for the drafter in ``folder``: ``layers`` [(causal, window)]
     (window in draftsmith's convention: SGLang's ``sliding_window_size`` is HF's window minus
     1, the keys left of the query), ``norms`` {kind: style}, ``rope`` (theta, type,
-    rotary_dim), ``mask_token_id``, ``target_layer_ids`` (outputs, HF style, as
-    ``parse_dflash_draft_config`` gives them; SGLang's runner adds 1 to capture them),
+    rotary_dim), ``mask_token_id``, ``target_layer_ids`` (the target layer outputs
+    SGLang captures, see :func:`captured`; a target of ``num_target_layers`` layers),
     ``block_size``, ``weights`` {tensor: parameter it loads into, or None: ignored}."""
     from safetensors import safe_open
     from transformers import AutoConfig
@@ -157,7 +199,7 @@ def read(folder: Path) -> dict:
         "qk_norm": all(hasattr(l.self_attn, "q_norm") and hasattr(l.self_attn, "k_norm") for l in layers),
         "rope_neox": rope["is_neox_style"],
         "mask_token_id": dc.mask_token_id,
-        "target_layer_ids": None if dc.target_layer_ids is None else tuple(dc.target_layer_ids),
+        "target_layer_ids": captured(root, config, int(raw.get("num_target_layers") or max(dc.target_layer_ids) + 1)),
         "fc_in": model.fc.in_features,
         "block_size": dc.resolve_block_size(default=16),
         "value_scale": a0.v_scale,
