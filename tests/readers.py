@@ -172,6 +172,24 @@ def defs(path: Path, names: Iterable[str], namespace: dict[str, Any] | None = No
     return ns
 
 
+def imported_names(path: Path) -> list[str]:
+    """The names ``path`` binds by importing from outside the stdlib (top-level imports)."""
+    out = []
+    for n in _parsed(str(path)).body:
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and not _stdlib(n):
+            out += [(a.asname or a.name).split(".")[0] for a in n.names]
+    return out
+
+
+def with_recorders(path: Path, names: Iterable[str], namespace: dict[str, Any] | None = None,
+                   base: type | None = None) -> dict[str, Any]:
+    """:func:`defs`, every name ``path`` imports from outside the stdlib standing in as a
+    :func:`recorder` of that name (on ``base``) unless ``namespace`` gives it (``torch``, say)."""
+    ns = {k: recorder(k, base or Recorder) for k in imported_names(path)}
+    ns.update(namespace or {})
+    return defs(path, names, ns)
+
+
 class Recorder:
     """A stand-in layer (linear, norm, attention, RoPE, ...) of an engine: it records the
     arguments the engine's model code built it with and holds nothing else. ``kind`` names the

@@ -32,11 +32,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from readers import SGLANG, NotRead, Obj, Stub, defs, recorder, src_root
+from readers import SGLANG, NotRead, Obj, Stub, defs, recorder, src_root, with_recorders
 
 #: SGLang norm class -> the style it applies (srt/layers/layernorm.py: ``RMSNorm`` scales by
 #: ``w``, ``GemmaRMSNorm`` by ``1 + w``)
 NORM_STYLES = {"RMSNorm": "plain", "GemmaRMSNorm": "gemma"}
+#: SGLang RoPE class -> draftsmith's ``rope.type`` it computes (srt/layers/rotary_embedding/)
+ROPE_TYPES = {"RotaryEmbedding": "default", "LinearScalingRotaryEmbedding": "linear",
+              "YaRNScalingRotaryEmbedding": "yarn", "Llama3RotaryEmbedding": "llama3"}
 
 
 def _layer(kind: str):
@@ -85,7 +88,10 @@ def _classes(root: Path, loads: dict):
                                   "ColumnParallelLinear", "ReplicatedLinear", "VocabParallelEmbedding",
                                   "RMSNorm", "GemmaRMSNorm")},
         "RadixAttention": recorder("RadixAttention", nn.Module),
-        "get_rope": recorder("get_rope", nn.Module),
+        # srt/layers/rotary_embedding/factory.py get_rope, its RoPE classes recorded
+        "get_rope": with_recorders(s / "layers/rotary_embedding/factory.py",
+                                   ["_get_rope_param", "_bailing_yarn_kwargs", "_ROPE_DICT", "_get_live_rope_cache_entry", "get_rope"],
+                                   {"torch": torch, "_is_hip": False}, nn.Module)["get_rope"],
         "SiluAndMul": recorder("SiluAndMul", nn.Module),
     }
     defs(s / "models/dflash.py",
@@ -177,7 +183,7 @@ def read(folder: Path) -> dict:
     model = ns["DFlashDraftModel"](config)
     layers = list(model.layers)
     a0 = layers[0].self_attn
-    rope = a0.rotary_emb.kwargs
+    rope = a0.rotary_emb  # RotaryEmbedding(head_size, rotary_dim, max_position, base, is_neox_style, dtype)
     dc = model.draft_config
     tensors = []
     for f in sorted(Path(folder).glob("*.safetensors")):
@@ -194,10 +200,9 @@ def read(folder: Path) -> dict:
         "norms": {k: NORM_STYLES[type(m).kind] for k, m in {
             "input_layernorm": layers[0].input_layernorm, "post_attention_layernorm": layers[0].post_attention_layernorm,
             "q_norm": a0.q_norm, "k_norm": a0.k_norm, "hidden_norm": model.hidden_norm, "norm": model.norm}.items()},
-        "rope": (float(rope["base"]), (rope["rope_scaling"] or {}).get("rope_type", "default"),
-                 int(rope["rotary_dim"] * rope["partial_rotary_factor"])),
+        "rope": (float(rope.args[3]), ROPE_TYPES.get(rope.kind, rope.kind), rope.args[1]),
         "qk_norm": all(hasattr(l.self_attn, "q_norm") and hasattr(l.self_attn, "k_norm") for l in layers),
-        "rope_neox": rope["is_neox_style"],
+        "rope_neox": rope.args[4],
         "mask_token_id": dc.mask_token_id,
         "target_layer_ids": captured(root, config, int(raw.get("num_target_layers") or max(dc.target_layer_ids) + 1)),
         "fc_in": model.fc.in_features,

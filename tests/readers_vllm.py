@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from readers import VLLM, NotRead, Obj, Stub, defs, real_module, recorder, src_root
+from readers import VLLM, NotRead, Obj, Stub, defs, real_module, recorder, src_root, with_recorders
 
 
 class _Logger(logging.LoggerAdapter):
@@ -58,6 +58,9 @@ def _logger_stub():
 #: vLLM norm class -> the style it applies (vllm/model_executor/layers/layernorm.py: ``RMSNorm``
 #: scales by ``w``, ``GemmaRMSNorm`` by ``1 + w``)
 NORM_STYLES = {"RMSNorm": "plain", "GemmaRMSNorm": "gemma"}
+#: vLLM RoPE class -> draftsmith's ``rope.type`` it computes (model_executor/layers/rotary_embedding/)
+ROPE_TYPES = {"RotaryEmbedding": "default", "LinearScalingRotaryEmbedding": "linear",
+              "YaRNScalingRotaryEmbedding": "yarn", "Llama3RotaryEmbedding": "llama3"}
 
 
 def _model_classes(root: Path, config):
@@ -97,7 +100,9 @@ def _model_classes(root: Path, config):
         "Attention": recorder("Attention", nn.Module),
         "RMSNorm": recorder("RMSNorm", nn.Module),
         "GemmaRMSNorm": recorder("GemmaRMSNorm", nn.Module),
-        "get_rope": recorder("get_rope", nn.Module),
+        # model_executor/layers/rotary_embedding/__init__.py get_rope, its RoPE classes recorded
+        "get_rope": with_recorders(v / "model_executor/layers/rotary_embedding/__init__.py",
+                                   ["_ROPE_DICT", "get_rope"], {"torch": torch}, nn.Module)["get_rope"],
     }
     ns["Qwen3MLP"] = defs(v / "model_executor/models/qwen2.py", ["Qwen2MLP"], {
         "nn": nn, "QuantizationConfig": object,
@@ -213,9 +218,7 @@ def read(folder: Path) -> dict:
         raise NotRead(f"{VLLM} runs {config.architectures[0]} with {entry[0]}.{entry[1]}, which this crosscheck does not build")
     model = ns[BACKBONES[entry]](vllm_config=vllm_config, prefix="model")
     layers = list(model.layers)
-    rope = layers[0].self_attn.rotary_emb.kwargs
-    head_dim = layers[0].self_attn.head_dim
-    rp = rope["rope_parameters"]
+    rope = layers[0].self_attn.rotary_emb  # RotaryEmbedding(head_size, rotary_dim, max_position, base, is_neox_style, ...)
     aux = ns["get_eagle3_aux_layers_from_config"](vllm_config.speculative_config)
     names = sorted(_tensor_names(folder))
     skipped = [n for n in names if "lm_head" in n or "t2d" in n or "d2t" in n]
@@ -228,9 +231,8 @@ def read(folder: Path) -> dict:
             "q_norm": layers[0].self_attn.q_norm, "k_norm": layers[0].self_attn.k_norm,
             "hidden_norm": model.hidden_norm, "norm": model.norm}.items()},
         "qk_norm": all(hasattr(l.self_attn, "q_norm") and hasattr(l.self_attn, "k_norm") for l in layers),
-        "rope": (float(rp["rope_theta"]), rp.get("rope_type", "default"),
-                 int(head_dim * rp.get("partial_rotary_factor", 1.0))),
-        "rope_neox": rope["is_neox_style"],
+        "rope": (float(rope.args[3]), ROPE_TYPES.get(rope.kind, rope.kind), rope.args[1]),
+        "rope_neox": rope.args[4],
         "mask_token_id": model.mask_token_id,
         "sample_from_anchor": (getattr(config, "dflash_config", None) or {}).get(
             "sample_from_anchor", getattr(config, "sample_from_anchor", None)),

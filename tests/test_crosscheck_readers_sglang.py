@@ -12,6 +12,8 @@ import shutil
 
 import pytest
 
+pytest.importorskip("transformers", reason="the crosscheck extra (transformers==5.19.0) is not installed")
+
 from draftsmith.framework.convert.export import export, resolve_target
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files
@@ -66,6 +68,8 @@ PLANTS = {  # edit of the exported config -> the key the comparison must name
     "window": (lambda c: c.update(sliding_window=5), "layers"),
     "use_gemma_norm": (lambda c: c.update(use_gemma_norm=True), "norms"),
     "rope_theta": (lambda c: c.update(rope_theta=5e5), "rope"),
+    "rope_type": (lambda c: c.update(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                      "rope_theta": c["rope_theta"]}), "rope"),
     "partial_rotary": (lambda c: c.update(partial_rotary_factor=0.5), "rope"),
     "mask_token_id": (lambda c: c["dflash_config"].update(mask_token_id=7), "mask_token_id"),
     "target_layer_ids": (lambda c: c["dflash_config"].update(target_layer_ids=[0, 2, 4]), "target_layer_ids"),

@@ -11,6 +11,8 @@ import shutil
 
 import pytest
 
+pytest.importorskip("transformers", reason="the crosscheck extra (transformers==5.19.0) is not installed")
+
 from draftsmith.framework.convert.export import export, resolve_target
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files
@@ -69,6 +71,8 @@ PLANTS = {  # (format, edit of the exported config, the key the comparison must 
     "window": ("zlab_dflash", lambda c: c["dflash_config"].update(swa_window_size=5), "layers"),
     "sliding_window_non_causal": ("speculators", lambda c: c.update(sliding_window_non_causal=False), "layers"),
     "rope_theta": ("zlab_dflash", lambda c: c.update(rope_theta=5e5), "rope"),
+    "rope_type": ("zlab_dflash", lambda c: c.update(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                     "rope_theta": c["rope_theta"]}), "rope"),
     "partial_rotary": ("speculators", lambda c: c["transformer_layer_config"].update(partial_rotary_factor=0.5), "rope"),
     "mask_token_id": ("zlab_dflash", lambda c: c["dflash_config"].update(mask_token_id=7), "mask_token_id"),
     "target_layer_ids": ("speculators", lambda c: c.update(aux_hidden_state_layer_ids=[1, 3, 5]), "target_layer_ids"),

@@ -31,7 +31,9 @@ The config is an inverse of :func:`~.flatten.flatten`, derived from the flattene
   the target layer count, the verifier (``verifier=``, else the source config's value at
   the same key; refused when neither);
 - a drafter feature in the target's ``export.unsupported`` (the clamped SwiGLU, partial
-  rotary, causal windows, Markov/confidence heads) refuses the export in one line.
+  rotary, causal windows, Markov/confidence heads, layers of differing causality) refuses
+  the export in one line; what the serving engines' own readers would run is checked by
+  tests/test_crosscheck_readers_*.py.
 
 Norm styles: a norm the source runs Gemma style (``rms(x) * (1 + w)``) but the target
 adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and the
