@@ -190,6 +190,20 @@ def with_recorders(path: Path, names: Iterable[str], namespace: dict[str, Any] |
     return defs(path, names, ns)
 
 
+def norm_styles(layers, model, styles: dict[str, str]) -> dict[str, str]:
+    """Norm kind -> the style the built ``model`` applies (``styles``: engine norm class ->
+    style), over every layer: a kind whose layers differ reads ``mixed [...]``."""
+    per = {"input_layernorm": lambda l: l.input_layernorm, "post_attention_layernorm": lambda l: l.post_attention_layernorm,
+           "q_norm": lambda l: l.self_attn.q_norm, "k_norm": lambda l: l.self_attn.k_norm}
+    out = {}
+    for kind, get in per.items():
+        got = [styles[type(get(l)).kind] for l in layers]
+        out[kind] = got[0] if len(set(got)) == 1 else f"mixed {got}"
+    out["hidden_norm"] = styles[type(model.hidden_norm).kind]
+    out["norm"] = styles[type(model.norm).kind]
+    return out
+
+
 class Recorder:
     """A stand-in layer (linear, norm, attention, RoPE, ...) of an engine: it records the
     arguments the engine's model code built it with and holds nothing else. ``kind`` names the
@@ -274,6 +288,7 @@ def ours(r, target) -> dict:
     to adapter ``target``: the masks, the norm styles the export stored the norms for
     (``target.norm_styles()``), RoPE, ids and sizes. Keys as :func:`readers_vllm.read`."""
     return {
+        "serves": True,
         "layers": [(m.causal, m.window) for m in r.masks],
         "norms": {k: target.norm_styles()[k] for k in r.norms},
         "qk_norm": r.qk_norm,

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from readers import SGLANG, NotRead, Obj, Stub, defs, recorder, src_root, with_recorders
+from readers import SGLANG, NotRead, Obj, Stub, defs, recorder, norm_styles, src_root, with_recorders
 
 #: SGLang norm class -> the style it applies (srt/layers/layernorm.py: ``RMSNorm`` scales by
 #: ``w``, ``GemmaRMSNorm`` by ``1 + w``)
@@ -197,9 +197,7 @@ def read(folder: Path) -> dict:
         "layers": [(l.self_attn.attn_type == attn_type.DECODER,
                     None if l.self_attn.sliding_window_size in (None, -1) else l.self_attn.sliding_window_size + 1)
                    for l in layers],
-        "norms": {k: NORM_STYLES[type(m).kind] for k, m in {
-            "input_layernorm": layers[0].input_layernorm, "post_attention_layernorm": layers[0].post_attention_layernorm,
-            "q_norm": a0.q_norm, "k_norm": a0.k_norm, "hidden_norm": model.hidden_norm, "norm": model.norm}.items()},
+        "norms": norm_styles(layers, model, NORM_STYLES),
         "rope": (float(rope.args[3]), ROPE_TYPES.get(rope.kind, rope.kind), rope.args[1]),
         "qk_norm": all(hasattr(l.self_attn, "q_norm") and hasattr(l.self_attn, "k_norm") for l in layers),
         "rope_neox": rope.args[4],

@@ -3,7 +3,8 @@
 Runs (files of the ``vllm==0.33.0`` wheel, see readers.py):
 
 - the speculators format (``speculators_config`` present; vLLM's ``HFConfigParser`` then
-  picks ``SpeculatorsConfig``): ``transformers_utils/configs/speculators/base.py``
+  picks ``SpeculatorsConfig``): ``transformers_utils/config.py``
+  ``maybe_override_with_speculators`` (the entry point), ``transformers_utils/configs/speculators/base.py``
   ``SpeculatorsConfig.from_pretrained`` and ``extract_vllm_speculative_config`` (imported;
   ``algos.py``'s ``update_dflash`` / ``update_dspark`` run inside);
 - other formats: transformers' ``AutoConfig`` (what ``HFConfigParser`` falls back to for
@@ -29,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from readers import VLLM, NotRead, Obj, Stub, defs, real_module, recorder, src_root, with_recorders
+from readers import VLLM, NotRead, Obj, Stub, defs, real_module, recorder, norm_styles, src_root, with_recorders
 
 
 class _Logger(logging.LoggerAdapter):
@@ -152,6 +153,31 @@ def weight_targets(model, mapper, names) -> dict[str, str | None]:
     return out
 
 
+def _speculators_entry(root: Path, base, folder: Path):
+    """``transformers_utils/config.py`` ``maybe_override_with_speculators`` (how ``vllm serve
+    <speculators checkpoint>`` starts): True when it accepts the folder, else its message."""
+    import sys
+
+    import huggingface_hub
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from transformers import PreTrainedConfig
+
+    utils = real_module(root, "vllm.transformers_utils.utils", [_logger_stub()])
+    fn = defs(root / "vllm/transformers_utils/config.py", ["maybe_override_with_speculators"], {
+        "huggingface_hub": huggingface_hub, "PreTrainedConfig": PreTrainedConfig,
+        "without_trust_remote_code": utils.without_trust_remote_code,
+        "validate_repo_id": validate_repo_id, "HFValidationError": HFValidationError})["maybe_override_with_speculators"]
+    name = "vllm.transformers_utils.configs.speculators.base"
+    sys.modules[name] = base  # the function imports SpeculatorsConfig from it at call time
+    try:
+        fn(str(folder), None, trust_remote_code=False)
+        return True
+    except ValueError as e:
+        return str(e)
+    finally:
+        del sys.modules[name]
+
+
 def _tensor_names(folder: Path) -> set[str]:
     from safetensors import safe_open
 
@@ -169,7 +195,8 @@ def read(folder: Path) -> dict:
     ``rope`` (theta, type, rotary_dim), ``mask_token_id``, ``target_layer_ids`` (outputs:
     vLLM's aux layer ids name layer inputs, each minus 1), ``fc_in`` (``fc``'s input width), ``draft_tokens``
     (``num_speculative_tokens`` the format fixes; None where the user passes it), ``method``,
-    ``architectures``, ``qk_norm``, ``hidden_act``."""
+    ``architectures``, ``qk_norm``, ``hidden_act``, ``serves`` (True, or why vLLM's entry
+    point for a speculators checkpoint refuses it)."""
     import json
 
     from transformers import AutoConfig
@@ -182,6 +209,7 @@ def read(folder: Path) -> dict:
         spec = base.SpeculatorsConfig.extract_vllm_speculative_config(json.loads(json.dumps(raw)))
         config = base.SpeculatorsConfig.from_pretrained(str(folder))
         method, draft_tokens = spec["method"], spec["num_speculative_tokens"]
+        serves = _speculators_entry(root, base, folder)
     else:
         arch = (raw.get("architectures") or ["?"])[0]
         try:  # served under method=dflash, EAGLEConfig renames an architecture X to DFlashX
@@ -196,7 +224,7 @@ def read(folder: Path) -> dict:
                 raise NotRead(f"{VLLM} registers no draft model {arch} (nor {renamed}; "
                               "model_executor/models/registry.py)") from None
         eagle = real_module(root, "vllm.transformers_utils.configs.eagle", [log])
-        method, draft_tokens = "dflash", None
+        method, draft_tokens, serves = "dflash", None, True
         config = eagle.EAGLEConfig(AutoConfig.from_pretrained(str(folder)), method=method, model_type="eagle")
     cfg_utils = defs(root / "vllm/config/utils.py", ["getattr_iter"], {"logger": _init_logger("vllm.config")})
     patch = defs(root / "vllm/transformers_utils/config.py",
@@ -223,13 +251,10 @@ def read(folder: Path) -> dict:
     names = sorted(_tensor_names(folder))
     skipped = [n for n in names if "lm_head" in n or "t2d" in n or "d2t" in n]
     return {
-        "method": method, "model": entry, "architectures": list(config.architectures or []), "draft_tokens": draft_tokens,
+        "serves": serves, "method": method, "model": entry, "architectures": list(config.architectures or []), "draft_tokens": draft_tokens,
         "layers": [(l.self_attn.causal, None if l.self_attn.sliding_window is None else l.self_attn.sliding_window)
                    for l in layers],
-        "norms": {k: NORM_STYLES[type(m).kind] for k, m in {
-            "input_layernorm": layers[0].input_layernorm, "post_attention_layernorm": layers[0].post_attention_layernorm,
-            "q_norm": layers[0].self_attn.q_norm, "k_norm": layers[0].self_attn.k_norm,
-            "hidden_norm": model.hidden_norm, "norm": model.norm}.items()},
+        "norms": norm_styles(layers, model, NORM_STYLES),
         "qk_norm": all(hasattr(l.self_attn, "q_norm") and hasattr(l.self_attn, "k_norm") for l in layers),
         "rope": (float(rope.args[3]), ROPE_TYPES.get(rope.kind, rope.kind), rope.args[1]),
         "rope_neox": rope.args[4],

@@ -80,6 +80,8 @@ PLANTS = {  # (format, edit of the exported config, the key the comparison must 
                            lambda c: c["speculators_config"]["proposal_methods"][0].update(speculative_tokens=3),
                            "draft_tokens"),
     "sample_from_anchor": ("speculators", lambda c: c.update(sample_from_anchor=True), "sample_from_anchor"),
+    # vLLM serves a speculators checkpoint with its verifier: a hub id, never a local path
+    "verifier": ("speculators", lambda c: c["speculators_config"]["verifier"].update(name_or_path="/tmp"), "serves"),
 }
 
 
