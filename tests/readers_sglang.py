@@ -42,6 +42,11 @@ ROPE_TYPES = {"RotaryEmbedding": "default", "LinearScalingRotaryEmbedding": "lin
               "YaRNScalingRotaryEmbedding": "yarn", "Llama3RotaryEmbedding": "llama3"}
 
 
+#: the model classes of srt/models/dflash.py this crosscheck builds (the others: aliases of
+#: DFlashDraftModel with no body of their own)
+BUILT = ("DFlashDraftModel", "MuseGlimmerAssistantModel")
+
+
 def _layer(kind: str):
     """A recorder standing in for SGLang layer ``kind`` that holds an empty ``weight`` (and a
     ``bias`` when built with ``bias=True``), so the model's ``named_parameters`` names it."""
@@ -96,7 +101,7 @@ def _classes(root: Path, loads: dict):
     }
     defs(s / "models/dflash.py",
          ["_get_dflash_attention_type", "_get_dflash_layer_attention_params", "_ROPE_DIM_SUPERSEDED_KEYS",
-          "DFlashAttention", "DFlashMLP", "DFlashDecoderLayer", "DFlashDraftModel"], ns)
+          "DFlashAttention", "DFlashMLP", "DFlashDecoderLayer", "DFlashDraftModel", *BUILT[1:]], ns)
     ns["_dflash_utils"] = utils
     return ns
 
@@ -175,12 +180,12 @@ def read(folder: Path) -> dict:
     raw = json.loads((Path(folder) / "config.json").read_text())
     arch = (raw.get("architectures") or ["?"])[0]
     f = model_file(root, arch)
-    if f.name != "dflash.py" or arch != "DFlashDraftModel":
+    if f.name != "dflash.py" or arch not in BUILT:
         raise NotRead(f"{SGLANG} runs {arch} with srt/models/{f.name}, which this crosscheck does not build")
     config = AutoConfig.from_pretrained(str(folder))
     loads: dict = {}
     ns = _classes(root, loads)
-    model = ns["DFlashDraftModel"](config)
+    model = ns[arch](config)
     layers = list(model.layers)
     a0 = layers[0].self_attn
     rope = a0.rotary_emb  # RotaryEmbedding(head_size, rotary_dim, max_position, base, is_neox_style, dtype)

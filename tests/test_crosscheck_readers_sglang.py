@@ -99,3 +99,18 @@ def test_sglang_weight_comparison_notices(zlab_export, tmp_path):
         save_file(w, f)
     found = differences(readers_sglang.read(d), ours(r, target), "SGLang")
     assert any("final_norm.weight load into nothing" in line for line in found), found
+
+
+def test_sglang_alias_class_reads_the_same(zlab_export, tmp_path):
+    """MuseGlimmerAssistantModel (dflash.py's alias of DFlashDraftModel) builds the same model,
+    so an adapter exporting that architecture is compared too; an architecture SGLang does not
+    register is named in one line."""
+    from readers import NotRead
+
+    folder, r, target = zlab_export
+    alias = _planted(tmp_path, folder, lambda c: c.update(architectures=["MuseGlimmerAssistantModel"]))
+    assert differences(readers_sglang.read(alias), ours(r, target), "SGLang") == []
+    shutil.rmtree(alias)
+    other = _planted(tmp_path, folder, lambda c: c.update(architectures=["NoSuchDraftModel"]))
+    with pytest.raises(NotRead, match=r"^sglang==0.5.23 registers no model NoSuchDraftModel"):
+        readers_sglang.read(other)
