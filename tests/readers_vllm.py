@@ -15,7 +15,10 @@ Runs (files of the ``vllm==0.33.0`` wheel, see readers.py):
   ``DFlashQwen3DecoderLayer`` / ``DFlashQwen3Attention`` per layer:
   ``_resolve_layer_attention``, ``_dflash_layer_causal``, ``set_default_rope_theta``; the
   mask token, ``fc``'s input size), vLLM's layers (linears, norms, attention, RoPE: compiled
-  kernels behind them) replaced by recorders of their arguments; ``models/qwen2.py``
+  kernels behind them) replaced by recorders of their arguments; ``qwen3_dspark.py``
+  ``Qwen3DSparkModel`` (with its Markov / confidence heads) where vLLM's registry
+  (``models/registry.py`` ``_SPECULATIVE_DECODING_MODELS``) picks it; RoPE from
+  ``layers/rotary_embedding/__init__.py`` ``get_rope`` (its RoPE classes recorded); ``models/qwen2.py``
   ``Qwen2MLP``; ``models/utils.py`` ``WeightsMapper`` (the model's ``hf_to_vllm_mapper``
   maps every exported tensor name onto the built module tree);
   ``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``
