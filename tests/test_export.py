@@ -70,7 +70,7 @@ def test_minimax_to_speculators_and_back(tmp_path, checkpoints):
     d = tmp_path / "adapters"
     d.mkdir()
     text = adapter_files()["speculators_dspark"].read_text()
-    (d / "speculators_dspark.yaml").write_text(text.replace("  unsupported: [swiglu_oai, partial_rotary, mlp_bias]", "  unsupported: []"))
+    (d / "speculators_dspark.yaml").write_text(text.replace("  unsupported: [swiglu_oai, partial_rotary, mlp_bias, mixed_causality]", "  unsupported: []"))
     ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints("minimax_dspark"), "speculators", adapter_dir=d)
     assert back_adapter.name == "speculators_dspark"  # Markov head -> the DSpark format
     assert raw["speculators_model_type"] == "dspark" and raw["architectures"] == ["DSparkSpeculator"]
@@ -224,12 +224,17 @@ def test_int_rope_theta_exports(tmp_path, to):
     """Issue 37 point 4: speculators 0.9 / transformers 5 write ``rope_parameters.rope_theta:
     1000000`` (a JSON integer); the export carries it beside the flattened float ``rope_theta``
     and reading it back must see one value (compared as numbers), not refuse it."""
-    src = load_adapter("speculators_dflash")
+    from draftsmith.framework.spec.loading import adapter_files
+    d = tmp_path / "adapters"  # the tiny drafter's mixed causality aside (refused for vLLM: test_crosscheck_readers_vllm)
+    d.mkdir()
+    for name, path in adapter_files().items():
+        (d / path.name).write_text(path.read_text().replace(", mixed_causality]", "]"))
+    src = load_adapter("speculators_dflash", adapter_dir=d)
     synthesize(src, "tiny", tmp_path / "s", seed=1, layout="speculators")
     raw = json.loads((tmp_path / "s" / "config.json").read_text())
     assert type(raw["transformer_layer_config"]["rope_parameters"]["rope_theta"]) is int
-    x = export(src, tmp_path / "s", tmp_path / "x", to, verifier="org/v")
-    back = route(json.loads((x / "config.json").read_text())).flatten_config(json.loads((x / "config.json").read_text()))
+    x = export(src, tmp_path / "s", tmp_path / "x", to, adapter_dir=d, verifier="org/v")
+    back = route(json.loads((x / "config.json").read_text()), d).flatten_config(json.loads((x / "config.json").read_text()))
     assert back["rope_theta"] == 1e6
 
 
@@ -249,16 +254,27 @@ def test_rope_theta_spellings_compared_as_numbers(a, b, same):
             fam.complete_rope(cfg)
 
 
-def test_speculators_export_writes_no_is_causal(tmp_path, checkpoints):
-    """Issue 37 point 5: speculators' own save has no ``is_causal``; vLLM's ``_dflash_layer_causal``
-    takes one for every layer first, so a causal sliding layer beside a full non-causal one would
-    run non-causally there. The export says it with ``sliding_window_non_causal`` alone."""
+def test_speculators_export_of_mixed_causality_refused(tmp_path, checkpoints):
+    """Issue 37 point 5, as vLLM 0.33 reads it (tests/test_crosscheck_readers_vllm.py runs its
+    code): ``update_dflash`` turns ``sliding_window_non_causal`` into one
+    ``dflash_config.causal`` for every layer, so a causal sliding layer beside a full
+    non-causal one cannot be written for it: refused in one line, nothing written."""
     ck = checkpoints("speculators_dflash")
     masks = [(m.causal, m.window is not None) for m in R.from_config(read(ck.converted)[0]).masks]
     assert masks == [(True, True), (False, False)]  # the case: causal window, full non-causal
-    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, ck, "speculators")
+    with pytest.raises(UserError, match=r"differing causality \(causal: \[True, False\]") as e:
+        export(ck.adapter, ck.source, tmp_path / "x", "speculators", verifier="org/v")
+    assert len(e.value.args) == 1 and not (tmp_path / "x").exists()
+
+
+def test_speculators_dflash_export_writes_no_is_causal(tmp_path, checkpoints):
+    """A drafter of one causality (trtllm_dflash: a non-causal window, a non-causal full layer)
+    exports to speculators' DFlash format with ``sliding_window_non_causal`` alone, as
+    speculators saves it (vLLM derives every layer's causality from it)."""
+    ref_cfg, ref, raw, back_adapter, back_cfg, back = roundtrip(tmp_path, checkpoints("trtllm_dflash"), "speculators")
+    assert back_adapter.name == "speculators_dflash"
     assert "is_causal" not in json.dumps(raw)
-    assert raw["sliding_window_non_causal"] is False
+    assert raw["sliding_window_non_causal"] is True
     assert_same_semantics(ref_cfg, back_cfg)
 
 

@@ -121,3 +121,5 @@ def test_skips_say_why_and_readme_installs_what_ci_does():
     assert "-e '.[test,crosscheck]'" in ci and "pip install -e '.[test,crosscheck]'" in section
     nodeps = re.search(r"^python -m pip install -q --no-deps ([^\n]+)", ci, re.M).group(1).strip()
     assert f"--no-deps {nodeps}" in section, nodeps
+    readers = re.search(r"^(\.ci/readers-src [^\n]+)", ci, re.M).group(1).strip()  # the engines' reader sources
+    assert readers in section, readers

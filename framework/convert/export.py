@@ -31,7 +31,9 @@ The config is an inverse of :func:`~.flatten.flatten`, derived from the flattene
   the target layer count, the verifier (``verifier=``, else the source config's value at
   the same key; refused when neither);
 - a drafter feature in the target's ``export.unsupported`` (the clamped SwiGLU, partial
-  rotary, causal windows, Markov/confidence heads) refuses the export in one line.
+  rotary, causal windows, Markov/confidence heads, layers of differing causality) refuses
+  the export in one line; what the serving engines' own readers would run is checked by
+  tests/test_crosscheck_readers_*.py.
 
 Norm styles: a norm the source runs Gemma style (``rms(x) * (1 + w)``) but the target
 adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and the
@@ -148,6 +150,10 @@ _FEATURES = {
     "heads": (lambda r: bool(r.heads.markov_rank) or r.heads.confidence,
               lambda r: f"the Markov (rank {r.heads.markov_rank}) / confidence ({r.heads.confidence}) heads"),
     "mlp_bias": (lambda r: r.mlp_bias, lambda r: "MLP biases (mlp_bias: true)"),
+    "mixed_causality": (lambda r: len({m.causal for m in r.masks}) > 1,
+                        lambda r: "layers of differing causality (causal: "
+                                  f"{[m.causal for m in r.masks]}; vLLM 0.33's speculators reader, "
+                                  "transformers_utils/configs/speculators/algos.py, applies one to every layer)"),
     "target_hidden": (lambda r: r.dims.target_hidden != r.dims.hidden,
                       lambda r: f"a target hidden size ({r.dims.target_hidden}) other than the drafter's "
                                 f"hidden size ({r.dims.hidden})"),

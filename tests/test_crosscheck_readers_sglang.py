@@ -1,0 +1,116 @@
+"""SGLang 0.5.23's own config and model-setup code (readers_sglang.py) on every adapter's
+export to every export target: what SGLang would run (per-layer causality and window, norm
+styles, RoPE, mask token, target layers, fc width, block size, where each tensor loads)
+equals draftsmith's record of the source, or the export is refused in one line. SGLang
+registers no speculators-format model: those exports are skipped naming that. Skipped (one
+line) without the wheel's extracted files (``.ci/run`` provides them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+pytest.importorskip("transformers", reason="the crosscheck extra (transformers==5.19.0) is not installed")
+
+from draftsmith.framework.convert.export import export, resolve_target
+from draftsmith.framework.errors import UserError
+from draftsmith.framework.spec.loading import adapter_files
+from readers import exported, SGLANG, NotRead, differences, export_targets, ours, src_root
+
+import readers_sglang
+
+PAIRS = [(a, t) for a in sorted(adapter_files()) for t in export_targets()]
+
+
+@pytest.mark.parametrize("source,to", PAIRS)
+def test_sglang_runs_what_the_record_says(checkpoints, tmp_path, source, to):
+    src_root(SGLANG)
+    try:
+        out, r, target = exported(checkpoints, source, to)
+    except UserError as e:  # the export's own answer: one line naming what cannot be written
+        assert len(e.args) == 1 and "\n" not in e.args[0] and e.args[0].startswith("to="), e.args
+        return
+    try:
+        theirs = readers_sglang.read(out)
+    except NotRead as e:
+        pytest.skip(str(e))
+    assert differences(theirs, ours(r, target), "SGLang") == []
+
+
+@pytest.fixture(scope="module")
+def zlab_export(tmp_path_factory):
+    """trtllm_dflash (a non-causal window and a full layer) exported to z-lab's format."""
+    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.convert.synth import synthesize
+
+    src_root(SGLANG)
+    root = tmp_path_factory.mktemp("sglang-planted")
+    a = load_adapter("trtllm_dflash")
+    synthesize(a, "tiny", root / "s", seed=3)
+    r = a.plan(root / "s").resolved
+    return export(a, root / "s", root / "x", "zlab_dflash"), r, resolve_target("zlab_dflash", r)
+
+
+def _planted(tmp_path, folder, edit):
+    d = tmp_path / "planted"
+    shutil.copytree(folder, d)
+    cfg = json.loads((d / "config.json").read_text())
+    edit(cfg)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+PLANTS = {  # edit of the exported config -> the key the comparison must name
+    "is_causal": (lambda c: c.update(is_causal=True), "layers"),
+    "is_causal_absent": (lambda c: c.pop("is_causal"), "layers"),  # SGLang's default: sliding layers causal
+    "window": (lambda c: c.update(sliding_window=5), "layers"),
+    "use_gemma_norm": (lambda c: c.update(use_gemma_norm=True), "norms"),
+    "rope_theta": (lambda c: c.update(rope_theta=5e5), "rope"),
+    "rope_type": (lambda c: c.update(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                      "rope_theta": c["rope_theta"]}), "rope"),
+    "partial_rotary": (lambda c: c.update(partial_rotary_factor=0.5), "rope"),
+    "mask_token_id": (lambda c: c["dflash_config"].update(mask_token_id=7), "mask_token_id"),
+    "target_layer_ids": (lambda c: c["dflash_config"].update(target_layer_ids=[0, 2, 4]), "target_layer_ids"),
+    "block_size": (lambda c: c.update(block_size=8), "block_size"),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_sglang_comparison_notices(zlab_export, tmp_path, plant):
+    folder, r, target = zlab_export
+    edit, key = PLANTS[plant]
+    assert differences(readers_sglang.read(folder), ours(r, target), "SGLang") == []
+    found = differences(readers_sglang.read(_planted(tmp_path, folder, edit)), ours(r, target), "SGLang")
+    assert any(f"SGLang: {key}:" in line for line in found), found
+
+
+def test_sglang_weight_comparison_notices(zlab_export, tmp_path):
+    """A tensor renamed in the export is one DFlashDraftModel.load_weights ignores."""
+    from safetensors.torch import load_file, save_file
+
+    folder, r, target = zlab_export
+    d = _planted(tmp_path, folder, lambda c: None)
+    for f in d.glob("*.safetensors"):
+        w = load_file(f)
+        if "norm.weight" in w:
+            w["final_norm.weight"] = w.pop("norm.weight")
+        save_file(w, f)
+    found = differences(readers_sglang.read(d), ours(r, target), "SGLang")
+    assert any("final_norm.weight load into nothing" in line for line in found), found
+
+
+def test_sglang_alias_class_reads_the_same(zlab_export, tmp_path):
+    """MuseGlimmerAssistantModel (dflash.py's alias of DFlashDraftModel) builds the same model,
+    so an adapter exporting that architecture is compared too; an architecture SGLang does not
+    register is named in one line."""
+    from readers import NotRead
+
+    folder, r, target = zlab_export
+    alias = _planted(tmp_path, folder, lambda c: c.update(architectures=["MuseGlimmerAssistantModel"]))
+    assert differences(readers_sglang.read(alias), ours(r, target), "SGLang") == []
+    shutil.rmtree(alias)
+    other = _planted(tmp_path, folder, lambda c: c.update(architectures=["NoSuchDraftModel"]))
+    with pytest.raises(NotRead, match=r"^sglang==0.5.23 registers no model NoSuchDraftModel"):
+        readers_sglang.read(other)
