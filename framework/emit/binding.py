@@ -182,7 +182,7 @@ class BoundDrafter:
                                  f"known: {', '.join(DEVICE_CLASSES)}")
             r = self.resolved
             decode = BlockDecode(self.adapter, self.masks, [get_lowering(n).fn for n in names],
-                                 r.dims.rotary_dim, r.rope.theta, max_positions)
+                                 r.dims.rotary_dim, r.rope.theta, max_positions, dflash2=r.dflash2 is not None)
             self._decoders[key] = decode
         return decode
 
