@@ -108,7 +108,7 @@ def dspark_heads(config: dict) -> dict:
 
 
 def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: int, ctx_start: int = 0,
-                 rope_freqs=None):
+                 rope_freqs=None, wrap=None, probe=None):
     """One greedy draft step of one sequence in float64, straight from the reference text.
 
     ``w``: the drafter's tensors by converted name; ``tgt``: the target's
@@ -117,6 +117,10 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     before ``ctx_start`` must be invisible to every layer). Returns (tokens [K], logits [K, V],
     conf [K] or None). ``rope_freqs``: ``(inv_freq [rot/2] float64, attention_factor)`` of a
     scaled RoPE, computed by the caller's own formula (default: ``theta^(-2i/rot)``, factor 1).
+    ``wrap(i, name, sublayer, y)``: what layer ``i`` adds to the residual for sublayer ``name``
+    (``attention_conv``: ``o_proj(attention(y))``, the block's q/k/v from ``y``; ``mlp_conv``: the
+    MLP) of its normed input ``y`` ``[B, h]`` (default ``sublayer(y)``; DFlash 2 wraps it in its
+    convolutions). ``probe``: a dict that receives ``hidden``, the final-normed block rows ``[B, h]``.
     """
     f = lambda t: t.double()  # noqa: E731
     w = {k: f(v) for k, v in w.items()}
@@ -162,10 +166,10 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     emb, head = f(tgt["model.embed_tokens.weight"]), f(tgt["lm_head.weight"])
     x = emb[torch.tensor([anchor] + [config["dflash_config"]["mask_token_id"]] * (b - 1))]
     pc, pb = torch.arange(ctx_start, c_len), torch.arange(c_len, c_len + b)
-    for i, mask in enumerate(resolved.masks):
-        p = f"layers.{i}."
+    wrap = wrap or (lambda i, name, sublayer, y: sublayer(y))
+
+    def attention(y, p, mask):
         a_ = p + "self_attn."
-        y = norm(x, w[p + "input_layernorm.weight"], "input_layernorm")
         q = rope(qk_norm(lin(y, a_ + "q_proj").view(b, HQ, D), a_ + "q_norm.weight", "q_norm"), pb)
         kc = rope(qk_norm(lin(c, a_ + "k_proj").view(t, HKV, D), a_ + "k_norm.weight", "k_norm"), pc)
         kb = rope(qk_norm(lin(y, a_ + "k_proj").view(b, HKV, D), a_ + "k_norm.weight", "k_norm"), pb)
@@ -178,9 +182,17 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
             assert ctx_start == 0, "a full layer needs the whole context"
         out, _ = oracle(q[None], [kc], [vc], kb[None], vb[None], mask.causal, mask.window,
                         1 / math.sqrt(D), ctx_start=[ctx_start])
-        x = x + lin(out[0].reshape(b, HQ * D), a_ + "o_proj")
-        x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm"), p + "mlp.")
+        return lin(out[0].reshape(b, HQ * D), a_ + "o_proj")
+
+    for i, mask in enumerate(resolved.masks):
+        p = f"layers.{i}."
+        y = norm(x, w[p + "input_layernorm.weight"], "input_layernorm")
+        x = x + wrap(i, "attention_conv", lambda u, p=p, mask=mask: attention(u, p, mask), y)
+        v_ = norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm")
+        x = x + wrap(i, "mlp_conv", lambda u, p=p: mlp(u, p + "mlp."), v_)
     z = norm(x, w["norm.weight"], "norm")
+    if probe is not None:
+        probe["hidden"] = z
     logits = z @ head.T
     first = 0 if ds["sample_from_anchor"] else 1
     prev, toks, rows, confs = anchor, [], [], []
