@@ -457,11 +457,25 @@ def test_emit_warns_on_a_sampled_chain(d2):
     assert "chain is 'sampled'" not in d2.emit_output
 
 
-def test_the_builder_refuses_a_dflash2_record_tensorrt_llm_does_not_detect(d2):
-    cfg = copy.deepcopy(d2.config)
+def _without_keys(cfg):
     for key in ENGINE_KEYS:
         del cfg["dflash_config"][key]
-    path = write_checkpoint(d2.root / "undetected", cfg, d2.weights)
+
+
+EDITED = {"keys_removed": (_without_keys, "dflash_config.conv_kernel_size None"),
+          "top_k_edited": (lambda c: c["dflash_config"].update(selector_top_k=TOP_K + 1),
+                           f"dflash_config.selector_top_k {TOP_K + 1}"),
+          "is_causal_flipped": (lambda c: c.update(is_causal=True), "is_causal True")}
+
+
+@pytest.mark.parametrize("edit", list(EDITED))
+def test_the_builder_refuses_a_converted_config_edited_against_its_record(d2, edit):
+    """What TensorRT-LLM's DFlash 2 path reads must be what the record renders (else it would build
+    another drafter than the one the package runs): one line naming the key."""
+    cfg = copy.deepcopy(d2.config)
+    change, needle = EDITED[edit]
+    change(cfg)
+    path = write_checkpoint(d2.root / f"edited_{edit}", cfg, d2.weights)
     out = d2.case.drive("serve", checkpoint=path, backends=["VANILLA"])["backends"]["VANILLA"]
-    assert "build" in out and "did not detect DFlash 2" in out["build"]["error"], out.get("build")
-    assert one_line(out["build"]["message"])
+    assert "build" in out, f"{edit}: built {out.get('drafter_class')}"
+    assert needle in out["build"]["message"] and one_line(out["build"]["message"]), out["build"]["message"]
