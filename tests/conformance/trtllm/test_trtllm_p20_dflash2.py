@@ -479,3 +479,34 @@ def test_the_builder_refuses_a_converted_config_edited_against_its_record(d2, ed
     out = d2.case.drive("serve", checkpoint=path, backends=["VANILLA"])["backends"]["VANILLA"]
     assert "build" in out, f"{edit}: built {out.get('drafter_class')}"
     assert needle in out["build"]["message"] and one_line(out["build"]["message"]), out["build"]["message"]
+
+
+def test_the_builder_refuses_when_tensorrt_llm_does_not_detect_dflash2(d2):
+    """A TensorRT-LLM whose DFlashForCausalLM has no DFlash 2 path (no ``is_dflash2``) would run the
+    drafter as DFlash 1: the package's builder refuses it in one line."""
+    from draftsmith.framework.emit.binding import PackagedDrafter
+    from draftsmith.framework.emit.runtime import make_builder
+
+    drafter = PackagedDrafter.from_package(d2.case.package())
+
+    class WithoutDFlash2:  # what an older base builds: no is_dflash2
+        def __init__(self, draft_config, dflash_attention_backend):
+            pass
+
+    builder = make_builder(drafter, type("DraftsmithDrafter", (WithoutDFlash2,), {}), None)
+    cfg = SimpleNamespace(**copy.deepcopy(d2.config))
+    mc = SimpleNamespace(spec_config=SimpleNamespace(attention_backend="VANILLA"))
+    with pytest.raises(ValueError, match="did not detect DFlash 2") as e:
+        builder(mc, SimpleNamespace(pretrained_config=cfg), None, None)
+    assert one_line(str(e.value))
+
+
+def test_the_block_decode_refuses_a_drafter_without_its_convolutions(d2):
+    from draftsmith.framework.emit.binding import PackagedDrafter
+
+    bound = PackagedDrafter.from_package(d2.case.package()).bind(SimpleNamespace(**copy.deepcopy(d2.config)))
+    decode = bound.block_decode("cpu", 64)
+    model = SimpleNamespace(model=SimpleNamespace(layers=[]), has_block_conv=False)
+    with pytest.raises(ValueError, match="no block convolutions") as e:
+        decode(model, torch.zeros(1, 16, 128), None, None, None, None, None)
+    assert one_line(str(e.value))
