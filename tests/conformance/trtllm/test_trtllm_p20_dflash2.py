@@ -109,31 +109,15 @@ def write_checkpoint(folder: Path, config: dict, weights: dict) -> Path:
     return folder
 
 
-def dflash2_oracle(config: dict, w: dict, tgt: dict, hidden, anchor: int, conv_wrap=None, score=None):
-    """The draft step of a DFlash 2 drafter in float64: ``tests/oracles.py``'s step with each
-    sublayer wrapped in ``oracles_dflash2.conv_wrap`` (block = the runtime block, ``K + 1``), the
-    lm_head logits of slots ``1..K``, then sections 3-5 of docs/dflash2-reference.md (identity unary,
-    greedy walk). ``conv_wrap`` / ``score`` replace ``orc2.conv_wrap`` / ``orc2.edge_scores`` (planted
-    errors)."""
-    conv_wrap, score = conv_wrap or orc2.conv_wrap, score or orc2.edge_scores
-    w64 = {k: t.double() for k, t in w.items()}
-    block = config["dflash_config"]["block_size"]
-
-    def wrap(i, name, sublayer, y):
-        p = f"layers.{i}.{name}."
-        return conv_wrap(sublayer, y, w64[p + "kernel_projection.weight"], w64[p + "base_kernel"], block, GROUP)
-
-    probe = {}
-    _, logits, _ = draft_oracle(config, w, tgt, hidden, anchor, wrap=wrap, probe=probe)
-    z = probe["hidden"][1:]
+def dflash2_oracle(config: dict, w: dict, tgt: dict, hidden, anchor: int) -> dict:
+    """The draft step of a DFlash 2 drafter in float64 (``tests/oracles.py`` ``draft_oracle``, whose
+    DFlash 2 pieces come from ``tests/oracles_dflash2.py``): the lm_head logits of slots ``1..K``
+    (``selector=False``), the selector's tokens and full-vocabulary path rows, and per position the
+    candidates (where the rows are finite) with their realized scores."""
+    _, logits, _ = draft_oracle(config, w, tgt, hidden, anchor, selector=False)
+    tokens, path, _ = draft_oracle(config, w, tgt, hidden, anchor)
     ids, _ = orc2.top_candidates(logits, TOP_K)
-    unary = orc2.unary_transform(logits).gather(-1, ids)
-    s = score(w64["candidate_selector.predecessor_codebook"], w64["candidate_selector.successor_codebook"],
-              w64["candidate_selector.hidden_projection.weight"], z[None], ids[None], unary[None],
-              torch.tensor([anchor]))
-    realized, _, tokens = orc2.walk(s, ids[None])
-    return {"logits": logits, "candidates": ids, "realized": realized[0], "tokens": tokens[0],
-            "path": orc2.path_logits(logits.shape[-1], ids[None], realized)[0]}
+    return {"logits": logits, "tokens": tokens, "path": path, "candidates": ids, "realized": path.gather(-1, ids)}
 
 
 # ----------------------------------------------------------------------------- the case
@@ -384,16 +368,16 @@ def _coefficient_of_the_input_row(sublayer, x, projection, base_kernel, block, g
     """Planted: each tap uses the coefficients of the row it reads (``d_{t-i}``), not of the row written."""
     taps, h = base_kernel.shape[1], base_kernel.shape[2]
     d = orc2.split_coefficients(orc2.conv_coefficients(x, projection), taps, h // group_size)
+    grp = torch.arange(h) // group_size
 
     def side(y, delta, base):
         out = torch.zeros_like(y)
-        grp = torch.arange(h) // group_size
         for row in range(y.shape[0]):
             for tap in range(min(taps, row % block + 1)):
                 out[row] += (base[tap] + delta[row - tap, tap, grp]) * y[row - tap]
         return out
 
-    return side(sublayer(side(x, d[:, 0], base_kernel[0].double())), d[:, 1], base_kernel[1].double())
+    return side(sublayer(side(x.double(), d[:, 0], base_kernel[0].double())), d[:, 1], base_kernel[1].double())
 
 
 def _no_output_side(sublayer, x, projection, base_kernel, block, group_size):
@@ -402,19 +386,31 @@ def _no_output_side(sublayer, x, projection, base_kernel, block, group_size):
     return sublayer(orc2.grouped_block_conv(x, d[:, 0], base_kernel[0], block, group_size))
 
 
+_edge_scores = orc2.edge_scores
+
+
 def _no_gate(A, C, W, hidden, ids, unary, anchors):
-    return orc2.edge_scores(A, C, torch.ones_like(W) / W.shape[1], hidden, ids, unary, anchors)
+    return _edge_scores(A, C, torch.ones_like(W) / W.shape[1], hidden, ids, unary, anchors)
 
 
-PLANTED = {"coefficient_of_the_input_row": dict(conv_wrap=_coefficient_of_the_input_row),
-           "no_output_side_conv": dict(conv_wrap=_no_output_side),
-           "ungated_pairwise_term": dict(score=_no_gate)}
+def _predecessor_is_the_anchor(A, C, W, hidden, ids, unary, anchors):
+    """Planted: every step scored as if its predecessor were the anchor."""
+    return torch.stack([_edge_scores(A, C, W, hidden[:, j:j + 1], ids[:, j:j + 1], unary[:, j:j + 1], anchors)[:, 0]
+                        for j in range(ids.shape[1])], 1)
+
+
+PLANTED = {"coefficient_of_the_input_row": ("conv_wrap", _coefficient_of_the_input_row),
+           "no_output_side_conv": ("conv_wrap", _no_output_side),
+           "ungated_pairwise_term": ("edge_scores", _no_gate),
+           "predecessor_is_the_anchor": ("edge_scores", _predecessor_is_the_anchor)}
 
 
 @pytest.mark.parametrize("name", list(PLANTED))
-def test_the_drafted_path_fails_against_a_planted_oracle_error(d2, name):
+def test_the_drafted_path_fails_against_a_planted_oracle_error(d2, monkeypatch, name):
     out = d2.case.serve()["backends"]["VANILLA"]
-    planted = dflash2_oracle(d2.config, d2.weights, d2.target, d2.hidden, d2.anchor, **PLANTED[name])
+    assert_matches(out, d2.oracle, "unplanted")
+    monkeypatch.setattr(orc2, *PLANTED[name])
+    planted = dflash2_oracle(d2.config, d2.weights, d2.target, d2.hidden, d2.anchor)
     with pytest.raises(AssertionError):
         assert_matches(out, planted, name)
 
@@ -471,13 +467,16 @@ EDITED = {"keys_removed": (_without_keys, "dflash_config.conv_kernel_size None")
 def test_the_builder_refuses_a_converted_config_edited_against_its_record(d2, edit):
     """What TensorRT-LLM's DFlash 2 path reads must be what the record renders (else it would build
     another drafter than the one the package runs): one line naming the key."""
+    from draftsmith.framework.emit.binding import PackagedDrafter
+
+    drafter = PackagedDrafter.from_package(d2.case.package())
+    drafter.bind(SimpleNamespace(**copy.deepcopy(d2.config)))  # as converted: accepted
     cfg = copy.deepcopy(d2.config)
     change, needle = EDITED[edit]
     change(cfg)
-    path = write_checkpoint(d2.root / f"edited_{edit}", cfg, d2.weights)
-    out = d2.case.drive("serve", checkpoint=path, backends=["VANILLA"])["backends"]["VANILLA"]
-    assert "build" in out, f"{edit}: built {out.get('drafter_class')}"
-    assert needle in out["build"]["message"] and one_line(out["build"]["message"]), out["build"]["message"]
+    with pytest.raises(ValueError) as e:  # what the builder and the backbone call first
+        drafter.bind(SimpleNamespace(**cfg))
+    assert needle in str(e.value) and one_line(str(e.value)), str(e.value)
 
 
 def test_the_builder_refuses_when_tensorrt_llm_does_not_detect_dflash2(d2):
