@@ -508,3 +508,40 @@ def test_the_block_decode_refuses_a_drafter_without_its_convolutions(d2):
     with pytest.raises(ValueError, match="no block convolutions") as e:
         decode(model, torch.zeros(1, 16, 128), None, None, None, None, None)
     assert one_line(str(e.value))
+
+
+# ----------------------------------------------------------------------------- a DFlash 2 adapter, end to end
+
+#: the DFlash 2 adapter (branch h39a), synthesized with the identity unary transform TensorRT-LLM runs
+#: (its z-lab-shaped example config sets output_multiplier 0.196 and a soft cap of 20, which emit refuses)
+D2_ADAPTER = "zlab_dflash2"
+D2_SYNTH = ("adapter.synth.config.dflash_config.output_multiplier=1.0",
+            "adapter.synth.config.dflash_config.final_logit_softcapping=0.0",
+            "adapter.synth.tiny={num_attention_heads: 8, num_key_value_heads: 4}")
+_D2_CASES: dict = {}
+
+
+@pytest.mark.parametrize("mode", ["serve", "worker"])
+def test_the_dflash2_adapter_is_served_end_to_end(tmp_path_factory, mode):
+    """synth -> convert -> emit -> TensorRT-LLM (VANILLA; the adapter's non-causal window is refused by
+    TensorRT-LLM itself under TRTLLM) against ``draft_oracle``'s DFlash 2 path rows."""
+    if not (REPO / "adapters" / f"{D2_ADAPTER}.yaml").is_file():
+        pytest.skip(f"adapters/{D2_ADAPTER}.yaml is not on this branch (the DFlash 2 family, branch h39a)")
+    excerpts.require()
+    key = ("p20", D2_ADAPTER)
+    case = _D2_CASES.get(key) or _D2_CASES.setdefault(
+        key, Case(D2_ADAPTER, tmp_path_factory.mktemp("trtllm-zlab_dflash2"), synth_args=D2_SYNTH))
+    assert case.config["draftsmith"]["dflash2"] is not None
+    if mode == "serve":
+        out = case.drive("serve", backends=["VANILLA"])["backends"]["VANILLA"]
+        assert out.get("drafter_class") == "DraftsmithDrafter", out.get("drafter_class") or out.get("build")
+    else:
+        arch = case.drive("serve", backends=["VANILLA"]).get("exported_arch_modules") or {}
+        out = case.drive("worker", arch_modules=arch, backends=["VANILLA"])["backends"]["VANILLA"]
+        assert out.get("drafter_class") == "DFlashForCausalLM", out.get("drafter_class") or out.get("build")
+    _stage_ok(out, f"{D2_ADAPTER} {mode}")
+    assert out.get("has_block_conv") is True
+    tokens, path = case.oracle
+    close(out["logits"], path)
+    assert out["tokens"] == tokens.tolist(), f"{D2_ADAPTER} {mode}: tokens {out['tokens']} != {tokens.tolist()}"
+
