@@ -6,14 +6,14 @@ instead of emitting a package that drafts other numbers, and ``inspect`` / ``con
 up front (:func:`trtllm_warning`; the reference host runs the drafter). Facts: no config key
 of a value scale is read in TensorRT-LLM's ``modeling_dflash.py`` / ``modeling_dspark.py`` as
 excerpted from ``amukkara/TensorRT-LLM`` @ ``d70a2287`` (``/work/shared/trtllm_src``); the
-attention it builds takes ``v = v_proj(x)`` as it is. Its DFlash 2 path (same commit,
-``DFlash2CandidateSelector``, ``select_candidate_path``; ``speculative/dflash.py``
-``_apply_dflash2_selector``) scores the raw ``lm_head`` logits and reads neither
-``output_multiplier``, ``final_logit_softcapping`` nor ``input_embedding_scale``: a record with
-any of them not the identity is refused (the selector would pick other paths); a ``sampled``
-chain only differs under sampling and is a warning (:func:`trtllm_notes`). The emitted backbone passes only
+attention it builds takes ``v = v_proj(x)`` as it is. The emitted backbone passes only
 ``dim``/``theta`` to ``RopeParams`` (``emit/trtllm_backbone.py``), so a scaled RoPE would
-run unscaled.
+run unscaled. TensorRT-LLM's DFlash 2 path (same commit: ``DFlash2CandidateSelector``,
+``select_candidate_path``; ``speculative/dflash.py`` ``_apply_dflash2_selector``) scores the raw
+``lm_head`` logits and reads neither ``output_multiplier``, ``final_logit_softcapping`` nor
+``input_embedding_scale``: a record with any of them not the identity is refused (the selector
+would choose other paths); a ``sampled`` chain differs only under sampling and is a warning
+(:func:`trtllm_notes`).
 """
 
 from __future__ import annotations

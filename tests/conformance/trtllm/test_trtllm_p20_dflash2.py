@@ -418,8 +418,8 @@ def test_the_drafted_path_fails_against_a_planted_oracle_error(d2, monkeypatch, 
 # ----------------------------------------------------------------------------- what TensorRT-LLM does not read
 
 
-def _emit(d2, name, dflash2):
-    cfg = dflash2_config(_base_config(d2), dflash2=dflash2)
+def _emit(d2, name, dflash2, masks=None):
+    cfg = dflash2_config(_base_config(d2), dflash2=dflash2, masks=masks)
     folder = write_checkpoint(d2.root / name, cfg, d2.weights)
     return cli("emit", f"adapter={ADAPTER}", "target=trtllm", f"out={d2.root / (name + '_out')}", f"config={folder}")
 
@@ -544,3 +544,14 @@ def test_the_dflash2_adapter_is_served_end_to_end(tmp_path_factory, mode):
     close(out["logits"], path)
     assert out["tokens"] == tokens.tolist(), f"{D2_ADAPTER} {mode}: tokens {out['tokens']} != {tokens.tolist()}"
 
+
+
+def test_emit_warns_about_worker_masks_only_when_is_causal_cannot_say_them(d2):
+    """One causality: the rendered is_causal makes the built-in class resolve every layer (no warning);
+    mixed: is_causal is null and the layer-type rule applies, with DFlash's warnings (R2)."""
+    assert "resolve these masks wrongly" not in d2.emit_output
+    r = _emit(d2, "mixed", DFLASH2, masks=MASK_CASES["mixed"])
+    assert r.returncode == 0, r.stderr
+    assert [l for l in r.stdout.splitlines() if "resolve these masks wrongly" in l and "causal windows" in l], r.stdout
+    r = _emit(d2, "causal", DFLASH2, masks=[(True, None), (True, None)])
+    assert r.returncode == 0 and "resolve these masks wrongly" not in r.stdout, r.stdout
