@@ -130,9 +130,8 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
             f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {resolved.max_draft_len} "
             f"(block_size {resolved.block_size}, sample_from_anchor {resolved.sample_from_anchor})"
         )
-    engine = render_engine_keys(resolved, out.get("model_type"))
-    out["dspark_config"] = {**out.get("dspark_config", {}), **engine.pop("dspark_config")}
-    out.update(engine)
+    for key, value in render_engine_keys(resolved, out.get("model_type")).items():  # sections key by key
+        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
     out["draftsmith"] = resolved.section()
     return dict(sorted(out.items())), resolved
 
@@ -154,15 +153,27 @@ def render_engine_keys(resolved: ResolvedDrafter, model_type: str | None) -> dic
     (false when a window is non-causal: the window then comes from
     ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
     (= ``sample_from_anchor``), the top-level ``dspark_*`` fallbacks (:func:`dspark_fallbacks`) and
-    a ``model_type`` TensorRT-LLM's ``load_pretrained_config`` loads (:data:`TRTLLM_MODEL_TYPES`). Pure: the caller merges the result into the flattened
-    config (``dspark_config`` key by key)."""
+    a ``model_type`` TensorRT-LLM's ``load_pretrained_config`` loads (:data:`TRTLLM_MODEL_TYPES`).
+    For a DFlash 2 record also what its DFlash 2 path reads (amukkara/TensorRT-LLM
+    ``modeling_dflash.py`` @ d70a2287, ``DFlashForCausalLM.__init__``, ``_get_attention_mask_args``):
+    ``dflash_config.{conv_kernel_size, conv_group_size, selector_rank, selector_top_k}`` and a
+    top-level ``is_causal``, which wins over the layer-type rule there (the layers' one causality;
+    null when they differ: TensorRT-LLM then falls back to the layer-type rule, and emit warns).
+    Pure: the caller merges the result into the flattened config (sections key by key)."""
     windows = [m for m in resolved.masks if m.window is not None]
-    return {
+    keys: dict[str, Any] = {
         "model_type": TRTLLM_MODEL_TYPES.get(model_type, model_type),
         "use_sliding_window": bool(windows) and all(m.causal for m in windows),
         "dspark_config": {"shift_label": resolved.sample_from_anchor},
         **dspark_fallbacks(resolved),
     }
+    d2 = resolved.dflash2
+    if d2 is not None:
+        causal = {m.causal for m in resolved.masks}
+        keys["is_causal"] = causal.pop() if len(causal) == 1 else None
+        keys["dflash_config"] = {"conv_kernel_size": d2.conv.kernel_size, "conv_group_size": d2.conv.group_size,
+                                 "selector_rank": d2.selector.rank, "selector_top_k": d2.selector.top_k}
+    return keys
 
 
 def dspark_fallbacks(resolved: ResolvedDrafter) -> dict[str, Any]:

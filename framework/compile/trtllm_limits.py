@@ -8,7 +8,12 @@ of a value scale is read in TensorRT-LLM's ``modeling_dflash.py`` / ``modeling_d
 excerpted from ``amukkara/TensorRT-LLM`` @ ``d70a2287`` (``/work/shared/trtllm_src``); the
 attention it builds takes ``v = v_proj(x)`` as it is. The emitted backbone passes only
 ``dim``/``theta`` to ``RopeParams`` (``emit/trtllm_backbone.py``), so a scaled RoPE would
-run unscaled.
+run unscaled. TensorRT-LLM's DFlash 2 path (same commit: ``DFlash2CandidateSelector``,
+``select_candidate_path``; ``speculative/dflash.py`` ``_apply_dflash2_selector``) scores the raw
+``lm_head`` logits and reads neither ``output_multiplier``, ``final_logit_softcapping`` nor
+``input_embedding_scale``: a record with any of them not the identity is refused (the selector
+would choose other paths); a ``sampled`` chain differs only under sampling and is a warning
+(:func:`trtllm_notes`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,30 @@ def trtllm_problems(resolved: ResolvedDrafter) -> list[str]:
         problems.append(
             f"dflash_config.attention_value_scale {resolved.value_scale}: TensorRT-LLM's DFlash attention has no "
             "value scale (an export folds it into o_proj: `draftsmith convert to=trtllm_dflash`)")
+    d2 = resolved.dflash2
+    if d2 is not None:
+        u = d2.selector.unary
+        if u.multiplier != 1.0 or u.softcap is not None:
+            problems.append(
+                f"the DFlash 2 selector's unary transform (output_multiplier {u.multiplier}, final_logit_softcapping "
+                f"{u.softcap}): TensorRT-LLM's DFlash 2 path scores the raw lm_head logits (it reads neither key), "
+                "so it would choose other paths")
+        if d2.input_embedding_scale != 1.0:
+            problems.append(
+                f"input_embedding_scale {d2.input_embedding_scale}: TensorRT-LLM's DFlash 2 path does not scale "
+                "the block embeddings")
     return problems
+
+
+def trtllm_notes(resolved: ResolvedDrafter) -> list[str]:
+    """One line per way TensorRT-LLM runs ``resolved`` differently only under sampling (``emit``
+    prints them as warnings; greedy drafts are unchanged)."""
+    d2 = resolved.dflash2
+    if d2 is not None and d2.selector.chain == "sampled":
+        return ["the DFlash 2 selector's chain is 'sampled'; TensorRT-LLM's walk always chains through the greedy "
+                "argmax (speculative/dflash.py _apply_dflash2_selector), so under sampling its drafts differ "
+                "(equal at temperature 0; verification stays lossless)"]
+    return []
 
 
 def trtllm_warning(resolved: ResolvedDrafter) -> Optional[str]:

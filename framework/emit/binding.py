@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from ...lowering.base import DEVICE_CLASSES, PagedKV, device_class, get_lowering
+from ..compile.flatten import render_engine_keys
 from ..compile.resolved import ResolvedDrafter
 from ..compile.trtllm_limits import rope_problem
 from ..errors import UserError
@@ -72,6 +73,22 @@ def rope_scaling_problem(r: ResolvedDrafter) -> Optional[str]:
     return rope_problem(r)
 
 
+def dflash2_keys_problem(r: ResolvedDrafter, config: Mapping[str, Any]) -> Optional[str]:
+    """Why the keys TensorRT-LLM's DFlash 2 path reads from ``config`` (``dflash_config``'s four,
+    the top-level ``is_causal``) disagree with what :func:`~..compile.flatten.render_engine_keys`
+    renders for ``r``, or None (the converted config was edited after ``draftsmith convert``)."""
+    want = render_engine_keys(r, config.get("model_type"))
+    dc = config.get("dflash_config") if isinstance(config.get("dflash_config"), Mapping) else {}
+    wrong = [f"dflash_config.{k} {dc.get(k)!r} (the record says {v!r})"
+             for k, v in want.get("dflash_config", {}).items() if dc.get(k) != v]
+    if r.dflash2 is not None and config.get("is_causal") != want["is_causal"]:
+        wrong.append(f"is_causal {config.get('is_causal')!r} (the record says {want['is_causal']!r})")
+    if not wrong:
+        return None
+    return ("the converted config disagrees with its draftsmith record on what TensorRT-LLM's DFlash 2 path "
+            f"reads: {', '.join(wrong)}; re-run `draftsmith convert`")
+
+
 class PackagedDrafter:
     """The resolved drafter an emitted package carries, and the run-time rules on it."""
 
@@ -109,7 +126,7 @@ class PackagedDrafter:
         if r.adapter != self.adapter:
             raise ValueError(f"speculative_model was converted with adapter {r.adapter}; this package serves "
                              f"adapter {self.adapter} (emit {r.adapter})")
-        problem = rope_scaling_problem(r)
+        problem = rope_scaling_problem(r) or dflash2_keys_problem(r, config_dict(pretrained_config))
         if problem:
             raise ValueError(f"speculative_model: {problem}")
         return BoundDrafter(self.adapter, r)
@@ -182,7 +199,7 @@ class BoundDrafter:
                                  f"known: {', '.join(DEVICE_CLASSES)}")
             r = self.resolved
             decode = BlockDecode(self.adapter, self.masks, [get_lowering(n).fn for n in names],
-                                 r.dims.rotary_dim, r.rope.theta, max_positions)
+                                 r.dims.rotary_dim, r.rope.theta, max_positions, dflash2=r.dflash2 is not None)
             self._decoders[key] = decode
         return decode
 

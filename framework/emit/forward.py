@@ -9,6 +9,14 @@ num_key_value_heads, head_dim, q_size, kv_size}, post_attention_layernorm, mlp}`
 ``model.norm``; RoPE is computed here from the compiled drafter (NeoX halves over the first
 ``rotary_dim`` dims, base ``rope.theta``), not through any method of the wrapper.
 
+DFlash 2 (``dflash2``): each sublayer is wrapped in the block convolutions TensorRT-LLM's own
+``load_weights`` built from the checkpoint (``_load_dflash2_weights``: ``attention_convs[i]``,
+``mlp_convs[i]``, ``DFlash2BlockConv``), called where ``dflash_forward`` calls them: ``prepare`` on
+the normed sublayer input (q, block k and v come from its output), ``finish`` on ``o_proj``'s /
+the MLP's output before the residual is added. The convolutions are unsharded (every rank holds
+the whole hidden row after the ROW all-reduce). The candidate selector is not here: TensorRT-LLM's
+worker runs it after ``lm_head`` (``_apply_dflash2_selector``) on this forward's rows.
+
 Per rank: heads and KV heads are the rank's (``num_heads_per_rank = attn0.num_heads``), the
 context pool is the rank's, and ``o_proj`` / ``down_proj`` all-reduce inside (ROW Linears).
 
@@ -32,8 +40,9 @@ class BlockDecode:
     """One drafter's block decode with its buffers (one instance per drafter module)."""
 
     def __init__(self, adapter: str, masks: Sequence[MaskSpec], fns: Sequence[Any], rotary_dim: int,
-                 theta: float, max_positions: int):
+                 theta: float, max_positions: int, dflash2: bool = False):
         self.adapter, self.masks, self.fns = adapter, tuple(masks), tuple(fns)
+        self.dflash2 = bool(dflash2)
         self.rotary_dim, self.theta, self.max_positions = rotary_dim, float(theta), int(max_positions)
         self.buffers: Optional[dict] = None
         self._tables: dict = {}  # device -> (cos, sin), built once
@@ -89,6 +98,11 @@ class BlockDecode:
         if paged and (ctx_kv_cache is None or ctx_page_table is None):
             raise ValueError(f"{self.adapter}: a paged context cache needs both ctx_kv_cache and ctx_page_table")
         layers = model.model.layers
+        convs = self.dflash2
+        if convs and not getattr(model, "has_block_conv", False):
+            raise ValueError(f"{self.adapter}: a DFlash 2 drafter, but TensorRT-LLM built no block convolutions (its "
+                             "load_weights builds them when the converted config carries dflash_config.conv_kernel_size "
+                             "and the checkpoint the layers.<i>.attention_conv / mlp_conv tensors)")
         a0 = layers[0].self_attn
         q_size, kv_size, hd = a0.q_size, a0.kv_size, a0.head_dim
         nh, nkv = a0.num_heads, a0.num_key_value_heads  # per rank
@@ -118,6 +132,8 @@ class BlockDecode:
                 normed = layer.input_layernorm(hidden)
             else:
                 normed, residual = layer.input_layernorm(hidden, residual)
+            if convs:
+                normed, attn_coeff = model.attention_convs[li].prepare(normed, blk)
             qkv = attn.qkv_proj(normed)
             q, k, v = qkv[..., :q_size], qkv[..., q_size:q_size + kv_size], qkv[..., q_size + kv_size:]
             q, k = q.reshape(b, blk, nh, hd), k.reshape(b, blk, nkv, hd)
@@ -134,8 +150,14 @@ class BlockDecode:
             kp, vp = cache.k_pages, cache.v_pages
             out = self.fns[li](q.to(kp.dtype), cache, k.to(kp.dtype), v.to(vp.dtype), self.masks[li], scale)
             h = attn.o_proj(out.reshape(b * blk, q_size))
+            if convs:
+                h = model.attention_convs[li].finish(h, attn_coeff, blk)
             h, residual = layer.post_attention_layernorm(h, residual)
+            if convs:
+                h, mlp_coeff = model.mlp_convs[li].prepare(h, blk)
             hidden = layer.mlp(h)
+            if convs:
+                hidden = model.mlp_convs[li].finish(hidden, mlp_coeff, blk)
         out, _ = model.model.norm(hidden, residual)
         return out
 

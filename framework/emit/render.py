@@ -37,7 +37,7 @@ from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
 from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
-from ..compile.trtllm_limits import trtllm_problems
+from ..compile.trtllm_limits import trtllm_notes, trtllm_problems
 from .binding import PACKAGE_DATA, PackagedDrafter, rope_scaling_problem
 from .fixed import PYTHON_FILES
 from .names import GENERATED, check_backbone, check_identifier, check_package_data
@@ -277,7 +277,10 @@ def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
     (a worker process builds those; CONTRACT.md R2): causal full layers (only DFlash 2 honours
     ``is_causal``), causal windows next to non-causal ones (one ``use_sliding_window`` flag), and
     any causal window under TensorRT-LLM PR #17935's rule (``causal = self._sliding_layers_causal``,
-    false for every non-DFlash-2 drafter)."""
+    false for every non-DFlash-2 drafter). A DFlash 2 drafter whose layers share one causality has
+    none: its rendered top-level ``is_causal`` decides every layer there (``_get_attention_mask_args``)."""
+    if r.dflash2 is not None and len({m.causal for m in r.masks}) == 1:
+        return []
     out = []
     causal_full = [i for i, m in enumerate(r.masks) if m.causal and m.window is None]
     if causal_full:
@@ -358,6 +361,7 @@ def write_package(
         arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype, example_values=example,
         notes=[*(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
                  "wrongly; serve with one process" for p in worker_mask_problems(resolved)),
+               *(f"warning: {n}" for n in trtllm_notes(resolved)),
                f"max_draft_len: {reason}",
                "checked against TensorRT-LLM's own source excerpts and stand-ins (tests/conformance/trtllm); "
                "never run inside TensorRT-LLM itself (docs/serving-on-trtllm.md)"],

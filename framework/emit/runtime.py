@@ -185,8 +185,13 @@ def make_builder(drafter: PackagedDrafter, cls: type, previous: Any, module_name
                 raise ValueError(f"no draft-model builder for architectures {architectures!r} (this package "
                                  f"serves {drafter.architecture!r})")
             return previous(model_config, draft_config, lm_head, model)
-        drafter.bind(draft_config.pretrained_config)  # refuses an unconverted checkpoint in one line
-        return cls(draft_config, dflash_attention_backend=model_config.spec_config.attention_backend)
+        bound = drafter.bind(draft_config.pretrained_config)  # refuses an unconverted checkpoint in one line
+        dm = cls(draft_config, dflash_attention_backend=model_config.spec_config.attention_backend)
+        if bound.resolved.dflash2 is not None and getattr(dm, "is_dflash2", None) is not True:
+            raise ValueError(f"{drafter.adapter}: a DFlash 2 drafter, but this TensorRT-LLM's {type(dm).__mro__[1].__name__} "
+                             "did not detect DFlash 2 from the converted config (it needs the DFlash 2 path of "
+                             "modeling_dflash.py: dflash_config.conv_kernel_size / selector_rank)")
+        return dm
 
     build_draft_model.__module__ = module_name
     return build_draft_model

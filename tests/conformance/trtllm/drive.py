@@ -40,11 +40,15 @@ def load_tensors(path):
     return out
 
 
-def target_model(target_dir):
+def target_model(target_dir, mapping=None):
+    """The target's embedding and ``lm_head`` (unsharded); with ``mapping`` (``ARGS["shard_lm_head"]``)
+    the ``lm_head`` is the rank's vocabulary shard, an ``LMHead`` COLUMN without ``gather_output``,
+    so the drafter's logits are vocab-sharded as TensorRT-LLM's DFlash 2 global top-k expects them."""
     from torch import nn
 
     from tensorrt_llm._torch.modules.decoder_model import Embedding
-    from tensorrt_llm._torch.modules.linear import Linear
+    from tensorrt_llm._torch.modules.embedding import LMHead
+    from tensorrt_llm._torch.modules.linear import Linear, TensorParallelMode
 
     t = load_tensors(target_dir)
     emb, head = t["model.embed_tokens.weight"], t["lm_head.weight"]
@@ -52,8 +56,14 @@ def target_model(target_dir):
     m.model = nn.Module()
     m.model.embed_tokens = Embedding(*emb.shape)
     m.model.embed_tokens.weight.data = emb.float()
-    m.lm_head = Linear(head.shape[1], head.shape[0], bias=False)
-    m.lm_head.weight.data = head.float()
+    if mapping is None:
+        m.lm_head = Linear(head.shape[1], head.shape[0], bias=False)
+        m.lm_head.weight.data = head.float()
+    else:
+        m.lm_head = LMHead(head.shape[0], head.shape[1], mapping=mapping,
+                           tensor_parallel_mode=TensorParallelMode.COLUMN, gather_output=False)
+        width = m.lm_head.out_features
+        m.lm_head.weight.data = head.float()[mapping.tp_rank * width:(mapping.tp_rank + 1) * width].clone()
     return m
 
 
@@ -145,7 +155,7 @@ def main(args):
     snippet["speculative_model"] = args["checkpoint"]
     res["snippet"] = snippet
     data = torch.load(args["inputs"])
-    tgt = target_model(args["target"])
+    tgt = target_model(args["target"], mapping if args.get("shard_lm_head") else None)
     res["backends"] = {}
     for run in args.get("backends") or ["VANILLA", "TRTLLM"]:
         # "NAME" or "NAME:arena": the paged backends bind the draft KV cache manager's pool unless
@@ -198,7 +208,7 @@ def main(args):
         try:
             manager = None if pool == "arena" else draft_kv_cache_manager(dm)
             worker = DFlashWorker(spec, spec.spec_dec_mode is SpeculativeDecodingMode.DSPARK, manager,
-                                  pool or "managed")
+                                  pool or "managed", mapping=mapping)
             worker.prepare(dm)
             before = len(dflash_attention.ENGINE_ATTENTION_CALLS)
             with torch.no_grad():  # TensorRT-LLM's executor runs the forward without autograd
@@ -206,6 +216,9 @@ def main(args):
             out["engine_attention_calls"] = len(dflash_attention.ENGINE_ATTENTION_CALLS) - before
             out["pool"] = worker.layout
             out["tokens"], out["logits"], out["slots"] = toks.tolist(), logits.tolist(), slots.tolist()
+            if worker.dflash2:  # DFlash 2: ``logits`` are the selector's path rows; these the lm_head's
+                out["draft_logits"] = worker.dflash2["draft_logits"].tolist()
+                out["has_block_conv"] = bool(dm.has_block_conv)
         except BaseException as e:  # noqa: BLE001
             out["decode"] = err(e)
     return res

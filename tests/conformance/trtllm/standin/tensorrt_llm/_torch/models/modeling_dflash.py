@@ -1,7 +1,16 @@
 """Stand-in of ``tensorrt_llm._torch.models.modeling_dflash`` (amukkara/TensorRT-LLM @
-d70a22876d5b0b13dcd5fee18e6dba2331c000a6). CPU, float32, batch of requests in one pool."""
+d70a22876d5b0b13dcd5fee18e6dba2331c000a6). CPU, float32, batch of requests in one pool.
 
+DFlash 2: ``DFlash2BlockConv``, ``DFlash2CandidateSelector`` and the class's
+``_validate_dflash2_config`` / ``is_dflash2`` / ``has_block_conv`` / ``has_candidate_selector`` /
+``select_candidate_path`` are the transcriptions in ``tests/standins/trtllm_dflash2.py`` (same
+commit), loaded from there; ``__init__``'s DFlash 2 detection, ``load_weights``' DFlash 2 branch,
+``_load_dflash2_weights`` and the convolutions' placement in ``dflash_forward`` are transcribed
+below (weights kept on the CPU in float32, where the real one moves them to CUDA as stored)."""
+
+import importlib.util
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -25,6 +34,20 @@ if not OLD:
     from .modeling_utils import register_draft_model
 
 
+def _load_dflash2_transcription():
+    path = Path(__file__).resolve().parents[6] / "standins" / "trtllm_dflash2.py"
+    spec = importlib.util.spec_from_file_location("_trtllm_dflash2_transcription", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_D2 = _load_dflash2_transcription()
+_is_dflash2_architecture = _D2._is_dflash2_architecture
+DFlash2BlockConv, DFlash2CandidateSelector = _D2.DFlash2BlockConv, _D2.DFlash2CandidateSelector
+dflash2_walk_candidate_paths = _D2.dflash2_walk_candidate_paths
+
+
 def dspark_layer_window_size(use_swa, swa_window, layer_types, layer_idx):
     """Reproduces modeling_dflash.py @ d70a2287 ``dspark_layer_window_size``: ``(W-1, W-1)`` for a
     ``sliding_attention`` layer (or any layer without ``layer_types``) when ``use_swa``, else
@@ -36,7 +59,7 @@ def dspark_layer_window_size(use_swa, swa_window, layer_types, layer_idx):
     return (swa_window - 1, swa_window - 1)
 
 
-class DFlashForCausalLM(nn.Module):
+class DFlashForCausalLM(_D2.DFlashForCausalLM):
     """Reproduces modeling_dflash.py @ d70a2287 ``DFlashForCausalLM``: ``__init__`` (backbone from
     the registry with the model_type-derived fallback name, ``dflash_config`` reads,
     ``AUTO`` -> ``VANILLA``, backends ``VANILLA|TRTLLM|FA4|XQA`` (each loading only its own ops;
@@ -93,7 +116,17 @@ class DFlashForCausalLM(nn.Module):
         n = getattr(pcfg, "num_hidden_layers", 0)
         types = getattr(pcfg, "layer_types", None)
         self._layer_windows = [dspark_layer_window_size(self._use_swa, self._swa_window, types, i) for i in range(n)]
-        self._is_dflash2 = False  # DFlash 2 (conv/selector) is not reproduced
+        self._dflash2_conv_taps = int(dcfg.get("conv_kernel_size", 0) or 0)
+        self._dflash2_conv_group_size = int(dcfg.get("conv_group_size", 0) or 0)
+        self._dflash2_selector_rank = int(dcfg.get("selector_rank", 0) or 0)
+        self._dflash2_selector_top_k = int(dcfg.get("selector_top_k", 0) or 0)
+        self._is_dflash2 = (self._dflash2_conv_taps > 0 or self._dflash2_selector_rank > 0
+                            or _is_dflash2_architecture(pcfg))
+        if self._is_dflash2:
+            self._validate_dflash2_config()
+        self.attention_convs = None
+        self.mlp_convs = None
+        self.candidate_selector = None
         self._sliding_layers_causal = False
         self._fused_kv_weight = None
         self._rotary_cos_sin = None
@@ -126,6 +159,8 @@ class DFlashForCausalLM(nn.Module):
         return self.hidden_norm(self.fc(hidden_states.float()))
 
     def load_weights(self, weights, weight_mapper=None, **kwargs):
+        if self._is_dflash2:  # taken before the backbone remap
+            weights = self._load_dflash2_weights(weights)
         remapped = {}
         for key, value in weights.items():
             if key in ("fc.weight", "hidden_norm.weight"):
@@ -154,6 +189,38 @@ class DFlashForCausalLM(nn.Module):
         if absent:
             raise ValueError(f"{type(self).__name__}: checkpoint provides no weights for {absent[:8]}")
         self.draft_model_full.load_weights(weights=remapped, weight_mapper=weight_mapper, allow_partial_loading=True)
+
+    def _load_dflash2_weights(self, weights):
+        """Reproduces ``_load_dflash2_weights`` @ d70a2287: per layer ``attention_conv`` and
+        ``mlp_conv`` (``DFlash2BlockConv`` from ``layers.{i}.{name}.base_kernel`` and
+        ``.kernel_projection.weight``), the ``DFlash2CandidateSelector`` from
+        ``candidate_selector.{predecessor_codebook, successor_codebook, hidden_projection.weight}``;
+        a missing key raises; returns the other weights."""
+        consumed = set()
+
+        def take(key):
+            if key not in weights:
+                raise ValueError(f"DFlash 2 drafter is missing checkpoint weight '{key}'. The draft checkpoint "
+                                 "declares DFlash 2 in its config but does not ship the corresponding weights.")
+            consumed.add(key)
+            return weights[key].float().clone()  # CPU float32 here; the real one moves it to CUDA
+
+        hidden = self.config.hidden_size
+        att, mlp = nn.ModuleList(), nn.ModuleList()
+        for i in range(len(self.model.layers)):
+            for name, convs in (("attention_conv", att), ("mlp_conv", mlp)):
+                p = f"layers.{i}.{name}."
+                convs.append(DFlash2BlockConv(base_kernel=take(p + "base_kernel"),
+                                              kernel_projection_weight=take(p + "kernel_projection.weight"),
+                                              taps=self._dflash2_conv_taps,
+                                              group_size=self._dflash2_conv_group_size, hidden_size=hidden))
+        selector = DFlash2CandidateSelector(
+            predecessor_codebook=take("candidate_selector.predecessor_codebook"),
+            successor_codebook=take("candidate_selector.successor_codebook"),
+            hidden_projection_weight=take("candidate_selector.hidden_projection.weight"),
+            top_k=self._dflash2_selector_top_k, vocab_size=self.config.vocab_size, rank=self._dflash2_selector_rank)
+        self.attention_convs, self.mlp_convs, self.candidate_selector = att, mlp, selector
+        return {k: v for k, v in weights.items() if k not in consumed}
 
     def load_weights_from_target_model(self, target_model):
         self.draft_model_full.model.embed_tokens = target_model.model.embed_tokens
@@ -276,6 +343,7 @@ class DFlashForCausalLM(nn.Module):
             append_batch = torch.arange(B, dtype=torch.int32).view(-1, 1).expand(-1, blk).reshape(-1)
             append_pos = (seqlen0.view(-1, 1) + torch.arange(blk, dtype=torch.int32)).reshape(-1)
         residual = None
+        has_block_conv = self.has_block_conv
         for li, layer in enumerate(self.model.layers):
             attn = layer.self_attn
             flat = hidden.reshape(-1, hidden.shape[-1])
@@ -285,6 +353,8 @@ class DFlashForCausalLM(nn.Module):
             else:
                 normed, rf = layer.input_layernorm(flat, residual.reshape(-1, residual.shape[-1]))
                 residual = rf.reshape(B, blk, -1)
+            if has_block_conv:  # DFlash 2: prepare on the normed input, finish after o_proj / the MLP
+                normed, attn_coeff = self.attention_convs[li].prepare(normed, blk)
             qkv = attn.qkv_proj(normed).reshape(B, blk, -1)
             q, k, v = qkv[..., :q_size], qkv[..., q_size:q_size + kv_size], qkv[..., q_size + kv_size:]
             if self._has_qk_norm:
@@ -334,8 +404,14 @@ class DFlashForCausalLM(nn.Module):
                 out = self._dflash_flash_attention(q, ctx_k_cache[:, li], ctx_v_cache[:, li], seq_after,
                                                    ctx_cache_batch_idx, causal, window)
             h = attn.o_proj(out.reshape(B * blk, q_size))
+            if has_block_conv:
+                h = self.attention_convs[li].finish(h, attn_coeff, blk)
             h, rf = layer.post_attention_layernorm(h, residual.reshape(-1, residual.shape[-1]))
+            if has_block_conv:
+                h, mlp_coeff = self.mlp_convs[li].prepare(h, blk)
             h = layer.mlp(h)
+            if has_block_conv:
+                h = self.mlp_convs[li].finish(h, mlp_coeff, blk)
             hidden, residual = h.reshape(B, blk, -1), rf.reshape(B, blk, -1)
         out, _ = self.model.norm(hidden.reshape(-1, hidden.shape[-1]), residual.reshape(-1, residual.shape[-1]))
         return out

@@ -100,11 +100,14 @@ class DFlashWorker:
     Every other slot, page or row holds another request's data (random) or unwritten memory (NaN
     in the manager's pool), so reading the wrong one changes the draft."""
 
-    def __init__(self, spec_config, mode_is_dspark: bool, draft_kv_cache_manager=None, pool: str = "managed"):
+    def __init__(self, spec_config, mode_is_dspark: bool, draft_kv_cache_manager=None, pool: str = "managed",
+                 mapping=None):
         self.spec_config, self.is_dspark = spec_config, mode_is_dspark
         self.max_draft_len = spec_config.max_draft_len
         self.manager, self.pool = draft_kv_cache_manager, pool
+        self.mapping = mapping
         self.layout: dict = {}
+        self.dflash2: dict = {}  # like ``layout``, a record for the suite: the lm_head logits the selector read
 
     def _draft_block_width(self, dm):
         if self.is_dspark and getattr(dm, "_dspark_shift_label", False):
@@ -141,10 +144,59 @@ class DFlashWorker:
         else:
             out = self._draft_paged(dm, emb, qpos, k, v, c, w, g)
         slots = dflash_draft_slot_ids(1, w, K, self.is_dspark and getattr(dm, "_dspark_shift_label", False))
-        logits = dm.lm_head(out[slots])
+        gen_hidden = out[slots]
+        logits = dm.lm_head(gen_hidden)
         if getattr(dm, "has_markov_head", False):
             logits = markov_chain_logits(logits, anchor, dm.markov_w1, dm.markov_w2)
+        if getattr(dm, "has_candidate_selector", False):
+            draft_logits = logits.clone()
+            logits = self._apply_dflash2_selector(dm, logits.reshape(1, K, -1), gen_hidden.reshape(1, K, -1),
+                                                  torch.tensor([anchor]), None)[0]
+            self.dflash2 = {"draft_logits": draft_logits}
         return logits.argmax(-1), logits, slots
+
+    def _apply_dflash2_selector(self, draft_model, gen_logits, block_hidden_states, anchor_tokens, spec_metadata):
+        """Reproduces ``DFlashWorker._apply_dflash2_selector`` (same file @ d70a2287): the global
+        top-k candidates, then ``draft_model.select_candidate_path`` (the full-vocab rows: ``-inf``
+        but at the candidates, which carry the walk's realized rows)."""
+        selector = draft_model.candidate_selector
+        candidate_ids, unary_logits, block_logits = self._dflash2_global_top_k(
+            gen_logits, spec_metadata, top_k=selector.top_k, full_vocab=selector.predecessor_codebook.shape[0])
+        return draft_model.select_candidate_path(block_logits, candidate_ids, unary_logits, block_hidden_states,
+                                                 anchor_tokens.long())
+
+    def _draft_logits_are_sharded(self, logits, spec_metadata):
+        """Reproduces NVIDIA/TensorRT-LLM ``_torch/speculative/interface.py`` (index id 57352998664, commit
+        not shown) ``SpecWorkerBase._draft_logits_are_sharded`` only as far as its one caller here
+        needs: ``tp_size > 1`` (its other half, logits narrower than the draft head's vocab, follows from
+        the caller's ``shard * tp_size == full_vocab``; its body was not read past its docstring;
+        attention DP's LM-head TP not reproduced)."""
+        return self.mapping is not None and self.mapping.tp_size > 1
+
+    def _dflash2_global_top_k(self, gen_logits, spec_metadata, top_k, full_vocab):
+        """Reproduces ``DFlashWorker._dflash2_global_top_k`` (same file @ d70a2287): full-vocab logits
+        -> ``torch.topk`` (``block_logits`` is ``gen_logits`` itself); a TP column shard -> each rank's
+        local top-k ``(id + tp_rank * shard, value)`` interleaved as floats, all-gathered on the last
+        dim, the global top-k of the values and their ids, and a fresh ``-inf`` full-vocab tensor."""
+        shard = gen_logits.shape[-1]
+        if shard == full_vocab:
+            unary_logits, candidate_ids = torch.topk(gen_logits, top_k, dim=-1)
+            return candidate_ids, unary_logits, gen_logits
+        mapping = self.mapping
+        if not (self._draft_logits_are_sharded(gen_logits, spec_metadata) and mapping is not None
+                and shard * mapping.tp_size == full_vocab):
+            raise NotImplementedError(f"DFlash 2 candidate selection needs the drafter's full vocab ({full_vocab}) "
+                                      f"or a plain TP column shard of it; got draft logits of width {shard}.")
+        from ..distributed import allgather
+
+        local_values, local_ids = torch.topk(gen_logits, top_k, dim=-1)
+        local_ids = local_ids + mapping.tp_rank * shard
+        combined = torch.stack([local_ids.float(), local_values.float()], dim=-1).flatten(-2)
+        gathered = allgather(combined, mapping, dim=-1)
+        unary_logits, selected = torch.topk(gathered[..., 1::2], top_k, dim=-1)
+        candidate_ids = gathered[..., 0::2].gather(-1, selected).long()
+        block_logits = gen_logits.new_full((*gen_logits.shape[:-1], full_vocab), float("-inf"))
+        return candidate_ids, unary_logits, block_logits
 
     def _draft_paged(self, dm, emb, qpos, k, v, c, w, g):
         from .dflash_attention import append_paged_kv_cache
