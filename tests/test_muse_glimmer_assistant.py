@@ -73,11 +73,12 @@ def rel(a, b) -> float:
     return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
 
 
-def convert_and_draft(m, tmp_path, *overrides):
+def convert_and_draft(m, tmp_path, *overrides, extra=None):
     m.save_pretrained(str(tmp_path / "S"))
     raw = json.loads((tmp_path / "S" / "config.json").read_text())
     assert "vocab_size" not in raw and route(raw).name == "meta_muse_glimmer"
-    (tmp_path / "S" / "config.json").write_text(json.dumps(dict(raw, vocab_size=V)))  # a reader's override, as vLLM's
+    raw = dict(raw, vocab_size=V, **(extra or {}))  # vocab_size: a reader's override, as vLLM's
+    (tmp_path / "S" / "config.json").write_text(json.dumps(raw))
     write_target(tmp_path / "target", seed=12)
     assert main(["convert", f"source={tmp_path / 'S'}", f"out={tmp_path / 'T'}", *overrides]) == 0
     dump = tmp_path / "dump.safetensors"
@@ -122,6 +123,23 @@ def test_writer_window_reaches_one_key_further(tmp_path):
     assert rel(d["outputs.logits"], logits) > 1e-4
     d9 = convert_and_draft(m, tmp_path / "w9", "adapter=meta_muse_glimmer", "adapter.attention.window=9")
     assert rel(d9["outputs.logits"], writer_step(m, d9)[1]) < 1e-5
+
+
+def test_is_causal_is_ignored_as_the_writer_does(tmp_path, capsys):
+    """``is_causal: true`` in the config: the writer's attention stays non-causal (its loaded model
+    drafts as before), so draftsmith's does too, and ``inspect`` names vLLM, which would not."""
+    from transformers import MuseGlimmerAssistantModel
+    m = writer(window=64, layers=("full_attention", "full_attention"), seed=17)
+    d = convert_and_draft(m, tmp_path, extra={"is_causal": True})
+    loaded = MuseGlimmerAssistantModel.from_pretrained(str(tmp_path / "S"), dtype=torch.float32,
+                                                       attn_implementation="eager").eval()
+    toks, logits = writer_step(loaded, d)
+    assert rel(d["outputs.logits"], logits) < 1e-5 and torch.equal(toks, d["outputs.tokens"])
+    capsys.readouterr()
+    assert main(["inspect", f"source={tmp_path / 'S'}"]) == 0
+    out = capsys.readouterr().out
+    assert "ignored as the writer does: is_causal  (a reader differs: " in out and "vLLM" in out
+    assert "0: non-causal full" in out
 
 
 def test_unknown_key_is_refused(tmp_path, capsys):
