@@ -142,8 +142,9 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
 #: for ``minimax_m3`` under transformers 5.5.4 (TensorRT-LLM's pin; 5.23/5.24 know only
 #: ``minimax_m3_vl*``). ``minimax_m2``'s ``MiniMaxM2Config`` keeps every key of the converted config
 #: as written (it adds defaults only) and the math is read from the ``draftsmith`` section alone.
+#: ``muse_glimmer_assistant`` (in the installed 5.19, unknown to 5.5.4) is Qwen3-shaped: ``qwen3``.
 #: Checked by tests/conformance/trtllm/test_trtllm_p12_loaded_config.py.
-TRTLLM_MODEL_TYPES = {"minimax_m3": "minimax_m2"}
+TRTLLM_MODEL_TYPES = {"minimax_m3": "minimax_m2", "muse_glimmer_assistant": "qwen3"}
 
 
 def render_engine_keys(resolved: ResolvedDrafter, model_type: str | None) -> dict[str, Any]:

@@ -165,9 +165,14 @@ def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = 
                 kept.update({n: tensors[n].clone() for n in group})
             for name, t in sorted(run_inverse(apps, tensors, ctx).items()):
                 saver.add(adapter.renamer.inverse(name), t)
+        borrowed = _write_target(adapter, cfg, tmp / "target", gen)
+        for name, of in sorted(adapter.spec.synth.shared_copies.items()):
+            if of not in borrowed:
+                raise UserError(f"{adapter.path}: synth.shared_copies.{name}: the target has no {of} "
+                                f"({', '.join(sorted(borrowed))})")
+            saver.add(name, borrowed[of].clone())
         saver.finish()
         (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-        _write_target(adapter, cfg, tmp / "target", gen)
         publish(tmp, out, overwrite)
     except BaseException:
         remove_temp(tmp)
@@ -202,8 +207,9 @@ def _draw(adapter, apps, name: str, layout: dict, gen, ctx) -> dict[str, torch.T
     return {name: adapter.family.sample(name, layout[name], gen)}
 
 
-def _write_target(adapter, cfg: dict, where: Path, gen: torch.Generator) -> None:
-    """The borrowed tensors of a synthetic target (embed_tokens, lm_head) and its config."""
+def _write_target(adapter, cfg: dict, where: Path, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Write the borrowed tensors of a synthetic target (embed_tokens, lm_head) and its config;
+    return the tensors by name."""
     import torch
     from safetensors.torch import save_file
 
@@ -220,3 +226,4 @@ def _write_target(adapter, cfg: dict, where: Path, gen: torch.Generator) -> None
         "torch_dtype": cfg["torch_dtype"],
     }
     (where / "config.json").write_text(json.dumps(tcfg, indent=2) + "\n")
+    return tensors

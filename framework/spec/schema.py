@@ -346,6 +346,13 @@ class SynthSpec(Strict):
     target_hidden_size: Optional[str] = Field(
         None, description="Config key of the target model's hidden size (default: `hidden_size`)."
     )
+    shared_copies: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tensors the writer saves in the drafter checkpoint as copies of the target's (e.g. DeepSpec's "
+        "frozen `embed_tokens.weight`): source-checkpoint name -> the synthetic target's name "
+        "(`model.embed_tokens.weight`, `lm_head.weight`). `synth` writes the target's tensor under the source "
+        "name; conversion ignores them (`weights.shared_with_target`).",
+    )
     layouts: dict[Literal["transformers4", "transformers5", "speculators"], dict[str, Any]] = Field(
         default_factory=dict,
         description="`synth layout=NAME`: the config layout of a real writer. Every adapter has "

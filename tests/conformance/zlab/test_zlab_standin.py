@@ -36,10 +36,11 @@ from draftsmith.framework.spec.loading import adapter_files  # noqa: E402
 from oracles import draft_oracle  # noqa: E402
 
 CONTEXT = 21
-EXPORTABLE = ("zlab_dflash", "trtllm_dflash")
+EXPORTABLE = ("zlab_dflash", "trtllm_dflash", "meta_muse_glimmer")
 REFUSED = {  # adapter -> the feature z-lab's model cannot run (Qwen3MLP silu, is_causal=False, no heads)
     "speculators_dflash": "causal sliding-window layers",
     "speculators_dspark": "the Markov (rank 16) / confidence (True) heads",
+    "deepseek_dspark_dense": "the Markov (rank 16) / confidence (True) heads",
     "minimax_dspark": "the clamped SwiGLU MLP",
     "minimax_dspark_v0": "the clamped SwiGLU MLP",
 }
