@@ -285,6 +285,30 @@ def test_the_forward_reuses_its_buffers_after_the_first_call(imported, monkeypat
     torch.testing.assert_close(third, first[:BLOCK])
 
 
+@pytest.mark.parametrize("to", [torch.float64, "meta"], ids=["float64", "meta"])
+def test_loading_keeps_the_device_and_dtype_the_drafter_was_moved_to(imported, to):
+    """TensorRT-LLM moves the built drafter (``.cuda()``) and then loads it: every parameter and buffer
+    stays on the device and dtype it was moved to (the CPU mirror of the CUDA-graph test, which a
+    loader that swaps in the checkpoint's CPU float32 tensor fails on a GPU), and the values loaded
+    are the checkpoint's."""
+    pkg, config, ns = imported
+    model = build_drafter(ns, config).to(to)
+    device, dtype = (torch.device("meta"), torch.float32) if to == "meta" else (torch.device("cpu"), to)
+    w = random_weights()
+    model.draft_model_full.load_weights(w, allow_partial_loading=True)
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    assert any(n.endswith("norm.weight") for n in tensors)
+    off = {n: (t.device, t.dtype) for n, t in tensors.items() if (t.device, t.dtype) != (device, dtype)}
+    assert not off, f"not on {device}/{dtype} after loading: {off}"
+    if to == "meta":
+        return
+    params = dict(model.draft_model_full.named_parameters())
+    same = [k for k in w if k in params]  # norms, o_proj, down_proj (q/k/v and gate/up are fused)
+    assert {k for k in w if k.endswith("norm.weight")} <= set(same)
+    for k in same:
+        torch.testing.assert_close(params[k], w[k].to(dtype), atol=0, rtol=0)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_forward_captures_in_a_cuda_graph_and_replays_with_padded_rows(imported):

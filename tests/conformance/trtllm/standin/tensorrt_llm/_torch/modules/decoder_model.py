@@ -79,8 +79,10 @@ class DecoderModelForCausalLM(nn.Module):
     (``qkv_proj``, ``gate_up_proj``) gets one filtered dict per component, k/v through
     ``duplicate_kv_weight``, then ``module.load_weights(weights=[...])`` (its weight mode decides);
     any other module with ``load_weights`` gets ``[filter_weights(name)]``; else each parameter is
-    copied. ``allow_partial_loading`` (the newer signature): a module the checkpoint has no entry for
-    is skipped (the drafter's shared ``embed_tokens``/``lm_head``)."""
+    copied into in place (``p.data.copy_``, amukkara modeling_utils.py @ 6d5e1f4d: the parameter keeps
+    the device and dtype the module was moved to). ``allow_partial_loading`` (the newer signature): a
+    module the checkpoint has no entry for is skipped (the drafter's shared ``embed_tokens``/``lm_head``),
+    as is a parameter it lacks."""
 
     def __init__(self, model: nn.Module, *, config=None, hidden_size: int, vocab_size: int):
         super().__init__()
@@ -137,6 +139,8 @@ class DecoderModelForCausalLM(nn.Module):
                 if hasattr(module, 'load_weights'):
                     module.load_weights(weights=[module_weights])
                 else:
-                    for n, p in module._parameters.items():
-                        if p is not None:
-                            p.data = module_weights[n][:].detach().float().clone()
+                    for n, p in module.named_parameters(recurse=False):
+                        if not allow_partial_loading:
+                            assert n in module_weights
+                        if n in module_weights:
+                            p.data.copy_(module_weights[n][:])  # in place: the module's device and dtype
