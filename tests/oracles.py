@@ -13,6 +13,8 @@ import torch
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.lowering.base import PagedKV
 
+import oracles_dflash2 as o2
+
 
 def oracle(q, ctx_k, ctx_v, k_blk, v_blk, causal: bool, window, scale: float, ctx_start=None):
     """Block attention in float64 from the drafter reference, section 2 (the tests' one
@@ -108,7 +110,7 @@ def dspark_heads(config: dict) -> dict:
 
 
 def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: int, ctx_start: int = 0,
-                 rope_freqs=None):
+                 rope_freqs=None, selector: bool = True):
     """One greedy draft step of one sequence in float64, straight from the reference text.
 
     ``w``: the drafter's tensors by converted name; ``tgt``: the target's
@@ -117,6 +119,12 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     before ``ctx_start`` must be invisible to every layer). Returns (tokens [K], logits [K, V],
     conf [K] or None). ``rope_freqs``: ``(inv_freq [rot/2] float64, attention_factor)`` of a
     scaled RoPE, computed by the caller's own formula (default: ``theta^(-2i/rot)``, factor 1).
+
+    A DFlash 2 drafter (the record's ``dflash2``) adds, from ``oracles_dflash2`` (float64, written
+    from docs/dflash2-reference.md): the block embeddings times ``input_embedding_scale``, every
+    sublayer wrapped in its block convolution (the block rows only; context K/V unconvolved), and,
+    with ``selector``, the candidate selector's greedy walk at slots ``1..K`` from the anchor; then
+    ``logits`` are its path logits (``-inf`` outside the candidates) and the tokens its path.
     """
     f = lambda t: t.double()  # noqa: E731
     w = {k: f(v) for k, v in w.items()}
@@ -161,27 +169,48 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     c = norm(f(hidden) @ w["fc.weight"].T, w["hidden_norm.weight"], "hidden_norm")
     emb, head = f(tgt["model.embed_tokens.weight"]), f(tgt["lm_head.weight"])
     x = emb[torch.tensor([anchor] + [config["dflash_config"]["mask_token_id"]] * (b - 1))]
+    d2 = resolved.dflash2
+    if d2 is not None:
+        x = x * d2.input_embedding_scale
+    g2 = d2.conv.group_size if d2 is not None else None
+
+    def wrap(sub, rows, conv):  # the sublayer's output, through its block convolution for DFlash 2
+        if d2 is None:
+            return sub(rows)
+        return o2.conv_wrap(sub, rows, w[conv + ".kernel_projection.weight"], w[conv + ".base_kernel"], b, g2)
     pc, pb = torch.arange(ctx_start, c_len), torch.arange(c_len, c_len + b)
     for i, mask in enumerate(resolved.masks):
         p = f"layers.{i}."
         a_ = p + "self_attn."
-        y = norm(x, w[p + "input_layernorm.weight"], "input_layernorm")
-        q = rope(qk_norm(lin(y, a_ + "q_proj").view(b, HQ, D), a_ + "q_norm.weight", "q_norm"), pb)
-        kc = rope(qk_norm(lin(c, a_ + "k_proj").view(t, HKV, D), a_ + "k_norm.weight", "k_norm"), pc)
-        kb = rope(qk_norm(lin(y, a_ + "k_proj").view(b, HKV, D), a_ + "k_norm.weight", "k_norm"), pb)
-        vs = config["dflash_config"].get("attention_value_scale", 1.0)  # V scaled before attention (MiMo)
-        vc = vs * lin(c, a_ + "v_proj").view(t, HKV, D)
-        vb = vs * lin(y, a_ + "v_proj").view(b, HKV, D)
         if mask.window is not None:
             assert ctx_start == 0 or ctx_start <= c_len - (mask.window - 1), "reference context too short"
         else:
             assert ctx_start == 0, "a full layer needs the whole context"
-        out, _ = oracle(q[None], [kc], [vc], kb[None], vb[None], mask.causal, mask.window,
-                        1 / math.sqrt(D), ctx_start=[ctx_start])
-        x = x + lin(out[0].reshape(b, HQ * D), a_ + "o_proj")
-        x = x + mlp(norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm"), p + "mlp.")
+
+        def attention(y, a_=a_, mask=mask):  # block rows [b, h] -> o_proj(attn) [b, h]
+            q = rope(qk_norm(lin(y, a_ + "q_proj").view(b, HQ, D), a_ + "q_norm.weight", "q_norm"), pb)
+            kc = rope(qk_norm(lin(c, a_ + "k_proj").view(t, HKV, D), a_ + "k_norm.weight", "k_norm"), pc)
+            kb = rope(qk_norm(lin(y, a_ + "k_proj").view(b, HKV, D), a_ + "k_norm.weight", "k_norm"), pb)
+            vs = config["dflash_config"].get("attention_value_scale", 1.0)  # V scaled before attention (MiMo)
+            vc = vs * lin(c, a_ + "v_proj").view(t, HKV, D)
+            vb = vs * lin(y, a_ + "v_proj").view(b, HKV, D)
+            out, _ = oracle(q[None], [kc], [vc], kb[None], vb[None], mask.causal, mask.window,
+                            1 / math.sqrt(D), ctx_start=[ctx_start])
+            return lin(out[0].reshape(b, HQ * D), a_ + "o_proj")
+
+        x = x + wrap(attention, norm(x, w[p + "input_layernorm.weight"], "input_layernorm"), p + "attention_conv")
+        x = x + wrap(lambda v, p=p: mlp(v, p + "mlp."),
+                     norm(x, w[p + "post_attention_layernorm.weight"], "post_attention_layernorm"), p + "mlp_conv")
     z = norm(x, w["norm.weight"], "norm")
     logits = z @ head.T
+    if d2 is not None and selector:
+        sel, u = d2.selector, d2.selector.unary
+        toks, rows = o2.select_path(logits[None, 1:], z[None, 1:], torch.tensor([anchor]),
+                                    w["candidate_selector.predecessor_codebook"],
+                                    w["candidate_selector.successor_codebook"],
+                                    w["candidate_selector.hidden_projection.weight"], sel.top_k,
+                                    u.multiplier, u.softcap, u.order)
+        return toks[0], rows[0], None
     first = 0 if ds["sample_from_anchor"] else 1
     prev, toks, rows, confs = anchor, [], [], []
     for j in range(first, b):
