@@ -233,3 +233,12 @@ def test_cli_draft_selector_flag(capsys):
     assert on["selector"] is True and off["selector"] is False
     assert main(["draft", "adapter=zlab_dflash", "context=9", "selector=false"]) == 2
     assert "selector=false: this drafter has no candidate selector" in capsys.readouterr().err
+
+
+def test_emit_refuses_dflash2_in_one_line(tmp_path, capsys):
+    """Until TensorRT-LLM's DFlash 2 path is emitted, `emit` refuses rather than emit a package that
+    drafts without the convolutions and the selector; nothing is written."""
+    assert main(["emit", f"adapter={NAME}", "target=trtllm", f"out={tmp_path / 'pkg'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "DFlash 2" in err and "no DFlash 2 path yet" in err
+    assert not (tmp_path / "pkg").exists()

@@ -8,7 +8,8 @@ of a value scale is read in TensorRT-LLM's ``modeling_dflash.py`` / ``modeling_d
 excerpted from ``amukkara/TensorRT-LLM`` @ ``d70a2287`` (``/work/shared/trtllm_src``); the
 attention it builds takes ``v = v_proj(x)`` as it is. The emitted backbone passes only
 ``dim``/``theta`` to ``RopeParams`` (``emit/trtllm_backbone.py``), so a scaled RoPE would
-run unscaled.
+run unscaled. A DFlash 2 drafter (block convolutions, candidate selector) has no emitted path yet
+(docs/dflash2-reference.md section 9): the package would draft plain DFlash numbers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def rope_problem(resolved: ResolvedDrafter) -> Optional[str]:
 def trtllm_problems(resolved: ResolvedDrafter) -> list[str]:
     """One line per feature of ``resolved`` TensorRT-LLM cannot run (empty: none)."""
     problems = [p for p in (rope_problem(resolved),) if p]
+    if resolved.dflash2 is not None:
+        problems.append("DFlash 2 (block convolutions and candidate selector): the emitted package has no DFlash 2 "
+                        "path yet and would draft without them; the reference host (draftsmith draft) runs it")
     if resolved.value_scale != 1.0:
         problems.append(
             f"dflash_config.attention_value_scale {resolved.value_scale}: TensorRT-LLM's DFlash attention has no "
