@@ -32,7 +32,7 @@ def trtllm_problems(resolved: ResolvedDrafter) -> list[str]:
     problems = [p for p in (rope_problem(resolved),) if p]
     if resolved.dflash2 is not None:
         problems.append("DFlash 2 (block convolutions and candidate selector): the emitted package has no DFlash 2 "
-                        "path yet and would draft without them; the reference host (draftsmith draft) runs it")
+                        "path yet (it would draft without them)")
     if resolved.value_scale != 1.0:
         problems.append(
             f"dflash_config.attention_value_scale {resolved.value_scale}: TensorRT-LLM's DFlash attention has no "

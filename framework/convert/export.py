@@ -155,7 +155,13 @@ _FEATURES = {
 
 
 def refuse_unsupported(target, r: ResolvedDrafter) -> None:
-    """One line naming the first drafter feature ``target``'s format cannot run."""
+    """One line naming the first drafter feature ``target``'s format cannot run (first: a drafter of
+    another family, e.g. DFlash 2's convolutions and selector in a DFlash format)."""
+    if r.family != target.family.name:
+        from ..compile.family import get_family
+
+        raise UserError(f"to={target.name}: the {target.name} format cannot express a {r.family} drafter "
+                        f"({get_family(r.family).description}; the format's family is {target.family.name})")
     for feature in target.spec.export.unsupported:
         used, say = _FEATURES[feature]
         if used(r):
