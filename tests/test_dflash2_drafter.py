@@ -242,3 +242,26 @@ def test_emit_refuses_dflash2_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "DFlash 2" in err and "no DFlash 2 path yet" in err and "Traceback" not in err
     assert not (tmp_path / "pkg").exists()
+
+
+def test_eval_with_and_without_selector(checkpoints, tmp_path, capsys):
+    """`eval` on the shipped tiny target (hidden 128, vocab 256, as the tiny DFlash 2 drafter) with
+    the untrained synthetic drafter: with the selector and without it, the output is the target's
+    own greedy decode (check=true) and the report says which drafted; accepted lengths are reported
+    both ways. A drafter without a selector refuses selector=false in one line."""
+    from pathlib import Path
+    from draftsmith.framework.eval.prompts import read_prompts
+    pair = Path(__file__).parent / "fixtures" / "tiny_pair"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in read_prompts(pair / "prompts.jsonl")[:1]))
+    args = ["eval", f"checkpoint={checkpoints(NAME).converted}", f"target={pair / 'target'}", f"prompts={prompts}",
+            "max_new_tokens=12", "dtype=float32", "threads=1", "format=json", "check=true"]
+    got = {}
+    for sel in ("true", "false"):
+        assert main(args + [f"selector={sel}"]) == 0
+        got[sel] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert got[sel]["matches_target"] is True and got[sel]["mean_acceptance_length"] >= 1.0
+    assert got["true"]["selector"] is True and got["false"]["selector"] is False
+    assert main(["eval", f"checkpoint={checkpoints('zlab_dflash').converted}", f"target={pair / 'target'}",
+                 f"prompts={prompts}", "max_new_tokens=4", "selector=false"]) == 2
+    assert "selector=false: this drafter has no candidate selector" in capsys.readouterr().err

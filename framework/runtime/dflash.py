@@ -7,7 +7,10 @@ TensorRT-LLM path runs against them): ``DFlashDraftModel(resolved, device, dtype
 ``precompute_context_kv(projected_hidden, positions) -> (k, v)``,
 ``_get_attention_mask_args(layer_idx)`` (see docs/trtllm-interface.md), plus the host's own
 ``make_cache``, ``append_context(cache, target_hidden, seq)`` (paged, streamed),
-``forward(input_ids, position_ids, cache)`` and ``draft(anchor, cache)`` (one greedy step).
+``forward(input_ids, position_ids, cache)`` and ``draft(anchor, cache, selector=True)`` (one
+greedy step). A DFlash 2 record (``resolved.dflash2``) adds each layer's block convolutions
+(``layers.{i}.{attention_conv,mlp_conv}``), the block embeddings' ``input_embedding_scale`` and
+``candidate_selector`` (docs/dflash2-reference.md).
 
 Drafted slots: with ``sample_from_anchor`` every block slot ``j`` drafts the token at
 position ``C+j+1`` (``K = B`` tokens); without it slot 0 is only the anchor and slot
