@@ -20,6 +20,15 @@ def minimax_raw(scale="full"):
     return copy.deepcopy(source_config(minimax(), scale))
 
 
+def emit_refusal(name: str):
+    """Why ``draftsmith emit target=trtllm`` refuses adapter ``name``'s tiny synthetic drafter
+    (``compile/trtllm_limits.py``), or None: tests of emitted packages skip such adapters."""
+    from draftsmith.framework.compile.trtllm_limits import trtllm_problems
+    a = load_adapter(name)
+    problems = trtllm_problems(a.compile_config(source_config(a, "tiny"))[1])
+    return "; ".join(problems) or None
+
+
 def read_checkpoint(d):
     """(config dict, every tensor) of a checkpoint folder, sharded or not."""
     index = d / "model.safetensors.index.json"

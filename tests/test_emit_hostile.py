@@ -22,6 +22,7 @@ import pytest
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.emit.fixed import PYTHON_FILES
 from draftsmith.framework.spec.loading import adapter_files
+from helpers import emit_refusal
 from test_emit_trtllm_fake import fake_trtllm  # noqa: F401  (fixture)
 
 
@@ -172,7 +173,7 @@ def test_serving_strings_are_data_in_the_yaml(tmp_path, capsys):
 
 
 def test_every_package_has_the_same_fixed_python(tmp_path, capsys):
-    for name in adapter_files():
+    for name in [n for n in adapter_files() if not emit_refusal(n)]:  # refused ones: test_dflash2_drafter
         rc, out, err = run_emit(capsys, f"adapter={name}", f"out={tmp_path / name}")
         assert rc == 0, err
         pkg = next((tmp_path / name).iterdir())
@@ -212,7 +213,7 @@ def test_importing_every_emitted_package_creates_no_marker(tmp_path, capsys, mon
     from draftsmith.framework.emit.render import emit
 
     marker = tmp_path / "MARKER"
-    for name in adapter_files():
+    for name in [n for n in adapter_files() if not emit_refusal(n)]:
         ns_before = dict(fake_trtllm.MODEL_CLASS_MAPPING)
         pkg_name = f"draftsmith_imp_{name}"
         emit(name, out=tmp_path / "out", package=pkg_name)

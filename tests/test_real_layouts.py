@@ -16,6 +16,7 @@ import json
 import re
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from draftsmith.adapters import ADAPTER_DIR
@@ -93,12 +94,15 @@ def test_rope_base_in_every_writer_layout(name, layout, tmp_path):
     oracle_cfg["rope_theta"] = THETA  # the base the checkpoint states, from this test
     toks, logits, _ = draft_oracle(oracle_cfg, w, tgt, d["inputs.target_hidden"], int(d["inputs.anchor"][0]))
     got = d["outputs.logits"].double()
-    rel = ((got - logits).abs().max() / logits.abs().max()).item()
+    assert torch.equal(torch.isfinite(got), torch.isfinite(logits)), f"{name}: candidate sets differ"
+    seen = torch.isfinite(logits)  # a DFlash 2 selector's path logits are -inf off its candidates
+    rel = ((got[seen] - logits[seen]).abs().max() / logits[seen].abs().max()).item()
     assert rel < 1e-4, f"{name}: logits off by {rel:.2e} relative"
     # the check can fail: the old silent default (10000) moves these logits past the bound
     oracle_cfg["rope_theta"] = 10000.0
     _, wrong, _ = draft_oracle(oracle_cfg, w, tgt, d["inputs.target_hidden"], int(d["inputs.anchor"][0]))
-    assert ((got - wrong).abs().max() / wrong.abs().max()).item() > 1e-3
+    ok = torch.isfinite(wrong)
+    assert not torch.equal(ok, seen) or ((got[ok] - wrong[ok]).abs().max() / wrong[ok].abs().max()).item() > 1e-3
 
 
 def flat(adapter_name: str, edit) -> dict:

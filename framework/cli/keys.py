@@ -71,6 +71,10 @@ SOURCE = Key("source", "path", None,
              "drafter checkpoint: a folder, a model root holding the drafter in a known subfolder "
              "(e.g. dspark/), or a Hugging Face repo id org/name[@revision] from the local cache")
 
+SELECTOR = Key("selector", "bool", True, "DFlash 2: draft through the candidate selector (false: the plain argmax "
+               "of the same drafter; refused for a drafter without a selector)")
+
+
 def _with(key: Key, **kw) -> Key:
     return Key(**{**key.__dict__, **kw})
 
@@ -113,7 +117,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         Key("dtype", "enum", None, "dtype of the step (default: the checkpoint's)",
             choices=("bfloat16", "float16", "float32")),
         _with(OVERWRITE, help="replace a dump= file that draftsmith draft wrote (never anything else)"),
-        PROGRESS, THREADS), overrides=True),
+        SELECTOR, PROGRESS, THREADS), overrides=True),
     Command("eval", "acceptance length of greedy speculative decoding with a real target model (docs/eval.md)", (
         _adapter(), ADAPTER_DIR,
         Key("target", "str", None, "the target model: a Hugging Face folder or a repo id in the local cache",
@@ -126,7 +130,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             choices=("bfloat16", "float16", "float32")),
         Key("lowering", "str", None, "one attention lowering for every drafter layer"),
         Key("check", "bool", False, "also check the output equals the target's own greedy decode (exit 1 if not)"),
-        FORMAT,
+        SELECTOR, FORMAT,
         Key("plot", "path", None, "write an acceptance plot (PNG; needs matplotlib)"),
         _with(OVERWRITE, help="replace a plot= file that draftsmith eval wrote (never anything else)"),
         THREADS), overrides=True),

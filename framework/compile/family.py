@@ -7,7 +7,7 @@ One family per architecture shape, shared by every adapter of that shape.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...transforms.base import TensorMeta, dtype_from_name
 
@@ -183,6 +183,13 @@ class GQADFlash:
         """Copies TensorRT-LLM's DFlash loader reads at the top level (``block_size``)."""
         cfg["block_size"] = cfg["dflash_config"]["block_size"]
 
+    #: record field (dotted, under ``dflash2``) -> the flattened key it is read from (none for DFlash)
+    dflash2_keys: dict[str, str] = {}
+
+    def dflash2(self, cfg: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """The record's ``dflash2`` section of a completed config (None: not DFlash 2)."""
+        return None
+
     def target_layout(self, cfg: dict[str, Any]) -> dict[str, TensorMeta]:
         """Every tensor the converted checkpoint holds, in a fixed order: ``*.bias`` of
         q/k/v/o_proj when ``attention_bias``, of gate/up/down_proj when ``mlp_bias`` (flattened
@@ -276,8 +283,127 @@ def _value_key(v: Any, number: bool) -> tuple[str, Any]:
     return (type(v).__name__, repr(v))
 
 
+#: DFlash 2's structural ``dflash_config`` keys: required, no default is safe (docs/dflash2-reference.md
+#: section 7 row 9: TensorRT-LLM refuses their absence, vLLM raises, speculators defaults them)
+DFLASH2_STRUCTURE = ("dflash_config.conv_kernel_size", "dflash_config.conv_group_size",
+                     "dflash_config.selector_rank", "dflash_config.selector_top_k")
+#: DFlash 2's math knobs read by z-lab and vLLM (not by TensorRT-LLM at d70a2287): from the config or an
+#: explicit spec default (``config.fields``), never a family default
+DFLASH2_KNOBS = ("dflash_config.output_multiplier", "dflash_config.final_logit_softcapping",
+                 "dflash_config.input_embedding_scale")
+#: where the record's unary order and chain come from: flattened keys only a spec's ``config.fields``
+#: default sets (no published config spells them; section 7 rows 2-3)
+DFLASH2_CHOICES = ("dflash_config.selector_unary_order", "dflash_config.selector_chain")
+
+
+class GQADFlash2(GQADFlash):
+    """GQA DFlash 2 drafters (docs/dflash2-reference.md): the DFlash block decode plus a grouped
+    block convolution around every sublayer and the pairwise candidate selector.
+
+    Target layout: the DFlash set plus ``layers.{i}.{attention_conv,mlp_conv}.base_kernel [2, T, h]``,
+    ``.kernel_projection.weight [2*T*G, h]`` (``G = h / conv_group_size``),
+    ``candidate_selector.hidden_projection.weight [r, h]`` and the bare codebooks
+    ``candidate_selector.{predecessor,successor}_codebook [V, r]`` (TensorRT-LLM's names).
+    """
+
+    name = "gqa_dflash2"
+    description = ("GQA DFlash 2 block drafter (DFlash plus grouped block convolutions and the pairwise "
+                   "candidate selector)")
+    consumes = GQADFlash.consumes + DFLASH2_STRUCTURE + DFLASH2_KNOBS + DFLASH2_CHOICES
+    required = GQADFlash.required + DFLASH2_STRUCTURE
+
+    def complete(self, cfg: dict[str, Any]) -> None:
+        """DFlash's completion, then DFlash 2's refusals: slot 0 never drafts (the selector's
+        positions are slots ``1..K``: TensorRT-LLM ``_draft_slot_ids``, z-lab's generator) and no
+        DSpark head (no source combines them)."""
+        structure = [k for k in DFLASH2_STRUCTURE if get_dotted(cfg, k) is None]
+        if structure:
+            raise UserError(f"config: missing {', '.join(structure)} (needed by family {self.name}; DFlash 2's "
+                            "structure has no safe default)")
+        knobs = [k for k in DFLASH2_KNOBS + DFLASH2_CHOICES if get_dotted(cfg, k) is None]
+        if knobs:
+            raise UserError(f"config: missing {', '.join(knobs)} (needed by family {self.name}: they change the "
+                            "selector's math; give them in the checkpoint or as a `default:` in the spec's "
+                            "config.fields)")
+        super().complete(cfg)
+        ds = cfg["dspark_config"]
+        if ds["sample_from_anchor"]:
+            raise UserError("config: sample_from_anchor true: family gqa_dflash2 drafts from block slots 1..K only "
+                            "(TensorRT-LLM _draft_slot_ids, z-lab dflash_generate); slot 0 holds the anchor")
+        if ds["markov_rank"] or ds["enable_confidence_head"]:
+            raise UserError("config: a DSpark Markov or confidence head with DFlash 2 is not supported "
+                            "(no source defines the combination)")
+
+    dflash2_keys = {
+        "dflash2.conv.kernel_size": "dflash_config.conv_kernel_size",
+        "dflash2.conv.group_size": "dflash_config.conv_group_size",
+        "dflash2.selector.rank": "dflash_config.selector_rank",
+        "dflash2.selector.top_k": "dflash_config.selector_top_k",
+        "dflash2.selector.unary.multiplier": "dflash_config.output_multiplier",
+        "dflash2.selector.unary.softcap": "dflash_config.final_logit_softcapping",
+        "dflash2.selector.unary.order": "dflash_config.selector_unary_order",
+        "dflash2.selector.chain": "dflash_config.selector_chain",
+        "dflash2.input_embedding_scale": "dflash_config.input_embedding_scale",
+    }
+
+    def dflash2(self, cfg: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """``conv``, ``selector``, ``input_embedding_scale`` from ``dflash_config`` (validated by the
+        record). ``final_logit_softcapping`` 0 reads as no cap, as its writers read it (z-lab and
+        vLLM cap only when it is ``> 0``); a negative one is refused by the record."""
+        dc = cfg["dflash_config"]
+        cap = dc["final_logit_softcapping"]
+        return dict(
+            conv=dict(kernel_size=dc["conv_kernel_size"], group_size=dc["conv_group_size"]),
+            selector=dict(rank=dc["selector_rank"], top_k=dc["selector_top_k"],
+                          unary=dict(multiplier=dc["output_multiplier"],
+                                     softcap=None if type(cap) in (int, float) and cap == 0 else cap,
+                                     order=dc["selector_unary_order"]),
+                          chain=dc["selector_chain"]),
+            input_embedding_scale=dc["input_embedding_scale"],
+        )
+
+    def target_layout(self, cfg: dict[str, Any]) -> dict[str, TensorMeta]:
+        """DFlash's tensors, each layer's convolutions after its own, then the selector."""
+        base = super().target_layout(cfg)
+        dt = dtype_from_name(cfg.get("torch_dtype", "bfloat16"))
+        dc = cfg["dflash_config"]
+        h, v = cfg["hidden_size"], cfg["vocab_size"]
+        taps, groups, rank = dc["conv_kernel_size"], h // dc["conv_group_size"], dc["selector_rank"]
+        out: dict[str, TensorMeta] = {}
+        for name, meta in base.items():
+            out[name] = meta
+            if name.endswith(".mlp.down_proj.weight"):
+                p = name.removesuffix("mlp.down_proj.weight")
+                for conv in ("attention_conv", "mlp_conv"):
+                    out[p + conv + ".base_kernel"] = TensorMeta((2, taps, h), dt)
+                    out[p + conv + ".kernel_projection.weight"] = TensorMeta((2 * taps * groups, h), dt)
+        out["candidate_selector.hidden_projection.weight"] = TensorMeta((rank, h), dt)
+        out["candidate_selector.predecessor_codebook"] = TensorMeta((v, rank), dt)
+        out["candidate_selector.successor_codebook"] = TensorMeta((v, rank), dt)
+        return out
+
+    def sample(self, name: str, meta: TensorMeta, gen: torch.Generator) -> torch.Tensor:
+        """DFlash's draws, and for DFlash 2's tensors values far from the identity convolution
+        (which would hide the convolutions from a test): base kernels ``N(1, 0.3)`` at tap 0 and
+        ``N(0, 0.5)`` at earlier taps, kernel projections at ``0.5/sqrt(h)`` (coefficients of RMS
+        about 0.5 on normed rows), codebooks at ``r^-1/4`` (the pairwise term has RMS about 1,
+        the size of the scaled unary scores)."""
+        import torch
+
+        if name.endswith(".base_kernel"):
+            t = 0.5 * torch.randn(meta.shape, generator=gen)
+            t[:, 0] = 1.0 + 0.3 * torch.randn(t[:, 0].shape, generator=gen)
+            return t.to(meta.dtype)
+        if name.endswith(".kernel_projection.weight"):
+            return (0.5 * meta.shape[-1] ** -0.5 * torch.randn(meta.shape, generator=gen)).to(meta.dtype)
+        if name.endswith("_codebook"):
+            return (meta.shape[-1] ** -0.25 * torch.randn(meta.shape, generator=gen)).to(meta.dtype)
+        return super().sample(name, meta, gen)
+
+
 FAMILIES: Registry[GQADFlash] = Registry("family")
 FAMILIES.register(GQADFlash.name, GQADFlash())
+FAMILIES.register(GQADFlash2.name, GQADFlash2())
 
 
 def get_family(name: str) -> GQADFlash:

@@ -118,7 +118,7 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
     write_back(out, layers)
 
     adapter.family.mirror(out)
-    for key in [*MATH_KEYS.values(), *SWIGLU_KEYS.values(), "rope_type"]:
+    for key in [*MATH_KEYS.values(), *SWIGLU_KEYS.values(), *adapter.family.dflash2_keys.values(), "rope_type"]:
         if key not in sources:
             sources[key] = _source(adapter, raw, merged, cs.sections, key)
     if spec.target_layer_ids == "input":
@@ -237,9 +237,10 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
     rope_type, scaling, scaling_sources = adapter.family.rope_scaling(out)
     src["rope.type"] = src["rope.scaling"] = sources["rope_type"]
     src.update({f"rope.scaling.{k}": v for k, v in scaling_sources.items()})
+    src.update({field: sources[key] for field, key in adapter.family.dflash2_keys.items()})
     src["norms"] = "spec: weights.transforms (norm_fold_gemma modes)"
     src["layers"] = "config.json: layer_types, sliding_window, is_causal + spec: attention"
-    read = {*MATH_KEYS.values(), *SWIGLU_KEYS.values(), "rope_type"}
+    read = {*MATH_KEYS.values(), *SWIGLU_KEYS.values(), *adapter.family.dflash2_keys.values(), "rope_type"}
     for key, value in (taken or {}).items():  # spec defaults of keys outside the fields above
         if key not in read:
             src[f"{CONFIG_PREFIX}{key}"] = f"{sources[key]}{VALUE_MARK}{json.dumps(value)}"
@@ -268,18 +269,19 @@ def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where
                          confidence=ds["enable_confidence_head"],
                          confidence_with_markov=ds["enable_confidence_head"] and ds["confidence_head_with_markov"]),
             layers=tuple(layers),
+            dflash2=adapter.family.dflash2(out),
             sources=src,
         ))
     except ValidationError as e:
-        raise UserError(*(_refusal(where, x) for x in e.errors())) from None
+        raise UserError(*(_refusal(where, x, adapter.family.dflash2_keys) for x in e.errors())) from None
 
 
-def _refusal(where: str, error: dict) -> str:
+def _refusal(where: str, error: dict, more_keys: dict[str, str] | None = None) -> str:
     """One line for a record validation error: a field's names the config key it was read from;
     a record rule's (``Dims``: heads dividing, ``rotary_dim``; the record's: mask id < vocab) is its own
     message, which names its keys."""
     dotted = ".".join(str(p) for p in error["loc"])
-    key = MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted)
+    key = MATH_KEYS.get(dotted) or SWIGLU_KEYS.get(dotted) or (more_keys or {}).get(dotted)
     if key is None and error["type"] == "value_error" and dotted in ("", "dims", "heads"):
         return f"{where}: {error['ctx']['error']}"
     return f"{where}: {key or dotted or 'config'}: {error['msg']}"

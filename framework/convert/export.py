@@ -75,6 +75,7 @@ from ...transforms.base import Context
 from ...transforms.names import NameTemplate
 from ...transforms.norm_fold import fold_gemma, unfold_gemma
 from ..compile.engine import load_adapter
+from ..compile.family import get_family
 from ..compile.keys import VALUE_SCALE
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
@@ -161,7 +162,11 @@ _FEATURES = {
 
 
 def refuse_unsupported(target, r: ResolvedDrafter) -> None:
-    """One line naming the first drafter feature ``target``'s format cannot run."""
+    """One line naming the first drafter feature ``target``'s format cannot run (first: a drafter of
+    another family, e.g. DFlash 2's convolutions and selector in a DFlash format)."""
+    if r.family != target.family.name:
+        raise UserError(f"to={target.name}: the {target.name} format cannot express a {r.family} drafter "
+                        f"({get_family(r.family).description}; the format's family is {target.family.name})")
     for feature in target.spec.export.unsupported:
         used, say = _FEATURES[feature]
         if used(r):

@@ -11,6 +11,7 @@ from typing import Any
 from ...adapters import ADAPTER_DIR
 from ..compile.engine import load_adapter
 from ..compile.resolved import ResolvedDrafter
+from ..compile.trtllm_limits import trtllm_problems
 from ..convert.synth import source_config
 from ..spec.loading import adapter_files
 from .markdown import (DEVICES, GUIDE_FILE, SCHEMA_FILE, SPEC_FILE, SUPPORTED_FILE, TRTLLM_STATUS, _banner, _code,
@@ -133,6 +134,11 @@ def source_folder(d: Drafter) -> str:
 def _footnotes(d: Drafter) -> list[str]:
     """The footnote texts of one adapter (each may span several lines)."""
     notes = list(d.spec.docs.notes)
+    refused = trtllm_problems(d.resolved)
+    if refused:
+        notes.append(f"Serving in TensorRT-LLM: not yet; `draftsmith emit` refuses this drafter ({'; '.join(refused)}). "
+                     "`draftsmith draft` and `draftsmith eval` run it on the reference host.")
+        return notes + [f"Known limitation: {l}" for l in d.spec.docs.limitations]
     snippet = _yaml({"speculative_config": serving_config(d)}, flow=False)
     dc = d.config["dflash_config"]
     notes.append(
@@ -173,6 +179,12 @@ def supported_table(drafters: list[Drafter], footnotes: bool = True, limit: int 
     return _table(["Architecture", "Model", "Example checkpoint"], out)
 
 
+def _trtllm_cell(r: ResolvedDrafter) -> str:
+    """The TensorRT-LLM path of a drafter: :data:`TRTLLM_STATUS`, or why ``emit`` refuses it."""
+    problems = trtllm_problems(r)
+    return f"not emitted: `draftsmith emit` refuses it ({'; '.join(problems)})" if problems else TRTLLM_STATUS
+
+
 def feature_rows(d: Drafter) -> list[Any]:
     r = d.resolved
     window = per_layer([m.window for m in r.masks], lambda w: "full" if w is None else str(w))
@@ -182,7 +194,7 @@ def feature_rows(d: Drafter) -> list[Any]:
     return [
         _code(d.name), _code(d.spec.family),
         f"{r.block_size} / {r.max_draft_len}",
-        window, causal, _dequant_cell(d), _norms_cell(d.adapter), *lowering, TRTLLM_STATUS, limits,
+        window, causal, _dequant_cell(d), _norms_cell(d.adapter), *lowering, _trtllm_cell(r), limits,
     ]
 
 

@@ -64,7 +64,8 @@ def cli(opts: dict, adapter_for: Callable[[Path], object]) -> int:
             execute(adapter.plan(checkpoint), scratch / "converted", progress=False)
             checkpoint = scratch / "converted"
         report = run_eval(opts["target"], checkpoint, opts["prompts"], max_new_tokens=max_new, device=device,
-                          dtype=opts.get("dtype"), lowering=opts.get("lowering"), check=bool(opts.get("check")))
+                          dtype=opts.get("dtype"), lowering=opts.get("lowering"), check=bool(opts.get("check")),
+                          selector=bool(opts.get("selector", True)))
     finally:
         if scratch is not None:
             remove_temp(scratch)

@@ -23,11 +23,13 @@ class Drafter:
     """A converted drafter on the reference host, one sequence at a time.
 
     ``dtype``: ``None`` keeps the checkpoint's ``torch_dtype``; ``lowering``: one lowering for
-    every layer instead of the per-layer table.
+    every layer instead of the per-layer table; ``selector``: a DFlash 2 drafter drafts through its
+    candidate selector (``False``: the plain argmax of the same drafter; refused without a selector).
     """
 
     def __init__(self, checkpoint: str | Path, device: torch.device | str = "cpu",
-                 dtype: Optional[torch.dtype] = None, lowering: Optional[str] = None, host: str = "torch"):
+                 dtype: Optional[torch.dtype] = None, lowering: Optional[str] = None, host: str = "torch",
+                 selector: bool = True):
         try:
             config, weights = read_checkpoint(checkpoint)
         except FileNotFoundError as e:
@@ -37,6 +39,10 @@ class Drafter:
                             "(not converted; pass adapter=NAME to convert it first)")
         self.resolved = ResolvedDrafter.from_config(config, where=f"{checkpoint}/config.json")
         self.config = config
+        if not selector and self.resolved.dflash2 is None:
+            raise UserError("selector=false: this drafter has no candidate selector (only DFlash 2 drafters do)")
+        #: whether drafts go through DFlash 2's candidate selector (None: the drafter has none)
+        self.selector = None if self.resolved.dflash2 is None else bool(selector)
         self.target_layer_ids = list(self.resolved.target_layer_ids)  # layer outputs, by the record's contract
         try:
             self.model = get_host(host).model_cls(self.resolved, device=device, dtype=dtype, lowering=lowering)
@@ -85,5 +91,5 @@ class Drafter:
 
     def draft(self, anchor: int) -> list[int]:
         """Greedy drafts of the ``max_draft_len`` tokens after ``anchor`` (at the next position)."""
-        out = self.model.draft(torch.tensor([anchor], dtype=torch.long), self.cache)
+        out = self.model.draft(torch.tensor([anchor], dtype=torch.long), self.cache, selector=self.selector is not False)
         return out.tokens[0].tolist()

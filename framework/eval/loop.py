@@ -76,13 +76,14 @@ def target_greedy(target: Target, prompt: list[int], max_new_tokens: int) -> lis
 
 def run_eval(target: str | Path, checkpoint: str | Path, prompts: str | Path | list[str], max_new_tokens: int = 64,
              device: str = "cpu", dtype: Optional[str] = None, lowering: Optional[str] = None,
-             check: bool = False, limit: Optional[int] = None) -> EvalReport:
+             check: bool = False, limit: Optional[int] = None, selector: bool = True) -> EvalReport:
     """Greedy speculative decoding of every prompt; the report of :mod:`.report`.
 
     ``target``: a Hugging Face causal LM folder or a cached repo id; ``checkpoint``: a
     converted drafter; ``prompts``: a file (:func:`read_prompts`) or a list of strings;
     ``dtype``: ``bfloat16|float16|float32`` for both models (default: each its own);
-    ``check``: also run the target alone and compare (``EvalReport.matches``).
+    ``check``: also run the target alone and compare (``EvalReport.matches``); ``selector``: a DFlash 2
+    drafter drafts through its candidate selector (false: the plain argmax, to compare accepted lengths).
     """
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens={max_new_tokens}: expected a positive integer")
@@ -91,7 +92,7 @@ def run_eval(target: str | Path, checkpoint: str | Path, prompts: str | Path | l
     dev = torch.device(device)
     texts = read_prompts(prompts, limit) if isinstance(prompts, (str, Path)) else list(prompts)[:limit]
     tdtype = DTYPES[dtype] if dtype else None
-    drafter = Drafter(checkpoint, dev, tdtype, lowering)
+    drafter = Drafter(checkpoint, dev, tdtype, lowering, selector=selector)
     tgt = Target(target, drafter.target_layer_ids, dev, tdtype)
     width = len(drafter.target_layer_ids) * tgt.hidden_size
     if width != drafter.context_width:
@@ -124,4 +125,4 @@ def run_eval(target: str | Path, checkpoint: str | Path, prompts: str | Path | l
         target=str(target), checkpoint=str(checkpoint), device=str(dev),
         target_dtype=str(tgt.dtype).removeprefix("torch."), drafter_dtype=str(drafter.dtype).removeprefix("torch."),
         max_new_tokens=max_new_tokens, block_size=drafter.block_size, max_draft_len=drafter.max_draft_len,
-        layers=drafter.layers(), prompts=results)
+        layers=drafter.layers(), prompts=results, selector=drafter.selector)

@@ -47,6 +47,7 @@ class EvalReport:
     block_size: int
     max_draft_len: int
     layers: list[dict] = field(default_factory=list)
+    selector: Optional[bool] = None  # DFlash 2: whether the candidate selector drafted; None: no selector
     prompts: list[PromptResult] = field(default_factory=list)
 
     @property
@@ -89,7 +90,8 @@ def report_dict(r: EvalReport) -> dict:
     return {
         "target": r.target, "checkpoint": r.checkpoint, "device": r.device, "target_dtype": r.target_dtype,
         "drafter_dtype": r.drafter_dtype, "max_new_tokens": r.max_new_tokens, "block_size": r.block_size,
-        "max_draft_len": r.max_draft_len, "layers": r.layers, "prompts": len(r.prompts), "steps": r.steps,
+        "max_draft_len": r.max_draft_len, "selector": r.selector, "layers": r.layers, "prompts": len(r.prompts),
+        "steps": r.steps,
         "mean_acceptance_length": round(r.mean_acceptance_length, 4),
         "acceptance_by_position": [round(x, 4) for x in r.acceptance_by_position],
         "generated_tokens": r.generated_tokens, "tokens_per_second": round(r.tokens_per_second, 2),
@@ -110,7 +112,8 @@ def format_report(r: EvalReport) -> str:
     """A short human-readable summary."""
     lines = [f"eval  {r.checkpoint}  against  {r.target}",
              f"device {r.device}  target {r.target_dtype}  drafter {r.drafter_dtype}  "
-             f"B {r.block_size}  K {r.max_draft_len}  max_new_tokens {r.max_new_tokens}", ""]
+             f"B {r.block_size}  K {r.max_draft_len}  max_new_tokens {r.max_new_tokens}"
+             + ("" if r.selector is None else f"  candidate selector {'on' if r.selector else 'off'}"), ""]
     for i, l in enumerate(r.layers):
         mask = ("full" if l["window"] is None else f"window {l['window']}") + (", causal" if l["causal"] else ", non-causal")
         lines.append(f"layer {i}: {mask}  rope_theta {l['rope_theta']:g}  lowering {l['lowering']}")

@@ -7,7 +7,10 @@ TensorRT-LLM path runs against them): ``DFlashDraftModel(resolved, device, dtype
 ``precompute_context_kv(projected_hidden, positions) -> (k, v)``,
 ``_get_attention_mask_args(layer_idx)`` (see docs/trtllm-interface.md), plus the host's own
 ``make_cache``, ``append_context(cache, target_hidden, seq)`` (paged, streamed),
-``forward(input_ids, position_ids, cache)`` and ``draft(anchor, cache)`` (one greedy step).
+``forward(input_ids, position_ids, cache)`` and ``draft(anchor, cache, selector=True)`` (one
+greedy step). A DFlash 2 record (``resolved.dflash2``) adds each layer's block convolutions
+(``layers.{i}.{attention_conv,mlp_conv}``), the block embeddings' ``input_embedding_scale`` and
+``candidate_selector`` (docs/dflash2-reference.md).
 
 Drafted slots: with ``sample_from_anchor`` every block slot ``j`` drafts the token at
 position ``C+j+1`` (``K = B`` tokens); without it slot 0 is only the anchor and slot
@@ -27,6 +30,7 @@ from torch import nn
 from ...lowering.base import device_class
 from ..compile.resolved import ResolvedDrafter
 from . import fused, memory
+from .dflash2 import CandidateSelector, Chain, SelectorOutput, UnaryTransform
 from .heads import ConfidenceHead, MarkovHead
 from .kv_cache import PagedKVCache
 from .layers import DFlashDecoderLayer, LayerShape
@@ -38,12 +42,15 @@ class DraftOutput:
     """One greedy draft step for ``N`` sequences, ``K`` drafted tokens each.
 
     ``tokens [N, K]`` int64; ``logits [N, K, V]`` float32 (lm_head plus Markov bias, the
-    values the argmax ran on); ``confidence [N, K]`` float32 or ``None`` without a head.
+    values the argmax ran on; with DFlash 2's selector its path logits: the realized score rows at
+    the candidates, ``-inf`` elsewhere); ``confidence [N, K]`` float32 or ``None`` without a head;
+    ``selector``: the selector's candidates and realized rows (``None`` when it did not run).
     """
 
     tokens: torch.Tensor
     logits: torch.Tensor
     confidence: Optional[torch.Tensor]
+    selector: Optional[SelectorOutput] = None
 
 
 class DFlashDraftModel(nn.Module):
@@ -70,8 +77,11 @@ class DFlashDraftModel(nn.Module):
         with torch.device("meta"):
             self.fc = nn.Linear(cfg.dims.num_target_layers * cfg.dims.target_hidden, s.hidden, bias=False)
             self.hidden_norm = RMSNorm(s.hidden, s.eps, cfg.norms["hidden_norm"] == "gemma")
-            self.layers = nn.ModuleList(DFlashDecoderLayer(s, cfg.norms, rope) for _ in range(cfg.dims.num_layers))
+            d2 = cfg.dflash2
+            conv = (d2.conv.kernel_size, d2.conv.group_size) if d2 is not None else None
+            self.layers = nn.ModuleList(DFlashDecoderLayer(s, cfg.norms, rope, conv) for _ in range(cfg.dims.num_layers))
             self.norm = RMSNorm(s.hidden, s.eps, cfg.norms["norm"] == "gemma")
+            self.candidate_selector = selector_of(cfg) if d2 is not None else None
             h = cfg.heads
             self.markov_head = MarkovHead(cfg.dims.vocab, h.markov_rank) if h.markov_rank else None
             self.confidence_head = (
@@ -216,25 +226,38 @@ class DFlashDraftModel(nn.Module):
         pos = cache.ctx_lens.long()[:, None] + torch.arange(b, device=self.device)
         return ids, pos
 
+    def embed_block(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The block's input rows: the target's embeddings, times DFlash 2's ``input_embedding_scale``."""
+        x = self.embed_tokens(input_ids)
+        d2 = self.cfg.dflash2
+        return x * d2.input_embedding_scale if d2 is not None and d2.input_embedding_scale != 1.0 else x
+
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: PagedKVCache) -> torch.Tensor:
         """Block hidden states ``z = norm(x) [N, B, hidden]`` for ``input_ids``/``position_ids [N, B]``."""
-        x = self.embed_tokens(input_ids)
+        x = self.embed_block(input_ids)
         for l, layer in enumerate(self.layers):
             x = layer(x, position_ids, cache.view(l), self.cfg.masks[l], self.lowerings[l].fn)
         return self.norm(x)
 
     @torch.inference_mode()
-    def draft(self, anchor: torch.Tensor, cache: PagedKVCache) -> DraftOutput:
+    def draft(self, anchor: torch.Tensor, cache: PagedKVCache, selector: bool = True) -> DraftOutput:
         """One greedy draft step: ``anchor [N]`` int64 (position ``C_n``) -> :class:`DraftOutput`.
 
         The transformer runs once for all ``B`` slots; drafts are then taken in order, draft
-        ``k = argmax(lm_head(z[first_slot + k]) + w2 @ w1[prev_k])``. Host-sync free (CUDA-graph safe
-        when the lowerings are).
+        ``k = argmax(lm_head(z[first_slot + k]) + w2 @ w1[prev_k])``. A DFlash 2 drafter instead
+        hands ``lm_head`` of slots ``1..K`` and their final-normed states to its candidate selector
+        (anchors: ``anchor``, the last accepted token) and returns the walked path and its path
+        logits (``-inf`` outside each position's candidates); ``selector=False`` drafts the plain
+        argmax of the same drafter. The walk is greedy (a sampled chain equals it at temperature 0).
+        Host-sync free (CUDA-graph safe when the lowerings are).
         """
         if self.embed_tokens is None:
             raise RuntimeError("call load_weights_from_target_model(target) before drafting")
         anchor = anchor.to(self.device, torch.long)
         z = self.forward(*self.block_inputs(anchor, cache), cache)[:, self.cfg.first_slot:]
+        if selector and self.candidate_selector is not None:
+            out = self.candidate_selector(self.lm_head(z), z, anchor, None)
+            return DraftOutput(out.tokens, out.logits, None, out)
         # Slot-major logits [K, N, V]: each slot's bias add and argmax run on contiguous rows.
         # (2-D rows with standard strides: cuBLAS picked a 7x slower kernel for a [K, 1, h]
         # input whose size-1 dim had a non-standard stride, seen on an H200.)
@@ -259,6 +282,14 @@ class DFlashDraftModel(nn.Module):
             emb = self.markov_head.embed(before) if self.markov_head is not None else None
             conf = self.confidence_head(z[:, : tokens.shape[1]], emb)
         return DraftOutput(tokens, logits.transpose(0, 1), conf)
+
+
+def selector_of(cfg: ResolvedDrafter) -> CandidateSelector:
+    """DFlash 2's candidate selector of a compiled drafter (uninitialised weights). The host drafts
+    greedily, so its chain is greedy whatever the record's: a sampled chain equals it at temperature 0."""
+    sel = cfg.dflash2.selector
+    unary = UnaryTransform(sel.unary.multiplier, sel.unary.softcap, sel.unary.order)
+    return CandidateSelector(cfg.dims.hidden, cfg.dims.vocab, sel.rank, sel.top_k, unary, Chain("greedy", None))
 
 
 def _copy_module(mod: nn.Module, name: str, device, dtype) -> nn.Module:

@@ -58,6 +58,7 @@ class DraftReport:
     time_ms: float = 0.0
     context_ms: float = 0.0
     dump: Optional[str] = None
+    selector: Optional[bool] = None  # DFlash 2: whether the candidate selector drafted; None: no selector
 
 
 def context_rows(seed: int, seq: int, start: int, end: int, width: int) -> torch.Tensor:
@@ -86,7 +87,7 @@ DUMP_WRITTEN_BY = "draftsmith draft"
 def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = "cpu", context: int = 128,
               seed: int = 0, batch: int = 1, lowering: Optional[str] = None, dump: Optional[str | Path] = None,
               *, dtype: Optional[str | torch.dtype] = None, page_size: int = 16, repeats: int = 3,
-              host: str = "torch", overwrite: bool = False) -> DraftReport:
+              host: str = "torch", overwrite: bool = False, selector: bool = True) -> DraftReport:
     """One greedy draft step for ``batch`` sequences of ``context`` random context tokens.
 
     ``dtype``: weights/activations (default: the checkpoint's ``torch_dtype``); ``lowering``:
@@ -96,7 +97,11 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
     ``outputs.logits [K, V]``, ``outputs.tokens [K]``, ``outputs.confidence [K]`` (with a
     confidence head). Without ``dump``, context rows no layer can see are never generated.
     An existing ``dump`` is replaced only with ``overwrite`` and only when ``draft`` wrote it
-    (its metadata's ``written_by``); it is written atomically.
+    (its metadata's ``written_by``); it is written atomically. A DFlash 2 drafter drafts through
+    its candidate selector (``outputs.logits`` are then its path logits, ``-inf`` outside the
+    candidates; the dump adds ``outputs.candidates [K, k]`` and ``outputs.realized [K, k]``);
+    ``selector=False`` drafts the plain argmax of the same drafter (refused for a drafter
+    without a selector).
     """
     if context < 1 or batch < 1:
         raise ValueError(f"context and batch must be >= 1, got {context}, {batch}")
@@ -104,6 +109,8 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
     model, _ = build_drafter(get_host(host).model_cls, checkpoint_dir, target_dir, dev,
                              dtype_from_name(dtype) if dtype else None, lowering)
     cfg = model.cfg
+    if not selector and cfg.dflash2 is None:
+        raise UserError("selector=false: this drafter has no candidate selector (only DFlash 2 drafters do)")
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
     check_memory(cfg, dev, context, batch, page_size, model.dtype, dump=bool(dump))
     cache = model.make_cache(batch, page_size=page_size, max_context=context)
@@ -122,12 +129,12 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
     _sync(dev)
     context_ms = (time.perf_counter() - t0) * 1e3
 
-    out = model.draft(anchors, cache)  # warm-up (and Triton compile)
+    out = model.draft(anchors, cache, selector=selector)  # warm-up (and Triton compile)
     times = []
     for _ in range(max(1, repeats)):
         _sync(dev)
         t0 = time.perf_counter()
-        out = model.draft(anchors, cache)
+        out = model.draft(anchors, cache, selector=selector)
         _sync(dev)
         times.append((time.perf_counter() - t0) * 1e3)
 
@@ -140,6 +147,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         layers=[{"causal": m.causal, "window": m.window, "lowering": name}
                 for m, name in zip(cfg.masks, model.layer_lowerings)],
         time_ms=statistics.median(times), context_ms=context_ms,
+        selector=None if cfg.dflash2 is None else out.selector is not None,
     )
     if dump:
         embed = model.embed_tokens.weight.detach().cpu().contiguous()
@@ -156,8 +164,12 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         }
         if report.confidence is not None:
             tensors["outputs.confidence"] = report.confidence[0].contiguous()
+        if out.selector is not None:
+            tensors["outputs.candidates"] = out.selector.candidates[0].cpu().contiguous()
+            tensors["outputs.realized"] = out.selector.realized[0].cpu().contiguous()
         meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context), "dtype": report.dtype,
                 "sample_from_anchor": str(cfg.sample_from_anchor), "lowerings": ",".join(model.layer_lowerings)}
+        meta["selector"] = str(out.selector is not None)
         meta["written_by"] = DUMP_WRITTEN_BY
         write_file(dump, save(tensors, metadata=meta), key="dump", command="draft", overwrite=overwrite,
                    owned=owned_safetensors("draft"))
@@ -216,7 +228,7 @@ def first_nonfinite(model, anchors: torch.Tensor, cache) -> str:
         if not _finite(model.project_target_hidden(probe)):
             return "the context projection (fc / hidden_norm weights)"
         ids, pos = model.block_inputs(anchors.to(model.device), cache)
-        x = model.embed_tokens(ids)
+        x = model.embed_block(ids)
         if not _finite(x):
             return "the target's embed_tokens"
         for l, layer in enumerate(model.layers):
@@ -236,10 +248,12 @@ def cfg_width(model) -> int:
 
 
 def check_finite(model, out, anchors: torch.Tensor, cache, checkpoint_dir) -> None:
-    """Non-finite logits (or confidences) stop the run with one line naming where they began."""
-    if _finite(out.logits) and _finite(out.confidence):
+    """Non-finite logits (or confidences) stop the run with one line naming where they began (a
+    selector's path logits are ``-inf`` off its candidates by design: its realized rows are checked)."""
+    logits = out.logits if getattr(out, "selector", None) is None else out.selector.realized
+    if _finite(logits) and _finite(out.confidence):
         return
-    what = "logits" if not _finite(out.logits) else "confidence"
+    what = "logits" if not _finite(logits) else "confidence"
     try:
         where = first_nonfinite(model, anchors, cache)
     except Exception:  # a host without the reference structure: say what we know
@@ -256,7 +270,7 @@ def report_dict(r: DraftReport) -> dict:
         "sample_from_anchor": r.sample_from_anchor, "anchors": r.anchors, "tokens": r.tokens.tolist(),
         "confidence": None if r.confidence is None else [[round(float(x), 6) for x in row] for row in r.confidence],
         "logits_shape": list(r.logits.shape), "layers": r.layers, "time_ms": round(r.time_ms, 3),
-        "context_ms": round(r.context_ms, 3), "dump": r.dump,
+        "context_ms": round(r.context_ms, 3), "dump": r.dump, "selector": r.selector,
     }
 
 
@@ -270,7 +284,8 @@ def format_report(r: DraftReport) -> str:
     kind = "sample_from_anchor" if r.sample_from_anchor else "slot 0 = anchor"
     lines = [f"draft step  {r.checkpoint}",
              f"device {r.device}  dtype {r.dtype}  context {r.context}  batch {r.batch}  seed {r.seed}  "
-             f"B {r.block_size}  K {r.max_draft_len} ({kind})",
+             f"B {r.block_size}  K {r.max_draft_len} ({kind})"
+             + ("" if r.selector is None else f"  candidate selector {'on' if r.selector else 'off'}"),
              "", f"{'layer':>5}  {'mask':<22}  lowering"]
     for i, l in enumerate(r.layers):
         mask = ("full" if l["window"] is None else f"window {l['window']}") + (", causal" if l["causal"] else ", non-causal")

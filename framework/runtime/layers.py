@@ -2,12 +2,13 @@
 
 Parameter names follow the DFlash target layout: ``input_layernorm``,
 ``post_attention_layernorm``, ``self_attn.{q,k,v,o}_proj``, ``self_attn.{q,k}_norm``,
-``mlp.{gate,up,down}_proj``.
+``mlp.{gate,up,down}_proj``; DFlash 2 adds ``attention_conv`` and ``mlp_conv``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from ...lowering.base import MaskSpec, PagedKV
 from ..compile.resolved import ResolvedDrafter
 
 from . import fused
+from .dflash2 import BlockConv, layer_forward
 from .modules import GatedMLP, PartialNeoxRope, RMSNorm, share_rows, stacked_weight
 
 
@@ -129,15 +131,23 @@ class DFlashAttention(nn.Module):
 
 
 class DFlashDecoderLayer(nn.Module):
-    """``x += o_proj(attn(input_layernorm(x)))``; ``x += mlp(post_attention_layernorm(x))``."""
+    """``x += o_proj(attn(input_layernorm(x)))``; ``x += mlp(post_attention_layernorm(x))``.
 
-    def __init__(self, s: LayerShape, norms: dict, rope: PartialNeoxRope):
+    With ``conv`` (DFlash 2: ``(conv_kernel_size, conv_group_size)``) each sublayer is wrapped in
+    its block convolution (``attention_conv``, ``mlp_conv``: :func:`~.dflash2.layer_forward`) over
+    the block rows only; the context K/V path (:meth:`DFlashAttention.kv` of the projected context)
+    is not convolved (docs/dflash2-reference.md section 1).
+    """
+
+    def __init__(self, s: LayerShape, norms: dict, rope: PartialNeoxRope, conv: Optional[tuple[int, int]] = None):
         super().__init__()
         g = lambda name: norms.get(name, "plain") == "gemma"  # noqa: E731
         self.input_layernorm = RMSNorm(s.hidden, s.eps, g("input_layernorm"))
         self.post_attention_layernorm = RMSNorm(s.hidden, s.eps, g("post_attention_layernorm"))
         self.self_attn = DFlashAttention(s, g("q_norm"), g("k_norm"), rope)
         self.mlp = GatedMLP(s.hidden, s.inter, s.mlp, s.alpha, s.limit, s.mlp_bias)
+        self.attention_conv = BlockConv(s.hidden, *conv) if conv else None
+        self.mlp_conv = BlockConv(s.hidden, *conv) if conv else None
 
     def stack_weights(self) -> None:
         """Stack q/k/v and gate/up weights (one GEMM each on CUDA); call before loading."""
@@ -145,5 +155,16 @@ class DFlashDecoderLayer(nn.Module):
         self.mlp.stack_weights()
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cache: PagedKV, mask: MaskSpec, lowering) -> torch.Tensor:
+        """``x [N, B, hidden]`` block rows at ``pos [N, B]`` -> ``[N, B, hidden]``."""
+        if self.attention_conv is not None:
+            n, b, h = x.shape
+
+            def attn(rows: torch.Tensor) -> torch.Tensor:  # [N*B, h] rows, one block per sequence
+                return self.self_attn(rows.view(n, b, h), pos, cache, mask, lowering).reshape(n * b, h)
+
+            out = layer_forward(x.reshape(n * b, h), b, attn=attn, mlp=self.mlp, norm_in=self.input_layernorm,
+                                norm_post=self.post_attention_layernorm, attention_conv=self.attention_conv,
+                                mlp_conv=self.mlp_conv)
+            return out.view(n, b, h)
         x = x + self.self_attn(self.input_layernorm(x), pos, cache, mask, lowering)
         return x + self.mlp(self.post_attention_layernorm(x))

@@ -14,7 +14,7 @@ import torch
 
 import excerpts
 import pinned_transformers
-from harness import ADAPTERS, CONTEXT, HERE, expected_mask, get_case, mask_matrix
+from harness import SERVED as ADAPTERS, CONTEXT, HERE, expected_mask, get_case, mask_matrix
 
 RULES = ("d70a2287", "pr17935")
 #: masks no converted config can give TensorRT-LLM's built-in DFlashForCausalLM under a rule (the

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import ADAPTERS, HERE, assert_matches_oracle, get_wide_case
+from harness import SERVED as ADAPTERS, HERE, assert_matches_oracle, get_wide_case
 
 TP_SIZES = (1, 2, 4, 8)
 ATTENTION_DP_SIZES = (4,)
