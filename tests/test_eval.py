@@ -6,7 +6,10 @@ own module (bench/train_tiny_pair.py, written apart from the reference host).
 
 Thresholds come from bench/mask_effect.py's run on this pair (docs/benchmarks.md): on the
 first 4 prompts with 32 new tokens (float32) the pair served as trained accepts 5.23 tokens
-per step, served with a causal window 3.94; the threshold sits between, 0.6 from each.
+per step, served with a causal window 3.94; the threshold sits between, 0.6 from each. The
+trained DFlash 2 drafter of the same target (tests/fixtures/tiny_pair/dflash2, bench/train_tiny_dflash2.py;
+docs/benchmarks.md) accepts 5.95 there through its candidate selector and 5.24 by the plain argmax
+of the same drafter; its threshold sits between, 0.35 from each.
 """
 
 import importlib.util
@@ -25,6 +28,7 @@ PAIR = ROOT / "tests" / "fixtures" / "tiny_pair"
 MAX_NEW = 32
 N_PROMPTS = 4
 THRESHOLD = 4.6  # as trained 5.23, causal window 3.94 (first 4 prompts, 32 tokens, float32)
+DFLASH2_THRESHOLD = 5.6  # selector 5.95, plain argmax 5.24 (first 4 prompts, 32 tokens, float32)
 
 
 @pytest.fixture
@@ -81,6 +85,24 @@ def test_shipped_pair_converts_accepts_and_matches_target_greedy(capsys, prompts
     assert [p["tokens"] for p in r["per_prompt"]] == want
     assert all(len(t) == MAX_NEW for t in want)
     assert r["matches_target"] is True and r["tokens_per_second"] > 0
+
+
+@pytest.mark.parametrize("selector", [True, False])
+def test_trained_dflash2_pair_accepts_more_through_its_selector(capsys, prompts_file, one_thread, selector):
+    """The z-lab-layout DFlash 2 source checkpoint, converted by the shipped adapter on the way: through
+    its candidate selector it accepts more than by the plain argmax of the same drafter, and both
+    outputs are the target's own greedy decode (transformers' ``generate``)."""
+    r = eval_json(capsys, "adapter=zlab_dflash2", f"checkpoint={PAIR / 'dflash2'}", f"target={PAIR / 'target'}",
+                  f"prompts={prompts_file}", "check=true", f"selector={str(selector).lower()}")
+    assert r["selector"] is selector and r["max_draft_len"] == 7 and r["prompts"] == N_PROMPTS
+    assert [l["window"] for l in r["layers"]] == [32] * 3 and not any(l["causal"] for l in r["layers"])
+    assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["acceptance_by_position"]), abs=1e-3)
+    if selector:
+        assert r["mean_acceptance_length"] > DFLASH2_THRESHOLD, r["mean_acceptance_length"]
+    else:
+        assert r["mean_acceptance_length"] < DFLASH2_THRESHOLD, r["mean_acceptance_length"]
+    assert [p["tokens"] for p in r["per_prompt"]] == hf_greedy(read_prompts(prompts_file))
+    assert r["matches_target"] is True
 
 
 def test_causal_window_serving_loses_acceptance_not_output(capsys, prompts_file, one_thread):
