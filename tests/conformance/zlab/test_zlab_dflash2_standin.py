@@ -10,8 +10,9 @@ the same logits after z-lab's ``compute_logits`` unary transform (draftsmith: it
 ``UnaryTransform`` on ``lm_head``), at temperature 0 the same selector path and candidate sets,
 and at temperature 1 z-lab's returned ``q`` rows on z-lab's sampled path equal
 ``softmax`` of draftsmith's edge scores on that path. Tolerance: relative (max-abs over max-abs)
-``TOL = 1e-5`` in float32. A conv weight perturbed in draftsmith's converted checkpoint, or the
-unary order swapped in its converted config, fails the comparison.
+``TOL = 1e-5`` in float32. A conv weight perturbed in draftsmith's converted checkpoint, the
+unary order swapped in its converted config, or the selector's predecessors unshifted, fails the
+comparison.
 """
 
 from __future__ import annotations
@@ -168,3 +169,15 @@ def test_standin_loads_strictly(synthetic, tmp_path):
               metadata={"format": "pt"})
     with pytest.raises(Z.LoadRefused, match="successor_codebook"):
         Z.load(tmp_path / "m")
+
+
+def test_unshifted_predecessors_fail(synthetic, monkeypatch):
+    """draftsmith's selector conditioning every step on the anchor (not the previous pick):
+    the hidden states and logits still agree, the selector's path or q rows do not."""
+    from draftsmith.framework.runtime import dflash2 as host2
+    root, standin, tgt = synthetic
+    monkeypatch.setattr(host2, "predecessor_ids",
+                        lambda ids, anchors: anchors.to(ids.dtype)[:, None, None].expand(ids.shape).clone())
+    d = compare(standin, root / "c", tgt, seed=1)
+    assert d["hidden"] < TOL and d["logits"] < TOL and not agrees(d), d
+    assert d["q"] > 1e-3 or not d["path"], d
