@@ -156,3 +156,29 @@ def test_speculators_dflash2_saved_drafts_like_speculators(non_causal, tmp_path,
     # the comparison can fail: another context moves speculators' scores beyond the tolerance
     _, _, other = speculators_selector(m, torch.randn_like(hidden), anchor, path, monkeypatch)
     assert ((other[1:1 + k] - d["outputs.realized"]).abs().max() / scores.abs().max()).item() > 1e-2
+
+
+def test_absent_keys_read_as_speculators_config_class_reads_them(tmp_path, capsys):
+    """A config without ``conv_kernel_size``, ``conv_group_size``, ``sliding_window_non_causal``:
+    draftsmith's record takes what speculators' own ``DFlash2SpeculatorConfig.from_pretrained`` reads
+    (its Field defaults), the spec defaults are listed in the loading report, and the windowed layer
+    is non-causal (DFlash 2's default, unlike DFlash's)."""
+    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.convert.synth import synthesize
+
+    synthesize(load_adapter("speculators_dflash2"), "tiny", tmp_path / "s", seed=4)
+    path = tmp_path / "s" / "config.json"
+    c = json.loads(path.read_text())
+    for k in ("conv_kernel_size", "conv_group_size", "sliding_window_non_causal"):
+        del c[k]
+    path.write_text(json.dumps(c))
+    theirs = DFlash2SpeculatorConfig.from_pretrained(str(tmp_path / "s"))
+    capsys.readouterr()
+    assert main(["convert", f"source={tmp_path / 's'}", f"out={tmp_path / 'T'}"]) == 0
+    report = capsys.readouterr().out
+    assert "conv.kernel_size = 2  (spec default" in report and "conv.group_size = 16  (spec default" in report
+    r = ResolvedDrafter.from_config(read_checkpoint(tmp_path / "T")[0])
+    assert (r.dflash2.conv.kernel_size, r.dflash2.conv.group_size) == (theirs.conv_kernel_size, theirs.conv_group_size)
+    assert (r.dflash2.selector.rank, r.dflash2.selector.top_k) == (theirs.selector_rank, theirs.selector_top_k)
+    windowed = [l.mask for l in r.layers if l.mask.window is not None]
+    assert windowed and all(m.causal is (not theirs.sliding_window_non_causal) for m in windowed)
