@@ -518,18 +518,24 @@ D2_ADAPTER = "zlab_dflash2"
 D2_SYNTH = ("adapter.synth.config.dflash_config.output_multiplier=1.0",
             "adapter.synth.config.dflash_config.final_logit_softcapping=0.0",
             "adapter.synth.tiny={num_attention_heads: 8, num_key_value_heads: 4}")
+#: the DFlash 2 adapters served end to end -> their synth overrides (8 query / 4 KV heads); speculators'
+#: DFlash 2 scores raw logits (adapters/speculators_dflash2.yaml): TensorRT-LLM's unary transform as saved
+D2_ADAPTERS = {D2_ADAPTER: D2_SYNTH,
+               "speculators_dflash2": ("adapter.synth.tiny={transformer_layer_config.num_attention_heads: 8, "
+                                       "transformer_layer_config.num_key_value_heads: 4}",)}
 _D2_CASES: dict = {}
 
 
+@pytest.mark.parametrize("adapter", sorted(D2_ADAPTERS))
 @pytest.mark.parametrize("mode", ["serve", "worker"])
-def test_the_dflash2_adapter_is_served_end_to_end(tmp_path_factory, mode):
+def test_the_dflash2_adapter_is_served_end_to_end(tmp_path_factory, mode, adapter):
     """synth -> convert -> emit -> TensorRT-LLM (VANILLA; the adapter's non-causal window is refused by
     TensorRT-LLM itself under TRTLLM) against ``draft_oracle``'s DFlash 2 path rows."""
-    if not (REPO / "adapters" / f"{D2_ADAPTER}.yaml").is_file():
-        pytest.skip(f"adapters/{D2_ADAPTER}.yaml is not on this branch (the DFlash 2 family, branch h39a)")
-    key = ("p20", D2_ADAPTER)
+    if not (REPO / "adapters" / f"{adapter}.yaml").is_file():
+        pytest.skip(f"adapters/{adapter}.yaml is not on this branch")
+    key = ("p20", adapter)
     case = _D2_CASES.get(key) or _D2_CASES.setdefault(
-        key, Case(D2_ADAPTER, tmp_path_factory.mktemp("trtllm-zlab_dflash2"), synth_args=D2_SYNTH))
+        key, Case(adapter, tmp_path_factory.mktemp(f"trtllm-{adapter}"), synth_args=D2_ADAPTERS[adapter]))
     assert case.config["draftsmith"]["dflash2"] is not None
     if mode == "serve":
         out = case.drive("serve", backends=["VANILLA"])["backends"]["VANILLA"]
@@ -538,11 +544,11 @@ def test_the_dflash2_adapter_is_served_end_to_end(tmp_path_factory, mode):
         arch = case.drive("serve", backends=["VANILLA"]).get("exported_arch_modules") or {}
         out = case.drive("worker", arch_modules=arch, backends=["VANILLA"])["backends"]["VANILLA"]
         assert out.get("drafter_class") == "DFlashForCausalLM", out.get("drafter_class") or out.get("build")
-    _stage_ok(out, f"{D2_ADAPTER} {mode}")
+    _stage_ok(out, f"{adapter} {mode}")
     assert out.get("has_block_conv") is True
     tokens, path = case.oracle
     close(out["logits"], path)
-    assert out["tokens"] == tokens.tolist(), f"{D2_ADAPTER} {mode}: tokens {out['tokens']} != {tokens.tolist()}"
+    assert out["tokens"] == tokens.tolist(), f"{adapter} {mode}: tokens {out['tokens']} != {tokens.tolist()}"
 
 
 
