@@ -242,6 +242,27 @@ class Obj(types.SimpleNamespace):
 _EXPORTS: dict = {}
 
 
+def check_export(checkpoints, source: str, to: str, wheel: str, read, reader: str):
+    """What ``read`` (a reader module's ``read``) makes of ``source`` exported ``to=to``, after checking it
+    runs what the record says (no :func:`differences`); ``None`` where the export refuses, which must be
+    one line a problem, each naming the target; a skip where the reader has no model for the format."""
+    from draftsmith.framework.errors import UserError
+
+    src_root(wheel)
+    try:
+        out, r, target = exported(checkpoints, source, to)
+    except UserError as e:  # the export's own answer
+        lines = "\n".join(e.args).splitlines()
+        assert lines and all(line.startswith("to=") for line in lines), e.args
+        return None
+    try:
+        theirs = read(out)
+    except NotRead as e:
+        pytest.skip(str(e))
+    assert differences(theirs, ours(r, target), reader) == []
+    return theirs
+
+
 def exported(checkpoints, source: str, to: str):
     """``(folder, record, target adapter)`` of the session checkpoint ``source`` exported
     ``to=to`` (cached for the session: both readers' tests read the same folders), or the

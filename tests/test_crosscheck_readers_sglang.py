@@ -15,9 +15,8 @@ import pytest
 pytest.importorskip("transformers", reason="the crosscheck extra (transformers==5.19.0) is not installed")
 
 from draftsmith.framework.convert.export import export, resolve_target
-from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files
-from readers import exported, SGLANG, NotRead, differences, export_targets, ours, src_root
+from readers import check_export, SGLANG, differences, export_targets, ours, src_root
 
 import readers_sglang
 
@@ -26,18 +25,7 @@ PAIRS = [(a, t) for a in sorted(adapter_files()) for t in export_targets()]
 
 @pytest.mark.parametrize("source,to", PAIRS)
 def test_sglang_runs_what_the_record_says(checkpoints, tmp_path, source, to):
-    src_root(SGLANG)
-    try:
-        out, r, target = exported(checkpoints, source, to)
-    except UserError as e:  # the export's own answer: one line per thing it cannot write
-        lines = "\n".join(e.args).splitlines()  # one line a problem, each naming the target
-        assert lines and all(line.startswith("to=") for line in lines), e.args
-        return
-    try:
-        theirs = readers_sglang.read(out)
-    except NotRead as e:
-        pytest.skip(str(e))
-    assert differences(theirs, ours(r, target), "SGLang") == []
+    check_export(checkpoints, source, to, SGLANG, readers_sglang.read, "SGLang")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ pytest.importorskip("transformers", reason="the crosscheck extra (transformers==
 from draftsmith.framework.convert.export import export, resolve_target
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files
-from readers import exported, VLLM, NotRead, differences, export_targets, ours, src_root
+from readers import check_export, exported, VLLM, differences, export_targets, ours, src_root
 
 import readers_vllm
 
@@ -25,19 +25,9 @@ PAIRS = [(a, t) for a in sorted(adapter_files()) for t in export_targets()]
 
 @pytest.mark.parametrize("source,to", PAIRS)
 def test_vllm_runs_what_the_record_says(checkpoints, tmp_path, source, to):
-    src_root(VLLM)
-    try:
-        out, r, target = exported(checkpoints, source, to)
-    except UserError as e:  # the export's own answer: one line per thing it cannot write
-        lines = "\n".join(e.args).splitlines()  # one line a problem, each naming the target
-        assert lines and all(line.startswith(f"to=") for line in lines), e.args
-        return
-    try:
-        theirs = readers_vllm.read(out)
-    except NotRead as e:
-        pytest.skip(str(e))
-    assert differences(theirs, ours(r, target), "vLLM") == []
-    assert theirs["method"] in ("dflash", "dspark")
+    theirs = check_export(checkpoints, source, to, VLLM, readers_vllm.read, "vLLM")
+    if theirs is not None:
+        assert theirs["method"] in ("dflash", "dspark")
 
 
 @pytest.fixture(scope="module")
