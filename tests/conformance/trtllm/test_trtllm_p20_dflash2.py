@@ -128,10 +128,10 @@ def dflash2_oracle(config: dict, w: dict, tgt: dict, hidden, anchor: int) -> dic
 class D2:
     """The DFlash 2 checkpoint, its package, oracle and driver runs (made once per module)."""
 
-    def __init__(self, tmp_path_factory):
+    def __init__(self, tmp_path_factory, dflash2: dict = DFLASH2):
         base = get_wide_case(ADAPTER, tmp_path_factory)
         self.root = tmp_path_factory.mktemp("trtllm-dflash2")
-        self.config = dflash2_config(base.config)
+        self.config = dflash2_config(base.config, dflash2)
         self.weights = {**base.weights, **dflash2_tensors(self.config, seed=391)}
         self.converted = write_checkpoint(self.root / "converted", self.config, self.weights)
         r = cli("emit", f"adapter={ADAPTER}", "target=trtllm", f"out={self.root / 'emitted'}",
@@ -154,6 +154,18 @@ class D2:
 def d2(tmp_path_factory):
     """Needs no TensorRT-LLM excerpt (the drive runs use the stand-in); the excerpt tests skip without it."""
     return D2(tmp_path_factory)
+
+
+#: z-lab's unary transform and a block-embedding scale: what the emitted package applies itself
+DFLASH2_OWN = {**DFLASH2, "input_embedding_scale": 1.5,
+               "selector": {**DFLASH2["selector"],
+                            "unary": {"multiplier": 0.19611613513818404, "softcap": 20.0, "order": "scale_then_cap"}}}
+
+
+@pytest.fixture(scope="module")
+def d2_own(tmp_path_factory):
+    """The DFlash 2 checkpoint with :data:`DFLASH2_OWN` (TP 2 test)."""
+    return D2(tmp_path_factory, DFLASH2_OWN)
 
 
 def _stage_ok(out: dict, where: str) -> None:
@@ -306,7 +318,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_tp2_every_rank_drafts_the_oracle_path(d2):
+@pytest.mark.parametrize("record", ["identity", "own"])
+def test_tp2_every_rank_drafts_the_oracle_path(request, record):
+    """Each rank of the served drafter at TP 2, with the identity record and with :data:`DFLASH2_OWN`."""
+    d2 = request.getfixturevalue("d2" if record == "identity" else "d2_own")
     tp = 2
     res = str(d2.root / "tp2.json")
     run = {"mode": "serve", "package_dir": str(d2.case.package()), "checkpoint": str(d2.converted),
