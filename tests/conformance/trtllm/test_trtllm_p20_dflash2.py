@@ -558,7 +558,7 @@ def _d2_case(tmp_path_factory, name: str) -> Case:
 
 
 def _d2_oracle_path(case: Case, **record) -> torch.Tensor:
-    """``draft_oracle``'s path rows of ``case`` with its DFlash 2 record edited by ``record``."""
+    """``draft_oracle``'s (tokens, path rows) of ``case`` with its DFlash 2 record edited by ``record``."""
     config = copy.deepcopy(case.config)
     d2 = config["draftsmith"]["dflash2"]
     for k, v in record.items():
