@@ -235,13 +235,14 @@ def test_cli_draft_selector_flag(capsys):
     assert "selector=false: this drafter has no candidate selector" in capsys.readouterr().err
 
 
-def test_emit_refuses_the_zlab_unary_transform_in_one_line(tmp_path, capsys):
-    """z-lab's selector scores ``softcap(m * l)``; TensorRT-LLM's DFlash 2 path scores the raw logit, so
-    `emit` refuses the adapter's default (a non-identity transform) in one line; nothing is written."""
-    assert main(["emit", f"adapter={NAME}", "target=trtllm", f"out={tmp_path / 'pkg'}"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "unary transform" in err and "Traceback" not in err
-    assert not (tmp_path / "pkg").exists()
+def test_emit_packages_the_zlab_unary_transform(tmp_path, capsys):
+    """z-lab's selector scores ``softcap(m * l)`` (the adapter's default, not the identity): `emit`
+    packages it (the emitted class applies the transform before TensorRT-LLM's selector) and says
+    nothing about the unary transform."""
+    assert main(["emit", f"adapter={NAME}", "target=trtllm", f"out={tmp_path / 'pkg'}"]) == 0
+    out = capsys.readouterr()
+    assert "unary transform" not in out.out + out.err and "Traceback" not in out.err
+    assert any(p.is_file() for p in (tmp_path / "pkg").rglob("resolved.json"))
 
 
 def test_eval_with_and_without_selector(checkpoints, tmp_path, capsys):

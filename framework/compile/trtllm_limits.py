@@ -11,9 +11,10 @@ attention it builds takes ``v = v_proj(x)`` as it is. The emitted backbone passe
 run unscaled. TensorRT-LLM's DFlash 2 path (same commit: ``DFlash2CandidateSelector``,
 ``select_candidate_path``; ``speculative/dflash.py`` ``_apply_dflash2_selector``) scores the raw
 ``lm_head`` logits and reads neither ``output_multiplier``, ``final_logit_softcapping`` nor
-``input_embedding_scale``: a record with any of them not the identity is refused (the selector
-would choose other paths); a ``sampled`` chain differs only under sampling and is a warning
-(:func:`trtllm_notes`).
+``input_embedding_scale``; the emitted package supplies both (its ``select_candidate_path``
+transforms the top-k logits, its block decode scales the block embeddings: ``emit/runtime.py``,
+``emit/forward.py``), so neither is a problem here. A ``sampled`` chain differs only under
+sampling and is a warning (:func:`trtllm_notes`).
 """
 
 from __future__ import annotations
@@ -38,18 +39,6 @@ def trtllm_problems(resolved: ResolvedDrafter) -> list[str]:
         problems.append(
             f"dflash_config.attention_value_scale {resolved.value_scale}: TensorRT-LLM's DFlash attention has no "
             "value scale (an export folds it into o_proj: `draftsmith convert to=trtllm_dflash`)")
-    d2 = resolved.dflash2
-    if d2 is not None:
-        u = d2.selector.unary
-        if u.multiplier != 1.0 or u.softcap is not None:
-            problems.append(
-                f"the DFlash 2 selector's unary transform (output_multiplier {u.multiplier}, final_logit_softcapping "
-                f"{u.softcap}): TensorRT-LLM's DFlash 2 path scores the raw lm_head logits (it reads neither key), "
-                "so it would choose other paths")
-        if d2.input_embedding_scale != 1.0:
-            problems.append(
-                f"input_embedding_scale {d2.input_embedding_scale}: TensorRT-LLM's DFlash 2 path does not scale "
-                "the block embeddings")
     return problems
 
 

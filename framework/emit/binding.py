@@ -199,7 +199,8 @@ class BoundDrafter:
                                  f"known: {', '.join(DEVICE_CLASSES)}")
             r = self.resolved
             decode = BlockDecode(self.adapter, self.masks, [get_lowering(n).fn for n in names],
-                                 r.dims.rotary_dim, r.rope.theta, max_positions, dflash2=r.dflash2 is not None)
+                                 r.dims.rotary_dim, r.rope.theta, max_positions, dflash2=r.dflash2 is not None,
+                                 input_embedding_scale=1.0 if r.dflash2 is None else r.dflash2.input_embedding_scale)
             self._decoders[key] = decode
         return decode
 

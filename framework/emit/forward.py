@@ -14,8 +14,11 @@ DFlash 2 (``dflash2``): each sublayer is wrapped in the block convolutions Tenso
 ``mlp_convs[i]``, ``DFlash2BlockConv``), called where ``dflash_forward`` calls them: ``prepare`` on
 the normed sublayer input (q, block k and v come from its output), ``finish`` on ``o_proj``'s /
 the MLP's output before the residual is added. The convolutions are unsharded (every rank holds
-the whole hidden row after the ROW all-reduce). The candidate selector is not here: TensorRT-LLM's
-worker runs it after ``lm_head`` (``_apply_dflash2_selector``) on this forward's rows.
+the whole hidden row after the ROW all-reduce). The block (noise) embeddings are first multiplied by
+the record's ``input_embedding_scale`` (docs/dflash2-reference.md section 3, as the host's
+``embed_block``; in their dtype; skipped at 1). The candidate selector is not here: TensorRT-LLM's
+worker runs it after ``lm_head`` (``_apply_dflash2_selector``) on this forward's rows, through the
+emitted class's ``select_candidate_path`` (:mod:`.runtime`: the record's unary transform first).
 
 Per rank: heads and KV heads are the rank's (``num_heads_per_rank = attn0.num_heads``), the
 context pool is the rank's, and ``o_proj`` / ``down_proj`` all-reduce inside (ROW Linears).
@@ -40,9 +43,10 @@ class BlockDecode:
     """One drafter's block decode with its buffers (one instance per drafter module)."""
 
     def __init__(self, adapter: str, masks: Sequence[MaskSpec], fns: Sequence[Any], rotary_dim: int,
-                 theta: float, max_positions: int, dflash2: bool = False):
+                 theta: float, max_positions: int, dflash2: bool = False, input_embedding_scale: float = 1.0):
         self.adapter, self.masks, self.fns = adapter, tuple(masks), tuple(fns)
         self.dflash2 = bool(dflash2)
+        self.input_embedding_scale = float(input_embedding_scale)  # DFlash 2's block-embedding scale (1: none)
         self.rotary_dim, self.theta, self.max_positions = rotary_dim, float(theta), int(max_positions)
         self.buffers: Optional[dict] = None
         self._tables: dict = {}  # device -> (cos, sin), built once
@@ -125,6 +129,8 @@ class BlockDecode:
         pos = query_positions.reshape(b, blk).long()
         scale = hd ** -0.5
         hidden, residual = noise_embedding.reshape(b * blk, -1), None
+        if self.input_embedding_scale != 1.0:
+            hidden = hidden * self.input_embedding_scale
         for li, layer in enumerate(layers):
             attn = layer.self_attn
             if residual is None:

@@ -14,6 +14,10 @@ folder to :func:`install`, which
 5. registers a draft-model builder for the decoding type that returns the drafter class for
    this architecture and defers to the previously registered builder for any other.
 
+A DFlash 2 drafter's class also overrides ``select_candidate_path`` (the record's unary
+transform on the worker's top-k logits before TensorRT-LLM's own selector); its block decode
+scales the block embeddings by ``input_embedding_scale`` (:mod:`.forward`).
+
 Every TensorRT-LLM name is imported through :data:`TRTLLM_NAMES` (the list the conformance
 shim must provide). A second :func:`install` of the same folder returns the first result.
 """
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...lowering.base import DEVICE_CLASSES
+from ..runtime.dflash2 import UnaryTransform
 from .binding import PackagedDrafter, check_engine_version, device_class_of
 from .names import GENERATED, check_backbone
 from .trtllm_backbone import backbone_class
@@ -172,6 +177,22 @@ def drafter_class(base: type, drafter: PackagedDrafter, module_name: str = __nam
         validate_block_attention_windows=validate_block_attention_windows,
         dflash_forward=dflash_forward,
     )
+    d2 = drafter.resolved.dflash2
+    if d2 is not None:
+        u = d2.selector.unary
+        unary = UnaryTransform(u.multiplier, u.softcap, u.order)
+
+        def select_candidate_path(self, block_logits, candidate_ids, unary_logits, block_hidden_states,
+                                  anchor_token_ids):
+            """TensorRT-LLM's selector on the drafter's unary scores: ``unary_logits`` (the worker's
+            top-k lm_head logits, ``[B, K, k]``) through the record's unary transform (monotone, so the
+            worker's top-k candidates and their order stand), then TensorRT-LLM's own
+            ``select_candidate_path``, whose rows are ``-inf`` but the walk's realized scores (it
+            overwrites ``block_logits``)."""
+            return base.select_candidate_path(self, block_logits, candidate_ids, unary(unary_logits),
+                                              block_hidden_states, anchor_token_ids)
+
+        body["select_candidate_path"] = select_candidate_path
     return type("DraftsmithDrafter", (base,), body)
 
 
