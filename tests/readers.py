@@ -242,6 +242,32 @@ class Obj(types.SimpleNamespace):
 _EXPORTS: dict = {}
 
 
+def planted(tmp_path, folder, edit):
+    """A copy of the exported ``folder`` whose ``config.json`` went through ``edit`` (a planted difference)."""
+    import json
+    import shutil
+
+    d = tmp_path / "planted"
+    shutil.copytree(folder, d)
+    cfg = json.loads((d / "config.json").read_text())
+    edit(cfg)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def trtllm_dflash_source(tmp_path_factory, wheel: str):
+    """``(adapter, source folder, record)`` of a tiny trtllm_dflash checkpoint (a non-causal window and a
+    full layer), the source both readers' planted-difference tests export."""
+    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.convert.synth import synthesize
+
+    src_root(wheel)
+    root = tmp_path_factory.mktemp(f"{wheel}-planted")
+    a = load_adapter("trtllm_dflash")
+    synthesize(a, "tiny", root / "s", seed=3)
+    return a, root / "s", a.plan(root / "s").resolved
+
+
 def check_export(checkpoints, source: str, to: str, wheel: str, read, reader: str):
     """What ``read`` (a reader module's ``read``) makes of ``source`` exported ``to=to``, after checking it
     runs what the record says (no :func:`differences`); ``None`` where the export refuses, which must be

@@ -7,7 +7,6 @@ line) without the wheel's extracted files (``.ci/run`` provides them)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -16,7 +15,7 @@ pytest.importorskip("transformers", reason="the crosscheck extra (transformers==
 
 from draftsmith.framework.convert.export import export, resolve_target
 from draftsmith.framework.spec.loading import adapter_files
-from readers import check_export, SGLANG, differences, export_targets, ours, src_root
+from readers import check_export, planted, trtllm_dflash_source, SGLANG, differences, export_targets, ours
 
 import readers_sglang
 
@@ -31,24 +30,9 @@ def test_sglang_runs_what_the_record_says(checkpoints, tmp_path, source, to):
 @pytest.fixture(scope="module")
 def zlab_export(tmp_path_factory):
     """trtllm_dflash (a non-causal window and a full layer) exported to z-lab's format."""
-    from draftsmith.framework.compile.engine import load_adapter
-    from draftsmith.framework.convert.synth import synthesize
-
-    src_root(SGLANG)
-    root = tmp_path_factory.mktemp("sglang-planted")
-    a = load_adapter("trtllm_dflash")
-    synthesize(a, "tiny", root / "s", seed=3)
-    r = a.plan(root / "s").resolved
-    return export(a, root / "s", root / "x", "zlab_dflash"), r, resolve_target("zlab_dflash", r)
-
-
-def _planted(tmp_path, folder, edit):
-    d = tmp_path / "planted"
-    shutil.copytree(folder, d)
-    cfg = json.loads((d / "config.json").read_text())
-    edit(cfg)
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
+    a, src, r = trtllm_dflash_source(tmp_path_factory, SGLANG)
+    root = src.parent
+    return export(a, src, root / "x", "zlab_dflash"), r, resolve_target("zlab_dflash", r)
 
 
 PLANTS = {  # edit of the exported config -> the key the comparison must name
@@ -71,7 +55,7 @@ def test_sglang_comparison_notices(zlab_export, tmp_path, plant):
     folder, r, target = zlab_export
     edit, key = PLANTS[plant]
     assert differences(readers_sglang.read(folder), ours(r, target), "SGLang") == []
-    found = differences(readers_sglang.read(_planted(tmp_path, folder, edit)), ours(r, target), "SGLang")
+    found = differences(readers_sglang.read(planted(tmp_path, folder, edit)), ours(r, target), "SGLang")
     assert any(f"SGLang: {key}:" in line for line in found), found
 
 
@@ -80,7 +64,7 @@ def test_sglang_weight_comparison_notices(zlab_export, tmp_path):
     from safetensors.torch import load_file, save_file
 
     folder, r, target = zlab_export
-    d = _planted(tmp_path, folder, lambda c: None)
+    d = planted(tmp_path, folder, lambda c: None)
     for f in d.glob("*.safetensors"):
         w = load_file(f)
         if "norm.weight" in w:
@@ -97,9 +81,9 @@ def test_sglang_alias_class_reads_the_same(zlab_export, tmp_path):
     from readers import NotRead
 
     folder, r, target = zlab_export
-    alias = _planted(tmp_path, folder, lambda c: c.update(architectures=["MuseGlimmerAssistantModel"]))
+    alias = planted(tmp_path, folder, lambda c: c.update(architectures=["MuseGlimmerAssistantModel"]))
     assert differences(readers_sglang.read(alias), ours(r, target), "SGLang") == []
     shutil.rmtree(alias)
-    other = _planted(tmp_path, folder, lambda c: c.update(architectures=["NoSuchDraftModel"]))
+    other = planted(tmp_path, folder, lambda c: c.update(architectures=["NoSuchDraftModel"]))
     with pytest.raises(NotRead, match=r"^sglang==0.5.23 registers no model NoSuchDraftModel"):
         readers_sglang.read(other)

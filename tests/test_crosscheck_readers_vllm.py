@@ -6,8 +6,6 @@ without the wheel's extracted files (``.ci/run`` provides them)."""
 
 from __future__ import annotations
 
-import json
-import shutil
 
 import pytest
 
@@ -16,7 +14,7 @@ pytest.importorskip("transformers", reason="the crosscheck extra (transformers==
 from draftsmith.framework.convert.export import export, resolve_target
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files
-from readers import check_export, exported, VLLM, differences, export_targets, ours, src_root
+from readers import check_export, planted, trtllm_dflash_source, exported, VLLM, differences, export_targets, ours
 
 import readers_vllm
 
@@ -33,27 +31,12 @@ def test_vllm_runs_what_the_record_says(checkpoints, tmp_path, source, to):
 @pytest.fixture(scope="module")
 def trtllm_exports(tmp_path_factory):
     """trtllm_dflash (a non-causal window and a full layer) exported to both formats."""
-    from draftsmith.framework.compile.engine import load_adapter
-    from draftsmith.framework.convert.synth import synthesize
-
-    src_root(VLLM)
-    root = tmp_path_factory.mktemp("vllm-planted")
-    a = load_adapter("trtllm_dflash")
-    synthesize(a, "tiny", root / "s", seed=3)
-    r = a.plan(root / "s").resolved
+    a, src, r = trtllm_dflash_source(tmp_path_factory, VLLM)
+    root = src.parent
     out = {}
     for to in ("speculators", "zlab_dflash"):
-        out[to] = (export(a, root / "s", root / to, to, verifier="example-org/verifier-8b"), r, resolve_target(to, r))
+        out[to] = (export(a, src, root / to, to, verifier="example-org/verifier-8b"), r, resolve_target(to, r))
     return out
-
-
-def _planted(tmp_path, folder, edit):
-    d = tmp_path / "planted"
-    shutil.copytree(folder, d)
-    cfg = json.loads((d / "config.json").read_text())
-    edit(cfg)
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
 
 
 PLANTS = {  # (format, edit of the exported config, the key the comparison must name)
@@ -81,7 +64,7 @@ def test_vllm_comparison_notices(trtllm_exports, tmp_path, plant):
     to, edit, key = PLANTS[plant]
     folder, r, target = trtllm_exports[to]
     assert differences(readers_vllm.read(folder), ours(r, target), "vLLM") == []
-    found = differences(readers_vllm.read(_planted(tmp_path, folder, edit)), ours(r, target), "vLLM")
+    found = differences(readers_vllm.read(planted(tmp_path, folder, edit)), ours(r, target), "vLLM")
     assert any(f"vLLM: {key}:" in line for line in found), found
 
 
@@ -93,7 +76,7 @@ def test_vllm_norm_and_weight_comparisons_notice(trtllm_exports, tmp_path):
     want["norms"] = dict(want["norms"], q_norm="gemma")
     assert any("vLLM: norms:" in line for line in differences(readers_vllm.read(folder), want, "vLLM"))
     from safetensors.torch import load_file, save_file
-    d = _planted(tmp_path, folder, lambda c: None)
+    d = planted(tmp_path, folder, lambda c: None)
     for f in d.glob("*.safetensors"):
         w = load_file(f)
         if "hidden_norm.weight" in w:
