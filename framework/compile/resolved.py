@@ -309,6 +309,15 @@ class ResolvedDrafter(_Frozen):
         """Block slot whose logits draft token 0 (slots ``first_slot .. B-1`` draft, in order)."""
         return 0 if self.sample_from_anchor else 1
 
+    def selector_choice(self, selector: bool) -> Optional[bool]:
+        """Whether drafts go through DFlash 2's candidate selector for a requested ``selector``
+        (``None``: the drafter has none); ``selector=False`` for a drafter without one is refused."""
+        if self.dflash2 is None:
+            if not selector:
+                raise UserError("selector=false: this drafter has no candidate selector (only DFlash 2 drafters do)")
+            return None
+        return bool(selector)
+
     @property
     def masks(self) -> tuple[MaskSpec, ...]:
         """Each layer's mask, in layer order."""

@@ -39,10 +39,8 @@ class Drafter:
                             "(not converted; pass adapter=NAME to convert it first)")
         self.resolved = ResolvedDrafter.from_config(config, where=f"{checkpoint}/config.json")
         self.config = config
-        if not selector and self.resolved.dflash2 is None:
-            raise UserError("selector=false: this drafter has no candidate selector (only DFlash 2 drafters do)")
         #: whether drafts go through DFlash 2's candidate selector (None: the drafter has none)
-        self.selector = None if self.resolved.dflash2 is None else bool(selector)
+        self.selector = self.resolved.selector_choice(selector)
         self.target_layer_ids = list(self.resolved.target_layer_ids)  # layer outputs, by the record's contract
         try:
             self.model = get_host(host).model_cls(self.resolved, device=device, dtype=dtype, lowering=lowering)

@@ -109,8 +109,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
     model, _ = build_drafter(get_host(host).model_cls, checkpoint_dir, target_dir, dev,
                              dtype_from_name(dtype) if dtype else None, lowering)
     cfg = model.cfg
-    if not selector and cfg.dflash2 is None:
-        raise UserError("selector=false: this drafter has no candidate selector (only DFlash 2 drafters do)")
+    cfg.selector_choice(selector)  # refuses selector=false without a selector
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
     check_memory(cfg, dev, context, batch, page_size, model.dtype, dump=bool(dump))
     cache = model.make_cache(batch, page_size=page_size, max_context=context)
