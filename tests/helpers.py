@@ -47,3 +47,11 @@ def fake_target(embed: torch.Tensor, lm_head: torch.Tensor) -> SimpleNamespace:
     head.weight.data = lm_head.detach().clone()
     return SimpleNamespace(model=SimpleNamespace(embed_tokens=torch.nn.Embedding.from_pretrained(embed)),
                            lm_head=head)
+
+
+def one_error(capsys) -> str:
+    """The one ``error: ...`` line a refused command printed (no traceback anywhere)."""
+    cap = capsys.readouterr()
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in cap.err + cap.out, cap.err
+    return err[0]

@@ -15,18 +15,12 @@ import pytest
 
 from draftsmith.framework.cli import keys as K
 from draftsmith.framework.cli.main import main
+from helpers import one_error
 from draftsmith.framework.runtime import memory
 
 BROKEN = {"int": "abc", "bool": "maybe", "enum": "bogus", "path": "", "str": "", "adapter": "minimax_dsprak"}
 CASES = [(c.name, k) for c in K.COMMANDS.values() for k in c.keys]
 
-
-def one_error(capsys) -> str:
-    cap = capsys.readouterr()
-    err = cap.err.strip().splitlines()
-    assert len(err) == 1, cap.err
-    assert "Traceback" not in cap.err + cap.out and err[0].startswith("error: ")
-    return err[0]
 
 
 @pytest.fixture(scope="module")

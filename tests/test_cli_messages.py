@@ -13,16 +13,11 @@ import pytest
 
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
+from helpers import one_error
 
 SHIPPED = Path(ADAPTER_DIR) / "minimax_dspark.yaml"
 ROOT = Path(ADAPTER_DIR).parent
 
-
-def one_error(capsys) -> str:
-    cap = capsys.readouterr()
-    err = cap.err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in cap.err + cap.out, cap.err
-    return err[0]
 
 
 @pytest.fixture(scope="module")

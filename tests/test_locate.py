@@ -15,17 +15,12 @@ from safetensors.torch import save_file
 import torch
 
 from draftsmith.framework.cli.main import main
+from helpers import one_error
 
 # the target's own config, as at the root of a MiniMax-M3.1-Flash download
 TARGET_CONFIG = {"architectures": ["MiniMaxM3VLForConditionalGeneration"], "model_type": "minimax_m3_vl",
                  "text_config": {"num_hidden_layers": 60, "hidden_size": 64}, "torch_dtype": "bfloat16"}
 
-
-def one_error(capsys) -> str:
-    cap = capsys.readouterr()
-    err = cap.err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in cap.err + cap.out, cap.err
-    return err[0]
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from ..spec.loading import (_known_keys, _where, check_name_kept, check_no_interpolation, find_adapter, key_path,
                             read_spec_data, validate_spec, validation_problems)
+from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, resolve_steps
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
 
@@ -65,9 +66,14 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
     # validate the file alone first (errors carry its line numbers), then store it with
     # every default filled in, so that overrides can reach any field of the schema
     full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
+    # Hydra's keys cannot hold a dot: overrides that name a dotted key (``config.fields`` and
+    # ``synth.tiny`` are keyed by dotted config keys) are applied by the library, first
+    dotted = [o for o in overrides if addresses_dotted_key(full, o.lstrip("+~").split("=", 1)[0], f"command line: {o}")]
+    if dotted:
+        full = apply_overrides(full, dotted, origin="command line")
     cs.store(group="adapter", name=chosen, node=full)
     cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": chosen}, "_self_"]})
-    quoted = [quote_override(o) for o in overrides]
+    quoted = [quote_override(o) for o in overrides if o not in dotted]
     GlobalHydra.instance().clear()
     try:
         with initialize(version_base=None, config_path=None):
@@ -78,7 +84,7 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
     finally:
         GlobalHydra.instance().clear()
     check_no_interpolation(container, "command line")
-    spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides)
+    spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides, full)
     check_name_kept(spec, path)
     opts["adapter"] = chosen
     opts["adapter_overrides"] = list(overrides)  # for the compile step's blame (Adapter.blame)
@@ -98,12 +104,12 @@ def quote_override(arg: str) -> str:
     return key + "=" + "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _override_path(arg: str) -> tuple:
+def _override_path(arg: str, full: dict) -> tuple:
     key = arg.lstrip("+~").split("=", 1)[0]
-    return tuple(int(p) if p.isdigit() else p for p in key.split(".")[1:])
+    return tuple(resolve_steps(full, _steps(key), f"command line: {arg}"))
 
 
-def _validate_overridden(spec_data, path, lines, overrides: list[str]) -> AdapterSpec:
+def _validate_overridden(spec_data, path, lines, overrides: list[str], full: dict) -> AdapterSpec:
     """Validate the composed spec; an error at (or under) an overridden key names the
     command-line argument, not a line of the YAML file."""
     try:
@@ -114,8 +120,8 @@ def _validate_overridden(spec_data, path, lines, overrides: list[str]) -> Adapte
         for err, text in zip(e.errors(), problems):
             loc = tuple(err["loc"])
             hit = next((o for o in overrides if o[:1] != "~" and
-                        (loc[:len(_override_path(o))] == _override_path(o)
-                         or _override_path(o)[:len(loc)] == loc)), None)
+                        (loc[:len(_override_path(o, full))] == _override_path(o, full)
+                         or _override_path(o, full)[:len(loc)] == loc)), None)
             if hit is not None:
                 text = f"command line: {hit}: {key_path(loc)}: " + text.split(f": {key_path(loc)}: ", 1)[-1]
             out.append(text)

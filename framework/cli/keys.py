@@ -291,7 +291,8 @@ def command_help(name: str) -> str:
     else:
         lines.append("  (no keys)")
     if c.overrides:
-        lines += ["", "  adapter.FIELD=VALUE overrides any field of the spec; +adapter.FIELD=VALUE adds one it does not have."]
+        lines += ["", "  adapter.FIELD=VALUE overrides any field of the spec; +adapter.FIELD=VALUE adds one it does not have;",
+                  "  a dotted key as spelled or in brackets: adapter.config.fields[dflash_config.block_size].required=true."]
     return "\n".join(lines)
 
 
@@ -310,7 +311,11 @@ def cli_md() -> str:
            "Booleans are `true|false` (or `1|0`); paths may start with `~`. Commands that load an",
            "adapter also take `adapter.FIELD=VALUE` overrides of any spec field",
            "(Hydra syntax: `+adapter.FIELD=VALUE` adds a key the spec does not have, e.g. a",
-           "list item: `'+adapter.attention.layers.0.causal=true'`).", "",
+           "list item: `'+adapter.attention.layers.0.causal=true'`). A key whose name holds dots",
+           "(`config.fields`, `synth.tiny`) is written as spelled when it exists",
+           "(`adapter.config.fields.dflash_config.selector_unary_order.default=cap_then_scale`) or in",
+           "brackets, which also add one (`'+adapter.config.fields[dflash_config.new_key]={default: 1}'`);",
+           "those are applied before Hydra's, their values read as YAML.", "",
            "Exit status: 0 ok; 1 `inspect` found an incomplete checkpoint or `docs check=true`",
            "found stale docs; 2 bad input.", ""]
     for c in COMMANDS.values():

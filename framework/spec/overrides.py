@@ -6,6 +6,12 @@
 Keys may carry the command line's ``adapter.`` prefix. Values are read as YAML (safe
 loader): ``2048``, ``true``, ``null``, ``"text"``, ``[a, b]``.
 
+A key whose name holds dots (``config.fields`` and ``synth.tiny`` are keyed by dotted config
+keys) is addressed as spelled: ``config.fields.dflash_config.block_size.required=false``
+resolves ``dflash_config.block_size`` because that key exists (one existing key must match;
+two candidate spellings are refused as ambiguous), or in brackets, which never split and also
+name a key that is not there yet: ``+config.fields[dflash_config.new_key]={default: 1}``.
+
 No interpolation: a value holding ``${`` is refused on the final tree (spec/loading.py).
 """
 
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -21,14 +28,90 @@ import yaml
 from ..errors import UserError
 
 
-def _steps(key: str) -> list:
+class _Bracketed(str):
+    """A key written in brackets: one step whatever dots it holds, never a list index."""
+
+
+_STEP = re.compile(r"\[([^\[\]]+)\]|([^.\[\]]+)|(\.)|(.)")
+
+
+def _steps(key: str, where: str = "override") -> list:
+    """``a.b[c.d].0`` -> ``['a', 'b', 'c.d', 0]`` (the bracketed step a :class:`_Bracketed`)."""
     key = key.removeprefix("adapter.")
-    return [int(p) if p.isdigit() else p for p in key.split(".") if p != ""]
+    out: list = []
+    for m in _STEP.finditer(key):
+        if m.group(1) is not None:
+            out.append(_Bracketed(m.group(1)))
+        elif m.group(2) is not None:
+            out.append(int(m.group(2)) if m.group(2).isdigit() else m.group(2))
+        elif m.group(4) is not None:
+            raise UserError(f"{where}: unbalanced brackets in the key {key!r}")
+    return out
+
+
+def resolve_steps(data: Any, steps: list, where: str) -> list:
+    """``steps`` with runs of plain steps joined where the joined spelling (``a.b``) is an existing
+    key of the mapping reached so far and the single step is not; the path beyond what exists is
+    left as written."""
+    out, cur, i = [], data, 0
+    while i < len(steps):
+        p = steps[i]
+        if isinstance(cur, dict) and not isinstance(p, _Bracketed):
+            plain = 0
+            while i + plain < len(steps) and not isinstance(steps[i + plain], _Bracketed):
+                plain += 1
+            hits = [n for n in range(1, plain + 1) if ".".join(map(str, steps[i:i + n])) in cur
+                    or (n == 1 and _step(cur, p) in cur)]
+            if len(hits) > 1:
+                spelled = " or ".join(repr(".".join(map(str, steps[i:i + n]))) for n in hits)
+                raise UserError(f"{where}: {spelled} are both keys here; write the one meant in brackets, "
+                                f"e.g. [{'.'.join(map(str, steps[i:i + hits[-1]]))}]")
+            n = hits[0] if hits else 1
+            p = _step(cur, p) if n == 1 else ".".join(map(str, steps[i:i + n]))
+            i += n
+        else:
+            i += 1
+        out.append(p)
+        if isinstance(cur, dict) and p in cur:
+            cur = cur[p]
+        elif isinstance(cur, list) and isinstance(p, int) and p < len(cur):
+            cur = cur[p]
+        else:
+            cur = None
+    return out
+
+
+def _first_missing(data: Any, steps: list):
+    """The mapping or list where ``steps`` leave what exists, and the index of the missing step."""
+    cur = data
+    for i, p in enumerate(steps):
+        if isinstance(cur, dict) and p in cur:
+            cur = cur[p]
+        elif isinstance(cur, list) and isinstance(p, int) and p < len(cur):
+            cur = cur[p]
+        else:
+            return cur, i
+    return None, len(steps)
+
+
+def addresses_dotted_key(data: Any, key: str, where: str = "override") -> bool:
+    """Whether ``key`` (an override's key) is one for a dotted key: a bracketed step, an existing
+    dotted key (:func:`resolve_steps`), or a missing step inside a mapping keyed by dotted names."""
+    steps = _steps(key, where)
+    if any(isinstance(p, _Bracketed) for p in steps):
+        return True
+    steps = resolve_steps(data, steps, where)
+    if any(isinstance(p, str) and "." in p for p in steps):
+        return True
+    where, _ = _first_missing(data, steps)
+    return isinstance(where, dict) and any("." in str(k) for k in where)
 
 
 def _step(cur: Any, p):
     """``p`` as a key of ``cur``: list index (int) or mapping key (as spelled, else its text)."""
     if isinstance(cur, dict) and p not in cur and str(p) in cur:
+        return str(p)
+    if isinstance(p, _Bracketed):
         return str(p)
     return p if isinstance(cur, list) or p in cur else str(p)
 
@@ -44,18 +127,24 @@ def _parent(data: Any, steps: list, where: str, create: bool = False):
             cur[str(p)] = {}
             cur = cur[str(p)]
         else:
-            raise UserError(f"{where}: {'.'.join(map(str, steps[:i + 1]))}: no such key")
+            spelled = [".".join(map(str, steps[i:i + n])) for n in range(1, len(steps) - i)]
+            close = [c for t in spelled if isinstance(cur, dict)
+                     for c in difflib.get_close_matches(t, list(map(str, cur)), n=1)]
+            hint = f" (did you mean {close[-1]!r}?)" if close else ""
+            raise UserError(f"{where}: {'.'.join(map(str, steps[:i + 1]))}: no such key{hint}")
     return cur
 
 
-def apply_overrides(data: dict, overrides: Iterable[str], path: Path | None = None) -> dict:
-    """A copy of ``data`` with ``overrides`` applied in order (see the module docstring)."""
+def apply_overrides(data: dict, overrides: Iterable[str], path: Path | None = None,
+                    origin: str | None = None) -> dict:
+    """A copy of ``data`` with ``overrides`` applied in order (see the module docstring). Errors
+    name ``path`` (a spec file's overrides) or ``origin`` (e.g. ``command line``)."""
     out = copy.deepcopy(data)
     for o in overrides:
         sigil = o[: len(o) - len(o.lstrip("+~"))]
         key, eq, text = o[len(sigil):].partition("=")
-        where = f"{path}: override {o}" if path else f"override {o}"
-        steps = _steps(key)
+        where = f"{origin}: {o}" if origin else f"{path}: override {o}" if path else f"override {o}"
+        steps = resolve_steps(out, _steps(key, where), where)
         if not steps or (sigil != "~" and not eq):
             raise UserError(f"{where}: expected key=value, +key=value or ~key")
         parent = _parent(out, steps, where, create=sigil == "+")
