@@ -110,7 +110,7 @@ def dspark_heads(config: dict) -> dict:
 
 
 def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor: int, ctx_start: int = 0,
-                 rope_freqs=None, selector: bool = True):
+                 rope_freqs=None, selector: bool = True, temperature=None, noise=None):
     """One greedy draft step of one sequence in float64, straight from the reference text.
 
     ``w``: the drafter's tensors by converted name; ``tgt``: the target's
@@ -123,8 +123,9 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
     A DFlash 2 drafter (the record's ``dflash2``) adds, from ``oracles_dflash2`` (float64, written
     from docs/dflash2-reference.md): the block embeddings times ``input_embedding_scale``, every
     sublayer wrapped in its block convolution (the block rows only; context K/V unconvolved), and,
-    with ``selector``, the candidate selector's greedy walk at slots ``1..K`` from the anchor; then
-    ``logits`` are its path logits (``-inf`` outside the candidates) and the tokens its path.
+    with ``selector``, the candidate selector's walk at slots ``1..K`` from the anchor (greedy, or
+    sampled with ``temperature`` and the Gumbel ``noise [K, k]``); then ``logits`` are its path
+    logits (``-inf`` outside the candidates) and the tokens its path.
     """
     f = lambda t: t.double()  # noqa: E731
     w = {k: f(v) for k, v in w.items()}
@@ -209,7 +210,8 @@ def draft_oracle(config: dict, w: dict, tgt: dict, hidden: torch.Tensor, anchor:
                                     w["candidate_selector.predecessor_codebook"],
                                     w["candidate_selector.successor_codebook"],
                                     w["candidate_selector.hidden_projection.weight"], sel.top_k,
-                                    u.multiplier, u.softcap, u.order)
+                                    u.multiplier, u.softcap, u.order, temperature,
+                                    None if noise is None else noise[None])
         return toks[0], rows[0], None
     first = 0 if ds["sample_from_anchor"] else 1
     prev, toks, rows, confs = anchor, [], [], []

@@ -136,13 +136,15 @@ def edge_scores(predecessor_codebook, successor_codebook, hidden_projection,
     return out
 
 
-def walk(scores, candidate_ids):
-    """The greedy walk of section 5.
+def walk(scores, candidate_ids, temperature=None, noise=None):
+    """The walk of section 5: greedy, or sampled given ``temperature`` and ``noise``.
 
     ``scores`` ``[Bq, K, k, k]``; returns ``(realized [Bq, K, k] float64, chosen slots
     [Bq, K] int64, tokens [Bq, K] int64)``. Step 0 enters at predecessor slot 0; each step keeps
-    the first maximum of its realized row and conditions the next step on it.
+    the first maximum of its realized row (sampled: of ``row / temperature + noise[b, j]``, the
+    Gumbel-max sample of ``softmax(row / temperature)``) and conditions the next step on it.
     """
+    assert (temperature is None) == (noise is None)
     nreq, npos, k, _ = scores.shape
     realized = torch.empty(nreq, npos, k, dtype=F64)
     chosen = torch.empty(nreq, npos, dtype=torch.long)
@@ -151,9 +153,10 @@ def walk(scores, candidate_ids):
         prev = 0
         for j in range(npos):
             row = scores[b, j, prev].to(F64)
+            pick = row if noise is None else row / temperature + noise[b, j].to(F64)
             best = 0
             for c in range(1, k):
-                if row[c] > row[best]:
+                if pick[c] > pick[best]:
                     best = c
             realized[b, j] = row
             chosen[b, j] = best
@@ -176,7 +179,7 @@ def path_logits(vocab: int, candidate_ids, realized):
 
 def select_path(logits, hidden, anchors, predecessor_codebook, successor_codebook,
                 hidden_projection, top_k: int, multiplier: float = 1.0, cap=None,
-                order: str = "scale_then_cap"):
+                order: str = "scale_then_cap", temperature=None, noise=None):
     """Sections 3-5 end to end: ``(tokens [Bq, K], path logits [Bq, K, V])``.
 
     ``logits`` ``[Bq, K, V]`` are ``lm_head`` of the draft slots' hidden states ``hidden``.
@@ -185,5 +188,5 @@ def select_path(logits, hidden, anchors, predecessor_codebook, successor_codeboo
     unary = unary_transform(logits, multiplier, cap, order).gather(-1, ids)
     s = edge_scores(predecessor_codebook, successor_codebook, hidden_projection, hidden, ids,
                     unary, anchors)
-    realized, _, tokens = walk(s, ids)
+    realized, _, tokens = walk(s, ids) if temperature is None else walk(s, ids, temperature, noise)
     return tokens, path_logits(logits.shape[-1], ids, realized)

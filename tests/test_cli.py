@@ -18,7 +18,7 @@ from draftsmith.framework.cli.main import main
 from helpers import one_error
 from draftsmith.framework.runtime import memory
 
-BROKEN = {"int": "abc", "bool": "maybe", "enum": "bogus", "path": "", "str": "", "adapter": "minimax_dsprak"}
+BROKEN = {"int": "abc", "float": "1e999", "bool": "maybe", "enum": "bogus", "path": "", "str": "", "adapter": "minimax_dsprak"}
 CASES = [(c.name, k) for c in K.COMMANDS.values() for k in c.keys]
 
 

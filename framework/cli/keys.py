@@ -14,6 +14,7 @@ Key types: ``str``, ``path`` (``~`` expanded), ``int`` (with a minimum), ``bool`
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -26,7 +27,7 @@ class Key:
     """One ``key=value`` a command reads."""
 
     name: str
-    type: str  # str | path | int | bool | enum | adapter
+    type: str  # str | path | int | float | bool | enum | adapter
     default: Any
     help: str
     choices: tuple[str, ...] = ()
@@ -37,6 +38,8 @@ class Key:
     def type_text(self) -> str:
         if self.type == "enum":
             return "|".join(self.choices)
+        if self.type == "float" and self.minimum is not None:
+            return f"float >= {self.minimum}"
         if self.type == "int" and self.minimum is not None:
             return f"int >= {self.minimum}" if self.maximum == Key.maximum else f"int {self.minimum}..{self.maximum}"
         return self.type
@@ -71,6 +74,10 @@ SOURCE = Key("source", "path", None,
              "drafter checkpoint: a folder, a model root holding the drafter in a known subfolder "
              "(e.g. dspark/), or a Hugging Face repo id org/name[@revision] from the local cache")
 
+TEMPERATURE = Key("temperature", "float", 0.0, "DFlash 2 with a sampled chain (`selector_chain: sampled`): walk the "
+                  "selector's path by sampling each step from softmax(row / temperature), Gumbel noise from `seed` "
+                  "(0: the greedy walk; refused for a greedy chain, selector=false or a drafter without a selector)",
+                  minimum=0)
 SELECTOR = Key("selector", "bool", True, "DFlash 2: draft through the candidate selector (false: the plain argmax "
                "of the same drafter; refused for a drafter without a selector)")
 
@@ -117,7 +124,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         Key("dtype", "enum", None, "dtype of the step (default: the checkpoint's)",
             choices=("bfloat16", "float16", "float32")),
         _with(OVERWRITE, help="replace a dump= file that draftsmith draft wrote (never anything else)"),
-        SELECTOR, PROGRESS, THREADS), overrides=True),
+        SELECTOR, TEMPERATURE, PROGRESS, THREADS), overrides=True),
     Command("eval", "acceptance length of greedy speculative decoding with a real target model (docs/eval.md)", (
         _adapter(), ADAPTER_DIR,
         Key("target", "str", None, "the target model: a Hugging Face folder or a repo id in the local cache",
@@ -199,6 +206,17 @@ def parse_value(key: Key, text: str) -> Any:
         if n > key.maximum:
             raise UserError(f"{bad}: expected an integer <= {key.maximum}")
         return n
+    if key.type == "float":
+        digits = text.strip()
+        try:
+            x = float(digits) if len(digits) <= 64 else math.nan
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x):
+            raise UserError(f"{bad[:80]}: expected a finite number")
+        if key.minimum is not None and x < key.minimum:
+            raise UserError(f"{bad}: expected a number >= {key.minimum}")
+        return x
     if key.type == "enum":
         if text in key.choices:
             return text

@@ -333,7 +333,8 @@ def _draft(opts, spec, path, scratch: list[Path]):
         report = run_draft(checkpoint, target, device=device, context=opts["context"],
                            seed=opts["seed"], batch=opts["batch"], lowering=opts.get("lowering"),
                            dump=opts.get("dump"), page_size=opts["page_size"], dtype=opts.get("dtype"),
-                           overwrite=opts["overwrite"], selector=opts["selector"])
+                           overwrite=opts["overwrite"], selector=opts["selector"],
+                           temperature=opts["temperature"])
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise UserError(f"draftsmith draft: {str(e).strip(chr(39))}") from None
     if opts["format"] == "json":

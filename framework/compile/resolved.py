@@ -318,6 +318,21 @@ class ResolvedDrafter(_Frozen):
             return None
         return bool(selector)
 
+    def walk_chain(self, selector: bool, temperature: float) -> tuple[str, Optional[float]]:
+        """The selector walk a draft step runs for ``selector`` and ``temperature`` (>= 0):
+        ``("greedy", None)`` at temperature 0, ``("sampled", temperature)`` for a drafter whose
+        recorded chain is ``sampled``; a temperature is refused where nothing samples (no
+        selector, ``selector=false``, or a greedy chain, whose walk ignores it)."""
+        if not temperature:
+            return "greedy", None
+        why = ("this drafter has no candidate selector (the host drafts greedily)" if self.dflash2 is None else
+               "selector=false drafts the plain argmax" if not selector else
+               "the recorded selector_chain is greedy: its walk conditions on the argmax whatever the temperature"
+               if self.dflash2.selector.chain == "greedy" else None)
+        if why:
+            raise UserError(f"temperature={temperature:g}: {why}")
+        return "sampled", float(temperature)
+
     @property
     def masks(self) -> tuple[MaskSpec, ...]:
         """Each layer's mask, in layer order."""

@@ -240,15 +240,17 @@ class DFlashDraftModel(nn.Module):
         return self.norm(x)
 
     @torch.inference_mode()
-    def draft(self, anchor: torch.Tensor, cache: PagedKVCache, selector: bool = True) -> DraftOutput:
-        """One greedy draft step: ``anchor [N]`` int64 (position ``C_n``) -> :class:`DraftOutput`.
+    def draft(self, anchor: torch.Tensor, cache: PagedKVCache, selector: bool = True,
+              chain: Optional[Chain] = None, generator: Optional[torch.Generator] = None) -> DraftOutput:
+        """One draft step: ``anchor [N]`` int64 (position ``C_n``) -> :class:`DraftOutput`.
 
         The transformer runs once for all ``B`` slots; drafts are then taken in order, draft
         ``k = argmax(lm_head(z[first_slot + k]) + w2 @ w1[prev_k])``. A DFlash 2 drafter instead
         hands ``lm_head`` of slots ``1..K`` and their final-normed states to its candidate selector
         (anchors: ``anchor``, the last accepted token) and returns the walked path and its path
         logits (``-inf`` outside each position's candidates); ``selector=False`` drafts the plain
-        argmax of the same drafter. The walk is greedy (a sampled chain equals it at temperature 0).
+        argmax of the same drafter. The walk is greedy unless ``chain`` is a sampled one (the
+        record's ``walk_chain``), whose Gumbel noise ``generator`` draws (on the model's device).
         Host-sync free (CUDA-graph safe when the lowerings are).
         """
         if self.embed_tokens is None:
@@ -256,7 +258,7 @@ class DFlashDraftModel(nn.Module):
         anchor = anchor.to(self.device, torch.long)
         z = self.forward(*self.block_inputs(anchor, cache), cache)[:, self.cfg.first_slot:]
         if selector and self.candidate_selector is not None:
-            out = self.candidate_selector(self.lm_head(z), z, anchor, None)
+            out = self.candidate_selector(self.lm_head(z), z, anchor, generator, chain)
             return DraftOutput(out.tokens, out.logits, None, out)
         # Slot-major logits [K, N, V]: each slot's bias add and argmax run on contiguous rows.
         # (2-D rows with standard strides: cuBLAS picked a 7x slower kernel for a [K, 1, h]
@@ -285,8 +287,9 @@ class DFlashDraftModel(nn.Module):
 
 
 def selector_of(cfg: ResolvedDrafter) -> CandidateSelector:
-    """DFlash 2's candidate selector of a compiled drafter (uninitialised weights). The host drafts
-    greedily, so its chain is greedy whatever the record's: a sampled chain equals it at temperature 0."""
+    """DFlash 2's candidate selector of a compiled drafter (uninitialised weights). Its own chain is
+    greedy (what a sampled chain is at temperature 0); ``draft`` is handed the sampled one, with its
+    temperature, by the record's ``walk_chain``."""
     sel = cfg.dflash2.selector
     unary = UnaryTransform(sel.unary.multiplier, sel.unary.softcap, sel.unary.order)
     return CandidateSelector(cfg.dims.hidden, cfg.dims.vocab, sel.rank, sel.top_k, unary, Chain("greedy", None))

@@ -278,13 +278,15 @@ class SelectorOutput:
 
     ``tokens [Bq, K]`` int64 (the path); ``candidates [Bq, K, k]`` int64; ``realized
     [Bq, K, k]`` float32 (the score rows the walk read); ``logits [Bq, K, V]`` float32
-    (:func:`path_logits`).
+    (:func:`path_logits`); ``noise [Bq, K, k]`` float32, the Gumbel noise a sampled walk added
+    (``None`` for a greedy one).
     """
 
     tokens: torch.Tensor
     candidates: torch.Tensor
     realized: torch.Tensor
     logits: torch.Tensor
+    noise: Optional[torch.Tensor] = None
 
 
 class CandidateSelector(nn.Module):
@@ -328,15 +330,16 @@ class CandidateSelector(nn.Module):
         return ids, s
 
     def forward(self, logits: torch.Tensor, hidden: torch.Tensor, anchors: torch.Tensor,
-                generator: Optional[torch.Generator]) -> SelectorOutput:
-        """Sections 3-5 end to end. ``generator`` draws the Gumbel noise of a sampled chain
-        (``None`` for greedy)."""
+                generator: Optional[torch.Generator], chain: Optional[Chain] = None) -> SelectorOutput:
+        """Sections 3-5 end to end, walked by ``chain`` (default: the selector's own).
+        ``generator`` draws the Gumbel noise of a sampled chain (``None``: torch's default)."""
+        chain = self.chain if chain is None else chain
         ids, s = self.scores(logits, hidden, anchors)
         noise = None
-        if self.chain.mode == "sampled":
+        if chain.mode == "sampled":
             noise = gumbel_noise(ids.shape, generator, ids.device)
-        realized, _, tokens = walk(s, ids, self.chain, noise)
-        return SelectorOutput(tokens, ids, realized, path_logits(logits.shape[-1], ids, realized))
+        realized, _, tokens = walk(s, ids, chain, noise)
+        return SelectorOutput(tokens, ids, realized, path_logits(logits.shape[-1], ids, realized), noise)
 
     def extra_repr(self) -> str:
         return (f"rank={self.rank}, top_k={self.top_k}, unary={self.unary}, chain={self.chain}")

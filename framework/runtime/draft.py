@@ -24,6 +24,7 @@ from ..errors import UserError
 from ..io.atomic_file import owned_safetensors, write_file
 from . import get_host
 from .kv_cache import ring_pages
+from .dflash2 import Chain
 from .loading import build_drafter
 from .memory import block_bytes
 
@@ -59,6 +60,7 @@ class DraftReport:
     context_ms: float = 0.0
     dump: Optional[str] = None
     selector: Optional[bool] = None  # DFlash 2: whether the candidate selector drafted; None: no selector
+    temperature: float = 0.0  # DFlash 2: the selector's sampled walk; 0: greedy
 
 
 def context_rows(seed: int, seq: int, start: int, end: int, width: int) -> torch.Tensor:
@@ -87,8 +89,10 @@ DUMP_WRITTEN_BY = "draftsmith draft"
 def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = "cpu", context: int = 128,
               seed: int = 0, batch: int = 1, lowering: Optional[str] = None, dump: Optional[str | Path] = None,
               *, dtype: Optional[str | torch.dtype] = None, page_size: int = 16, repeats: int = 3,
-              host: str = "torch", overwrite: bool = False, selector: bool = True) -> DraftReport:
-    """One greedy draft step for ``batch`` sequences of ``context`` random context tokens.
+              host: str = "torch", overwrite: bool = False, selector: bool = True,
+              temperature: float = 0.0) -> DraftReport:
+    """One draft step for ``batch`` sequences of ``context`` random context tokens (greedy, but for
+    a DFlash 2 selector's sampled walk at ``temperature > 0``: record ``walk_chain``).
 
     ``dtype``: weights/activations (default: the checkpoint's ``torch_dtype``); ``lowering``:
     one lowering for every layer instead of the per-layer table; ``dump``: a safetensors
@@ -101,7 +105,9 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
     its candidate selector (``outputs.logits`` are then its path logits, ``-inf`` outside the
     candidates; the dump adds ``outputs.candidates [K, k]`` and ``outputs.realized [K, k]``);
     ``selector=False`` drafts the plain argmax of the same drafter (refused for a drafter
-    without a selector).
+    without a selector). A sampled walk draws its Gumbel noise from a generator seeded with
+    ``seed`` on ``device``, anew for every repeat (each repeat drafts the same path); the dump
+    adds it as ``outputs.noise [K, k]`` and the temperature to its metadata.
     """
     if context < 1 or batch < 1:
         raise ValueError(f"context and batch must be >= 1, got {context}, {batch}")
@@ -110,6 +116,8 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
                              dtype_from_name(dtype) if dtype else None, lowering)
     cfg = model.cfg
     cfg.selector_choice(selector)  # refuses selector=false without a selector
+    mode, temp = cfg.walk_chain(selector, temperature)
+    chain = Chain(mode, temp)
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
     check_memory(cfg, dev, context, batch, page_size, model.dtype, dump=bool(dump))
     cache = model.make_cache(batch, page_size=page_size, max_context=context)
@@ -128,12 +136,16 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
     _sync(dev)
     context_ms = (time.perf_counter() - t0) * 1e3
 
-    out = model.draft(anchors, cache, selector=selector)  # warm-up (and Triton compile)
+    def noise_source():
+        return torch.Generator(dev).manual_seed(seed) if mode == "sampled" else None
+
+    out = model.draft(anchors, cache, selector=selector, chain=chain, generator=noise_source())  # warm-up
     times = []
     for _ in range(max(1, repeats)):
         _sync(dev)
+        source = noise_source()
         t0 = time.perf_counter()
-        out = model.draft(anchors, cache, selector=selector)
+        out = model.draft(anchors, cache, selector=selector, chain=chain, generator=source)
         _sync(dev)
         times.append((time.perf_counter() - t0) * 1e3)
 
@@ -146,7 +158,7 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         layers=[{"causal": m.causal, "window": m.window, "lowering": name}
                 for m, name in zip(cfg.masks, model.layer_lowerings)],
         time_ms=statistics.median(times), context_ms=context_ms,
-        selector=None if cfg.dflash2 is None else out.selector is not None,
+        selector=None if cfg.dflash2 is None else out.selector is not None, temperature=temp or 0.0,
     )
     if dump:
         embed = model.embed_tokens.weight.detach().cpu().contiguous()
@@ -166,9 +178,12 @@ def run_draft(checkpoint_dir: str | Path, target_dir: str | Path, device: str = 
         if out.selector is not None:
             tensors["outputs.candidates"] = out.selector.candidates[0].cpu().contiguous()
             tensors["outputs.realized"] = out.selector.realized[0].cpu().contiguous()
+            if out.selector.noise is not None:
+                tensors["outputs.noise"] = out.selector.noise[0].cpu().contiguous()
         meta = {"checkpoint": report.checkpoint, "seed": str(seed), "context": str(context), "dtype": report.dtype,
                 "sample_from_anchor": str(cfg.sample_from_anchor), "lowerings": ",".join(model.layer_lowerings)}
         meta["selector"] = str(out.selector is not None)
+        meta["temperature"] = str(temp or 0.0)
         meta["written_by"] = DUMP_WRITTEN_BY
         write_file(dump, save(tensors, metadata=meta), key="dump", command="draft", overwrite=overwrite,
                    owned=owned_safetensors("draft"))
@@ -270,6 +285,7 @@ def report_dict(r: DraftReport) -> dict:
         "confidence": None if r.confidence is None else [[round(float(x), 6) for x in row] for row in r.confidence],
         "logits_shape": list(r.logits.shape), "layers": r.layers, "time_ms": round(r.time_ms, 3),
         "context_ms": round(r.context_ms, 3), "dump": r.dump, "selector": r.selector,
+        "temperature": r.temperature,
     }
 
 
@@ -284,7 +300,8 @@ def format_report(r: DraftReport) -> str:
     lines = [f"draft step  {r.checkpoint}",
              f"device {r.device}  dtype {r.dtype}  context {r.context}  batch {r.batch}  seed {r.seed}  "
              f"B {r.block_size}  K {r.max_draft_len} ({kind})"
-             + ("" if r.selector is None else f"  candidate selector {'on' if r.selector else 'off'}"),
+             + ("" if r.selector is None else f"  candidate selector {'on' if r.selector else 'off'}")
+            + (f"  sampled walk, temperature {r.temperature:g}" if r.temperature else ""),
              "", f"{'layer':>5}  {'mask':<22}  lowering"]
     for i, l in enumerate(r.layers):
         mask = ("full" if l["window"] is None else f"window {l['window']}") + (", causal" if l["causal"] else ", non-causal")
