@@ -44,7 +44,8 @@ def _hp(scale=None, cap=None, **dflash):
 
 def test_absent_keys_and_refusals():
     hp = _hp()
-    assert hp["f_logit_scale"] is None and hp["f_final_logit_softcapping"] == 0.0
+    assert hp["f_logit_scale"] == 0.0 and hp["f_final_logit_softcapping"] == 0.0
+    assert hp["dflash_selector_top_k"] is None
     with pytest.raises(RuntimeError, match="missing conv/selector metadata"):
         lcpp.check_dflash2(hp, n_embd=64)
     ok = _hp(block_size=8, conv_kernel_size=2, conv_group_size=16, selector_rank=8,

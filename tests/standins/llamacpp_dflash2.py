@@ -22,6 +22,9 @@ that fix DFlash 2's math is transcribed from its public source, read for facts:
         build_dflash2_selector -> lattice; its reader is
         ggml-org/llama.cpp common/speculative.cpp @ 001d906a6d86e2490e394361e7cc6f478b100088,
         ...::draft (is_dflash2 branch) -> walk_lattice
+    [D] repository ggml-org/llama.cpp, path src/llama-hparams.h,
+        commit 027d57567f8506fca217b6c2a840b461369cf950 (a version without the dflash_* fields):
+        the defaults f_logit_scale = 0 and f_final_logit_softcapping = 30 -> load_hparams
 
 ggml ops have no Python analogue; their arithmetic is restated with torch in the caller's dtype
 (llama.cpp computes in float32: f32 activations, codebooks dequantized to f32 with the GGUF
@@ -29,7 +32,7 @@ type's ``to_float``, sequential float sums on the CPU path). ``ggml_top_k`` is d
 ggml.h as returning "indices in no particular order"; :func:`lattice` therefore takes the
 candidate order from its caller. Nothing here exists that the real code lacks. Not read, and so
 not played: the DFlash 2 converter (conversion/qwen.py versions read register DFlashDraftModel
-only) and the hparams struct defaults (llama-hparams.h): an absent key is returned as ``None``.
+only) and the defaults of the dflash_* hparams (absent in [D]): such an absent key is ``None``.
 """
 
 from __future__ import annotations
@@ -55,9 +58,11 @@ KEYS = {
 
 def load_hparams(metadata: dict) -> dict:
     """[A] ``load_arch_hparams``: every DFlash key optional; the soft cap is set to 0 before it
-    is read (absent -> 0, no cap); the others absent -> ``None`` (the struct default, not read).
+    is read (absent -> 0, no cap; [D]'s default would be 30); the logit scale absent -> [D]'s
+    default 0 (no scale in the graph); the dflash_* keys absent -> ``None`` (default not read).
     ``target_layers`` absent -> RuntimeError, as the loader throws. No embedding-scale key."""
     hp = {name: metadata.get(key) for name, key in KEYS.items()}
+    hp["f_logit_scale"] = float(metadata.get(KEYS["f_logit_scale"], 0.0))
     hp["f_final_logit_softcapping"] = float(metadata.get(KEYS["f_final_logit_softcapping"], 0.0))
     if hp["target_layer_ids"] is None:
         raise RuntimeError("DFlash model requires 'target_layers' in GGUF metadata")
@@ -121,13 +126,12 @@ def layer(x, attn, mlp, attn_norm, ffn_norm, attn_conv, ffn_conv, n_blocks, kern
 
 
 def logit_transform(logits, hp: dict):
-    """[A] ``graph<false>``, DFlash 2 only: ``l *= f_logit_scale`` when it is set and nonzero,
+    """[A] ``graph<false>``, DFlash 2 only: ``l *= f_logit_scale`` when it is nonzero,
     then, when ``f_final_logit_softcapping > 0``: ``cap * tanh(l * (1/cap))`` (ggml_scale by the
     reciprocal, ggml_tanh, ggml_scale by cap). Scale first, then cap."""
     out = logits
-    scale = hp.get("f_logit_scale")
-    if scale is not None and scale != 0.0:
-        out = out * scale
+    if hp["f_logit_scale"] != 0.0:
+        out = out * hp["f_logit_scale"]
     cap = hp["f_final_logit_softcapping"]
     if cap > 0.0:
         out = torch.tanh(out * (1.0 / cap)) * cap
