@@ -19,7 +19,9 @@ that fix DFlash 2's math is transcribed from its public source, read for facts:
         - ...::draft (the is_dflash2 branch)               -> walk_cpu
     [C] the earlier in-graph selector: src/models/dflash.cpp as stored under index ids
         57834642706 / 60348582428 (repository and commit not named by the index), function
-        build_dflash2_selector -> lattice; its reader is
+        build_dflash2_selector -> lattice (the same lattice, position by position, in the fork
+        LaurentZuijdwijk/llama.cpp @ 3466b48806f9fefe1162aa4053ffebcfcabe83aa,
+        build_post_sampling); its reader is
         ggml-org/llama.cpp common/speculative.cpp @ 001d906a6d86e2490e394361e7cc6f478b100088,
         ...::draft (is_dflash2 branch) -> walk_lattice
     [D] repository ggml-org/llama.cpp, path src/llama-hparams.h,
