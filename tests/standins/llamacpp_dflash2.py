@@ -45,8 +45,8 @@ import torch
 
 # GGUF keys. [B] reads "dflash.block_size", "dflash.sample_from_anchor", "dflash.attention.causal"
 # by these literal strings; the others are the LLM_KV_* names [A] reads, with arch "dflash", spelled
-# as gguf-py's Keys.LLM has them in the fork LaurentZuijdwijk/llama.cpp @ b57d51ded3ebc6a2bd02252
-# 97f2c6544ae2989fb (gguf-py/gguf/constants.py); llama-arch.cpp's table itself was not read.
+# as gguf-py's Keys.LLM has them in a fork (LaurentZuijdwijk/llama.cpp, gguf-py/gguf/constants.py,
+# commit b57d51ded3ebc6a2bd0225297f2c6544ae2989fb); llama-arch.cpp's table itself was not read.
 KEYS = {
     "f_logit_scale": "dflash.logit_scale",                          # LLM_KV_LOGIT_SCALE
     "f_final_logit_softcapping": "dflash.final_logit_softcapping",  # LLM_KV_FINAL_LOGIT_SOFTCAPPING
