@@ -107,6 +107,7 @@ def _all_adapters(adapter_dir=None) -> list:
 
 
 def _fits(a) -> str:
+    """What adapter ``a`` takes under its alias: ``NAME: FAMILY[ with[out] heads]``."""
     h = a.spec.export.with_heads
     return f"{a.name}: {a.family.name}" + ("" if h is None else " with heads" if h else " without heads")
 
