@@ -4,7 +4,9 @@ The source checkpoint is converted into the family target layout first (the ordi
 plan, streamed into a temp dir); then the *target* adapter runs backwards, as ``synth``
 does: its transforms' inverses (``split`` <- ``fuse``, quantization, norm folding) and its
 rename rules' inverses, group by group. ``to=`` names an adapter or an ``export.alias``
-(``speculators``: the adapters sharing it are told apart by ``export.with_heads``).
+(:func:`resolve_target`): of the adapters sharing an alias, the one whose family is the
+drafter's and whose ``export.with_heads`` fits (``to=speculators``: speculators' DFlash, DSpark
+or DFlash 2 format); none fitting is refused in one line.
 
 The config is an inverse of :func:`~.flatten.flatten`, derived from the flattened config:
 
@@ -30,10 +32,11 @@ The config is an inverse of :func:`~.flatten.flatten`, derived from the flattene
   template: the draft vocabulary, ``max_draft_len`` (speculators' ``speculative_tokens``),
   the target layer count, the verifier (``verifier=``, else the source config's value at
   the same key; refused when neither);
-- a drafter feature in the target's ``export.unsupported`` (the clamped SwiGLU, partial
-  rotary, causal windows, Markov/confidence heads, layers of differing causality) refuses
-  the export in one line; what the serving engines' own readers would run is checked by
-  tests/test_crosscheck_readers_*.py.
+- a drafter of another family than the target's, or with a feature in the target's
+  ``export.unsupported`` (the clamped SwiGLU, partial rotary, causal windows, Markov/confidence
+  heads, layers of differing causality), refuses the export in one line; what the serving
+  engines' own readers would run is checked by tests/test_crosscheck_readers_*.py (DFlash 2:
+  tests/test_export_dflash2.py).
 
 Norm styles: a norm the source runs Gemma style (``rms(x) * (1 + w)``) but the target
 adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and the
@@ -52,8 +55,11 @@ runtime reads it. A draft vocabulary smaller than the target's (speculators' ``t
 The result is checked before anything is written: the target adapter must route the
 written config to itself and flatten it back to the same values (shapes, block size, mask
 token, target layer ids, heads, per-layer windows and causality, ``max_draft_len``), else
-the export is refused with the keys that differ. The borrowed ``embed_tokens`` / ``lm_head`` are not
-written (the drafter does not hold them).
+the export is refused with the keys that differ, one line each: ``KEY: VALUE would read back as
+DEFAULT`` for a value the target format has no key for (DFlash 2's ``output_multiplier``,
+``final_logit_softcapping``, ``input_embedding_scale`` in speculators' format, whose selector scores
+raw logits; a ``selector_chain`` other than the one its runtime walks). The borrowed
+``embed_tokens`` / ``lm_head`` are not written (the drafter does not hold them).
 """
 
 from __future__ import annotations
@@ -88,7 +94,6 @@ from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
 from ..compile.dotted import get_dotted, pop_dotted, set_dotted
 
-#: ``to=`` aliases resolved from the drafter's features.
 #: keys export rewrites (identity, or the attention table, compared per layer instead)
 _REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding_window_non_causal",
               "use_sliding_window")
@@ -97,20 +102,36 @@ _NOT_CARRIED = ("draftsmith",)
 _O_PROJ = NameTemplate("layers.{i}.self_attn.o_proj.weight")
 
 
-def resolve_target(to: str, r: ResolvedDrafter, adapter_dir=None):
-    """The adapter ``to`` names for drafter ``r``: an adapter name, or an ``export.alias``
-    (several adapters may share one, told apart by ``export.with_heads``: whether the drafter
-    has a Markov or confidence head)."""
+def _all_adapters(adapter_dir=None) -> list:
+    return [load_adapter(n, adapter_dir=adapter_dir) for n in sorted(adapter_files(adapter_dir))]
+
+
+def _fits(a) -> str:
+    """What adapter ``a`` takes under its alias: ``NAME: FAMILY[ with[out] heads]``."""
+    h = a.spec.export.with_heads
+    return f"{a.name}: {a.family.name}" + ("" if h is None else " with heads" if h else " without heads")
+
+
+def resolve_target(to: str, r: ResolvedDrafter, adapter_dir=None, adapters: Sequence | None = None):
+    """The adapter ``to`` names for drafter ``r``: an adapter name, or an ``export.alias``. Of the
+    adapters sharing an alias, the one whose family is the drafter's and whose ``export.with_heads``
+    (unset: either) says whether the drafter has a Markov or confidence head; refused in one line
+    when none or several fit (``adapters``: every adapter, when the caller has loaded them)."""
     files = adapter_files(adapter_dir)
     if to in files:
         return load_adapter(to, adapter_dir=adapter_dir)
+    adapters = _all_adapters(adapter_dir) if adapters is None else adapters
+    named = [a for a in adapters if a.spec.export.alias == to]
+    if not named:
+        aliases = sorted({a.spec.export.alias for a in adapters if a.spec.export.alias})
+        raise UserError(f"to={to}: not an adapter name; known: dflash, {', '.join(aliases)}, {', '.join(sorted(files))}")
     heads = bool(r.heads.markov_rank) or r.heads.confidence
-    adapters = [load_adapter(n, adapter_dir=adapter_dir) for n in sorted(files)]
-    aliases = sorted({a.spec.export.alias for a in adapters if a.spec.export.alias})
-    picked = [a for a in adapters if a.spec.export.alias == to and a.spec.export.with_heads in (None, heads)]
-    if len(picked) != 1:
-        raise UserError(f"to={to}: not an adapter name; known: dflash, {', '.join(aliases)}, {', '.join(sorted(files))}"
-                        if not picked else f"to={to}: names {', '.join(a.name for a in picked)}; set export.with_heads")
+    picked = [a for a in named if a.family.name == r.family and a.spec.export.with_heads in (None, heads)]
+    if not picked:
+        raise UserError(f"to={to}: no format under this alias fits a {r.family} drafter "
+                        f"{'with' if heads else 'without'} heads ({'; '.join(_fits(a) for a in named)})")
+    if len(picked) > 1:
+        raise UserError(f"to={to}: names {', '.join(a.name for a in picked)}; set export.with_heads")
     return picked[0]
 
 
@@ -174,9 +195,10 @@ def refuse_unsupported(target, r: ResolvedDrafter) -> None:
                             f"(export.unsupported: {feature})")
 
 
-def all_markers(adapter_dir=None) -> set[str]:
-    """Every adapter's ``export.markers``: keys naming a source format."""
-    return {m for n in adapter_files(adapter_dir) for m in load_adapter(n, adapter_dir=adapter_dir).spec.export.markers}
+def all_markers(adapter_dir=None, adapters: Sequence | None = None) -> set[str]:
+    """Every adapter's ``export.markers``: keys naming a source format (``adapters``: every
+    adapter, when the caller has loaded them)."""
+    return {m for a in (_all_adapters(adapter_dir) if adapters is None else adapters) for m in a.spec.export.markers}
 
 
 def _set_path(d: Any, key: str, value: Any, where: str) -> None:
@@ -377,8 +399,9 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     if not plan.complete:
         raise UserError(*(f"{source}: {l}" for l in plan.report().splitlines()))
     flat, r = plan.config, plan.resolved
-    target = resolve_target(to, r, adapter_dir)
-    markers = all_markers(adapter_dir)
+    adapters = _all_adapters(adapter_dir)
+    target = resolve_target(to, r, adapter_dir, adapters)
+    markers = all_markers(adapter_dir, adapters)
     raw = source_config_from_flat(target, flat, r, read_config(source), verifier, markers)
     tflat = check_config(target, flat, r, raw, markers)
     layout = target.family.target_layout(tflat)
