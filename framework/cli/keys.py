@@ -101,7 +101,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         _adapter(routed=True), ADAPTER_DIR, SOURCE,
         Key("out", "path", None, "folder to write (required with source=)"),
         Key("to", "str", "dflash", "output format: dflash (draftsmith's converted format), an adapter name "
-            "or an export alias (e.g. speculators)"),
+            "or an export alias (e.g. speculators: the format of the drafter's family and heads)"),
         Key("verifier", "str", None, "with to=: the verifier's model id or path, for formats that record it "
             "(speculators)"),
         _with(SEED, help="seed of the embedded default (no source=)"), OVERWRITE, FORMAT, PROGRESS, THREADS),

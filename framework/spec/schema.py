@@ -302,12 +302,13 @@ class ExportSpec(Strict):
     )
     alias: Optional[str] = Field(
         None, pattern=r"^[a-z][a-z0-9_]*$",
-        description="A name `draftsmith convert to=<alias>` resolves to this adapter (besides its own name).",
+        description="A name `draftsmith convert to=<alias>` resolves to this adapter (besides its own name); "
+        "of the adapters sharing it, those of the drafter's family are candidates (then `with_heads`).",
     )
     with_heads: Optional[bool] = Field(
         None,
-        description="With an alias shared by several adapters: this one is picked when the drafter has "
-        "(true) or lacks (false) a Markov or confidence head; unset: always.",
+        description="With an alias shared by several adapters of one family: this one is picked when the "
+        "drafter has (true) or lacks (false) a Markov or confidence head; unset: always.",
     )
     derived: dict[str, Literal["draft_vocab_size", "max_draft_len", "num_target_layers", "verifier",
                                "verifier_architectures"]] = Field(
