@@ -71,6 +71,7 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
     dotted = [o for o in overrides if addresses_dotted_key(full, o.lstrip("+~").split("=", 1)[0], f"command line: {o}")]
     if dotted:
         full = apply_overrides(full, dotted, origin="command line")
+        check_no_interpolation(full, "command line")  # before Hydra's store parses any `${`
     cs.store(group="adapter", name=chosen, node=full)
     cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": chosen}, "_self_"]})
     quoted = [quote_override(o) for o in overrides if o not in dotted]

@@ -16,11 +16,14 @@ MAX_YAML_BYTES = 1 << 20
 MAX_YAML_NODES = 100_000
 
 
+#: The safe loader, on libyaml's C parser where PyYAML has it (same constructor and resolver).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader) if yaml.__with_libyaml__ else yaml.SafeLoader
+
+
 def _check_event_count(path: Path, text: str) -> None:
     """Refuse a file whose parse events (nodes as written, aliases not expanded) exceed
-    :data:`MAX_YAML_NODES`, streaming with the C parser where available (no tree built)."""
-    loader = getattr(yaml, "CSafeLoader", None) if yaml.__with_libyaml__ else None
-    for n, event in enumerate(yaml.parse(text, Loader=loader or yaml.SafeLoader)):
+    :data:`MAX_YAML_NODES`, streaming (no tree built)."""
+    for n, event in enumerate(yaml.parse(text, Loader=SAFE_LOADER)):
         if n > 2 * MAX_YAML_NODES:
             line = event.start_mark.line + 1 if event.start_mark else "?"
             raise ValueError(f"{path}:{line}: malformed YAML: more than {MAX_YAML_NODES} nodes")
@@ -67,10 +70,10 @@ def load_yaml(path: Path) -> tuple[Any, dict[tuple, int]]:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
         _check_event_count(path, text)  # before composing: a 400 000-item list is refused in < 1 s
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=SAFE_LOADER)
         if node is not None:
             _check_expansion(path, node)
-        data = yaml.load(text, Loader=yaml.SafeLoader)
+        data = yaml.load(text, Loader=SAFE_LOADER)
     except RecursionError:
         raise ValueError(f"{path}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:
