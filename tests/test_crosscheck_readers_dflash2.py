@@ -93,9 +93,18 @@ def _zlab(checkpoints, reader):
 # ---- what each engine would run --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "minimax_dflash2"], ids=_case_id)
+#: formats vLLM 0.33.0 registers no model for (model_executor/models/registry.py)
+VLLM_UNREGISTERED = {"minimax_dflash2": "MiniMaxDFlash2DraftModel"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_vllm_runs_what_the_record_says(checkpoints, case):
     src_root(VLLM)
+    arch = VLLM_UNREGISTERED.get(case[1] or case[0])
+    if arch:  # also not under EAGLEConfig's DFlash-prefixed name
+        with pytest.raises(NotRead, match=rf"registers no draft model {arch} \(nor DFlash{arch}"):
+            read("vLLM", checkpoints, *case)
+        return
     theirs, r, _ = read("vLLM", checkpoints, *case)
     assert all(p is not None for p in theirs["weights"].values()), theirs["weights"]
     assert differences(theirs, dflash2_ours(r), "vLLM") == KNOWN.get(("vLLM", *case), [])
@@ -362,10 +371,29 @@ def test_sglang_walk_equals_the_oracle(checkpoints):
     assert not torch.equal(tokens, want)  # these draws leave the greedy path
 
 
-def test_vllm_has_no_minimax_dflash2_name(checkpoints):
-    """vLLM 0.33.0's registry has no MiniMaxDFlash2DraftModel (nor DFlashMiniMaxDFlash2DraftModel)."""
+def test_sglang_minimax_target_refuses_unsorted_taps(checkpoints, tmp_path):
+    """SGLang's MiniMax-M3 target (minimax_m3_vl.py ``set_dflash_layers_to_capture``) refuses
+    capture taps that are not unique and sorted (draftsmith's spec cannot state that rule: the
+    adapter documents it)."""
     if "minimax_dflash2" not in ADAPTERS:
         pytest.skip("no minimax_dflash2 adapter")
-    src_root(VLLM)
-    with pytest.raises(NotRead, match=r"registers no draft model MiniMaxDFlash2DraftModel \(nor DFlashMiniMaxDFlash2DraftModel"):
-        readers_vllm.dflash2(checkpoints("minimax_dflash2").source, 6)
+    src_root(SGLANG)
+    d = _planted(tmp_path, checkpoints("minimax_dflash2").source,
+                 lambda c: c["dflash_config"].update(target_layer_ids=[5, 3, 1]))
+    with pytest.raises(ValueError, match="^MiniMax DFlash capture taps must be unique and sorted$"):
+        readers_sglang.dflash2(d, "minimax_m3")
+
+
+def test_minimax_accepts_only_the_names_sglang_loads(checkpoints, tmp_path):
+    """``model.encoder.fc.weight``: SGLang's load_weights strips ``model.`` but aliases only the
+    unprefixed ``encoder.fc.weight``, so it loads nothing into ``fc``; the adapter's plan is
+    incomplete for it (refused), while the synthesized names (``encoder.*`` and ``model.``-prefixed)
+    load everything in SGLang (test_sglang_runs_what_the_record_says)."""
+    if "minimax_dflash2" not in ADAPTERS:
+        pytest.skip("no minimax_dflash2 adapter")
+    src_root(SGLANG)
+    ck = checkpoints("minimax_dflash2")
+    d = _planted(tmp_path, ck.source, tensors=lambda w: {("model." + k if k == "encoder.fc.weight" else k): v
+                                                         for k, v in w.items()})
+    assert readers_sglang.dflash2(d, "minimax_m3")["unloaded"] == ["fc.weight"]
+    assert not ck.adapter.plan(d).complete
