@@ -114,11 +114,17 @@ def _classes(root: Path, loads: dict, extra: tuple = (), names: dict | None = No
     return ns
 
 
-def captured(root: Path, config, target_layers: int) -> tuple[int, ...]:
+#: target model kind -> (its srt/models file, class): whose ``set_dflash_layers_to_capture`` runs
+TARGETS = {"qwen3": ("models/qwen3.py", "Qwen3ForCausalLM"),
+           "minimax_m3": ("models/minimax_m3_vl.py", "MiniMaxM3SparseForConditionalGeneration")}
+
+
+def captured(root: Path, config, target_layers: int, target: str = "qwen3") -> tuple[int, ...]:
     """The target layer *outputs* SGLang feeds the drafter when serving it on a target of
     ``target_layers`` layers: ``spec_aux_hidden_state.py`` ``_resolve_dflash_aux_hidden_state``
-    (its ids), then ``models/qwen3.py`` ``Qwen3ForCausalLM.set_dflash_layers_to_capture`` (it
-    captures *before* layer ``id + 1``), converted back to outputs (each minus 1)."""
+    (its ids), then the target's ``set_dflash_layers_to_capture`` (:data:`TARGETS`; Qwen3's
+    captures *before* layer ``id + 1``; MiniMax-M3's refuses ids not unique and sorted, then
+    ``set_dspark_layers_to_capture`` does the same), converted back to outputs (each minus 1)."""
     s = root / "sglang/srt"
     utils = defs(s / "speculative/dflash_utils.py",
                  ["DEFAULT_DFLASH_MASK_TOKEN", "build_target_layer_ids", "_cfg_get", "_get_text_config",
@@ -142,14 +148,18 @@ def captured(root: Path, config, target_layers: int) -> tuple[int, ...]:
     try:
         aux["_resolve_dflash_aux_hidden_state"](
             config=out, server_args=None,
-            model_config=Obj(hf_config=Obj(model_type="qwen3"), hf_text_config=Obj(num_hidden_layers=target_layers)),
+            model_config=Obj(hf_config=Obj(model_type=target), hf_text_config=Obj(num_hidden_layers=target_layers)),
             spec_algorithm=Obj(is_dflash_family=lambda: True, is_dspark=lambda: False), is_draft_worker=False)
     finally:
         del sys.modules["sglang.srt.speculative.dflash_utils"]
-    target = Obj(pp_group=Obj(is_last_rank=True), model=Obj())
-    defs(s / "models/qwen3.py", ["Qwen3ForCausalLM.set_dflash_layers_to_capture"],
-         {"List": list})["Qwen3ForCausalLM_set_dflash_layers_to_capture"](target, out.dflash_target_layer_ids)
-    return tuple(i - 1 for i in target.model.layers_to_capture)
+    path, cls = TARGETS[target]
+    model = Obj(pp_group=Obj(is_last_rank=True), model=Obj(layers=[Obj() for _ in range(target_layers)]))
+    fns = defs(s / path, [f"{cls}.set_dflash_layers_to_capture", f"{cls}.set_dspark_layers_to_capture"]
+               if target == "minimax_m3" else [f"{cls}.set_dflash_layers_to_capture"], {"List": list})
+    if target == "minimax_m3":
+        model.set_dspark_layers_to_capture = partial(fns[f"{cls}_set_dspark_layers_to_capture"], model)
+    fns[f"{cls}_set_dflash_layers_to_capture"](model, out.dflash_target_layer_ids)
+    return tuple(i - 1 for i in model.model.layers_to_capture)
 
 
 def entry_classes(path: Path) -> list[str]:
@@ -257,14 +267,15 @@ def _dflash2_names(s: Path) -> dict:
     }
 
 
-def dflash2(folder: Path) -> dict:
+def dflash2(folder: Path, target: str = "qwen3") -> dict:
     """What SGLang would run for the DFlash 2 drafter in ``folder`` (its ``architectures[0]``
     resolved through ``srt/models/*.py`` ``EntryClass``), every tensor through
     ``DFlashDraftModel.load_weights``: ``model`` (built, weights loaded; ``lm_head`` unset: the
     worker attaches the target's), ``arch``, ``conv`` {(taps, group_size, block)} over every
     convolution, ``selector`` (rank, top_k), ``unary`` (``draft_config`` multiplier, soft cap),
     ``layers`` [(causal, window)] (draftsmith's window convention, as :func:`read`),
-    ``mask_token_id``, ``target_layer_ids`` (:func:`captured`), ``block_size``, ``weights``
+    ``mask_token_id``, ``target_layer_ids`` (:func:`captured` on a ``target`` model),
+    ``block_size``, ``input_embedding_scale`` (not read: 1), ``weights``
     {tensor: parameter[shard], or None: ignored}, ``unloaded`` (parameters no tensor reached)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig
@@ -309,7 +320,11 @@ def dflash2(folder: Path) -> dict:
                     None if l.self_attn.sliding_window_size in (None, -1) else l.self_attn.sliding_window_size + 1)
                    for l in layers],
         "mask_token_id": dc.mask_token_id,
-        "target_layer_ids": captured(root, config, int(raw.get("num_target_layers") or max(dc.target_layer_ids) + 1)),
+        "target_layer_ids": captured(root, config, int(raw.get("num_target_layers") or max(dc.target_layer_ids) + 1),
+                                     target),
         "block_size": dc.resolve_block_size(default=16),
+        # dflash.py reads no input_embedding_scale: the worker scales the mask embeddings by the
+        # target's get_dflash_noise_embedding_scale() only (dflash_worker_v2.py; no srt model has one)
+        "input_embedding_scale": 1.0,
         "weights": weights, "unloaded": unloaded,
     }
