@@ -106,7 +106,10 @@ def _classes(root: Path, loads: dict, extra: tuple = (), names: dict | None = No
         "SiluAndMul": recorder("SiluAndMul", nn.Module),
     }
     ns.update(names or {})
-    with torch._dynamo.config.patch(disable=True):  # its @torch.compile functions run as plain torch
+    import contextlib
+
+    # its @torch.compile functions (the DFlash 2 ones, in ``extra``) run as plain torch
+    with torch._dynamo.config.patch(disable=True) if extra else contextlib.nullcontext():
         defs(s / "models/dflash.py",
              ["_get_dflash_attention_type", "_get_dflash_layer_attention_params", "_ROPE_DIM_SUPERSEDED_KEYS",
               "DFlashAttention", "DFlashMLP", "DFlashDecoderLayer", "DFlashDraftModel", *BUILT[1:], *extra], ns)
@@ -198,6 +201,9 @@ def read(folder: Path) -> dict:
     raw = json.loads((Path(folder) / "config.json").read_text())
     arch = (raw.get("architectures") or ["?"])[0]
     f = model_file(root, arch)
+    if f.name == "dflash.py" and arch in DFLASH2:
+        raise NotRead(f"{SGLANG} runs {arch} with srt/models/dflash.py's DFlash 2 classes: "
+                      "tests/test_crosscheck_readers_dflash2.py reads it (readers_sglang.dflash2)")
     if f.name != "dflash.py" or arch not in BUILT:
         raise NotRead(f"{SGLANG} runs {arch} with srt/models/{f.name}, which this crosscheck does not build")
     config = AutoConfig.from_pretrained(str(folder))
