@@ -397,3 +397,16 @@ def test_minimax_accepts_only_the_names_sglang_loads(checkpoints, tmp_path):
                                                          for k, v in w.items()})
     assert readers_sglang.dflash2(d, "minimax_m3")["unloaded"] == ["fc.weight"]
     assert not ck.adapter.plan(d).complete
+
+
+def test_vllm_speculators_reader_copies_only_the_structural_keys(checkpoints, tmp_path):
+    """vLLM's ``update_dflash2`` (transformers_utils/configs/speculators/algos.py) copies
+    ``conv_kernel_size``, ``conv_group_size``, ``selector_rank``, ``selector_top_k`` into
+    ``dflash_config``, nothing else: a speculators config's multiplier, soft cap and embedding
+    scale are not run (speculators_dflash2's record reads none of them either)."""
+    src_root(VLLM)
+    ck = checkpoints("speculators_dflash2")
+    d = _planted(tmp_path, ck.source, lambda c: c.update(output_multiplier=0.5, final_logit_softcapping=30.0,
+                                                           input_embedding_scale=2.0, selector_top_k=3))
+    v = readers_vllm.dflash2(d)
+    assert (v["unary"], v["input_embedding_scale"], v["selector"]) == ((1.0, None), 1.0, (16, 3))
