@@ -19,7 +19,14 @@ Runs (files of the ``sglang==0.5.23`` wheel, see readers.py):
 - ``srt/model_executor/model_runner_components/spec_aux_hidden_state.py``
   ``_resolve_dflash_aux_hidden_state`` and ``srt/models/qwen3.py``
   ``Qwen3ForCausalLM.set_dflash_layers_to_capture`` (which target layers are captured);
-- ``srt/layers/radix_attention.py`` ``AttentionType``.
+- ``srt/layers/radix_attention.py`` ``AttentionType``;
+- DFlash 2 (:func:`dflash2`): ``srt/models/dflash.py`` ``DFlash2DraftModel`` and its aliases
+  (``MiniMaxDFlash2DraftModel``, ``DFlash2BeamDraftModel``) with ``DFlashGroupedConv``,
+  ``_grouped_conv``, ``CandidateSelector`` (``build_lattice``, ``_score_edges``, the CPU
+  ``sample_path``, ``_follow_maps``), ``compute_candidates`` (``candidate_topk``,
+  ``_transform_unary_logits``), every tensor through ``load_weights`` and SGLang's own
+  ``default_weight_loader``; the MiniMax-M3 target's ``set_dflash_layers_to_capture``
+  (``srt/models/minimax_m3_vl.py``).
 """
 
 from __future__ import annotations

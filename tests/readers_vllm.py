@@ -22,7 +22,15 @@ Runs (files of the ``vllm==0.33.0`` wheel, see readers.py):
   ``Qwen2MLP``; ``models/utils.py`` ``WeightsMapper`` (the model's ``hf_to_vllm_mapper``
   maps every exported tensor name onto the built module tree);
   ``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``
-  (the target layers captured).
+  (the target layers captured);
+- DFlash 2 (:func:`dflash2`): ``model_executor/models/qwen3_dflash2.py`` ``DFlash2Qwen3ForCausalLM``
+  (``DFlash2Qwen3Model``, ``DFlash2Qwen3DecoderLayer``, ``DFlashGroupedConv``, ``_grouped_conv``,
+  ``CandidateSelector``, ``_score_edges``, ``compute_candidates``) over ``qwen3_dflash.py``
+  ``DFlashQwen3ForCausalLM.load_weights``, with ``layers/logits_processor.py`` ``LogitsProcessor``,
+  ``models/utils.py`` ``AutoWeightsLoader`` and ``model_loader/weight_utils.py``
+  ``default_weight_loader`` executed (every tensor loaded; the convolutions' and selector's
+  projections run); the walk (``v1/worker/gpu/spec_decode/dflash2/speculator.py``
+  ``_selector_walk_kernel``) is Triton and not run.
 """
 
 from __future__ import annotations
