@@ -31,10 +31,9 @@ from readers import NotRead, SGLANG, VLLM, differences, dflash2_ours, exported, 
 
 F64 = torch.float64
 ADAPTERS = sorted(a for a in adapter_files() if load_adapter(a).spec.family == "gqa_dflash2")
-#: (source adapter, export target or None for the synthesized source itself)
-CASES = [(a, None) for a in ADAPTERS] + [(a, t) for a in ADAPTERS for t in ADAPTERS
-                                          if "export" in load_adapter(t).spec.model_fields_set]
-#: engines' readers -> the SGLang target model kind serving each adapter's drafter
+#: (source adapter, export target or None for the synthesized source itself): every adapter is a `to=`
+CASES = [(a, None) for a in ADAPTERS] + [(a, t) for a in ADAPTERS for t in ADAPTERS]
+#: DFlash 2 format -> the SGLang target model kind serving it (readers_sglang.TARGETS; else qwen3)
 SGLANG_TARGET = {"minimax_dflash2": "minimax_m3"}
 #: what a reader runs that the record does not say, per (reader, source, to): each line explained
 KNOWN = {
@@ -50,9 +49,6 @@ KNOWN = {
 
 def _case_id(case):
     return f"{case[0]}->{case[1] or 'source'}"
-
-
-_FOLDERS: dict = {}
 
 
 def folder_of(checkpoints, source, to):
@@ -80,7 +76,7 @@ def read(reader, checkpoints, source, to):
         if reader == "vLLM":
             theirs = readers_vllm.dflash2(folder, speculative_tokens=r.max_draft_len)
         else:
-            theirs = readers_sglang.dflash2(folder, SGLANG_TARGET.get(source, "qwen3"))
+            theirs = readers_sglang.dflash2(folder, SGLANG_TARGET.get(to or source, "qwen3"))
         _READS[key] = (theirs, r, folder)
     return _READS[key]
 
@@ -169,8 +165,8 @@ def test_a_dropped_tensor_loads_nothing_but_neither_engine_refuses(checkpoints, 
 
 
 def test_codebooks_saved_as_module_weights(checkpoints, tmp_path):
-    """``candidate_selector.*_codebook.weight`` (the module spelling, which draftsmith's adapters
-    accept): vLLM's AutoWeightsLoader refuses it; SGLang's load_weights ignores it, leaving its
+    """``candidate_selector.*_codebook.weight`` (the module spelling, which zlab_dflash2 and speculators_dflash2
+    accept; minimax_dflash2 does not): vLLM's AutoWeightsLoader refuses it; SGLang's load_weights ignores it, leaving its
     zero codebooks (a selector without pairwise terms)."""
     _, r, folder = _zlab(checkpoints, "SGLang")
     d = _planted(tmp_path, folder, tensors=lambda w: {k + (".weight" if k.endswith("_codebook") else ""): v
