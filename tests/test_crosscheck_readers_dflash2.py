@@ -320,13 +320,21 @@ def _candidates(reader, theirs, head, hidden):
         return model.compute_candidates(hidden)
 
 
-@pytest.mark.parametrize("reader", READERS)
-def test_candidates_equal_the_oracle(checkpoints, reader):
+#: (reader, source, to) each unary / walk check runs on: the formats each engine serves with a multiplier
+#: and cap (speculators_dflash2's record reads neither)
+SERVED = [("vLLM", "zlab_dflash2", "zlab_dflash2"), ("SGLang", "zlab_dflash2", "zlab_dflash2"),
+          *[("SGLang", "minimax_dflash2", None)] * ("minimax_dflash2" in ADAPTERS)]
+
+
+@pytest.mark.parametrize("served", SERVED, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_candidates_equal_the_oracle(checkpoints, served):
     """``compute_candidates`` (vLLM: ``LogitsProcessor.get_top_k_tokens`` with the multiplier and
     soft cap it read; SGLang: ``candidate_topk`` then ``_transform_unary_logits``) on the verifier's
     head: the record's top-k ids and unary transform in its order; the other order fails."""
-    theirs, r, folder = _zlab(checkpoints, reader)
-    head = load_file(checkpoints("zlab_dflash2").target / "model.safetensors")["lm_head.weight"]
+    reader = served[0]
+    src_root(VLLM if reader == "vLLM" else SGLANG)
+    theirs, r, _ = read(reader, checkpoints, *served[1:])
+    head = load_file(checkpoints(served[1]).target / "model.safetensors")["lm_head.weight"]
     g = torch.Generator().manual_seed(14)
     hidden = 8 * torch.randn(2 * r.max_draft_len, r.dims.hidden, generator=g)  # logits of tens: the cap bends them
     ids, vals = _candidates(reader, theirs, head.float(), hidden)
@@ -339,11 +347,14 @@ def test_candidates_equal_the_oracle(checkpoints, reader):
     assert not _close(vals, O.unary_transform(logits, u.multiplier, u.softcap, other).gather(-1, want_ids))
 
 
-def test_sglang_walk_equals_the_oracle(checkpoints):
+@pytest.mark.parametrize("served", [c for c in SERVED if c[0] == "SGLang"], ids=lambda c: c[1])
+def test_sglang_walk_equals_the_oracle(checkpoints, served):
     """``CandidateSelector.sample_path`` (SGLang's CPU walk) on its own lattice: greedy rows give
     the oracle's greedy path and one-hot q; sampled rows chain through the *sampled* candidate
     (each q row is the softmax of the score row of the candidate it drew before: reference row 3)."""
-    theirs, r, _ = _zlab(checkpoints, "SGLang")
+    src_root(SGLANG)
+    theirs, r, _ = read("SGLang", checkpoints, *served[1:])
+    assert r.dflash2.selector.chain == "sampled"  # what the sampled rows below show SGLang runs
     sel = theirs["model"].candidate_selector
     ids, unary, hidden, anchors = _selector_inputs(r, 15)
     scores = _lattice("SGLang", theirs, ids, unary * 4, hidden, anchors)
