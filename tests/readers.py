@@ -366,3 +366,19 @@ def differences(theirs: dict, expected: dict, reader: str) -> list[str]:
     if lost:
         out.append(f"{reader}: weights: {', '.join(lost)} load into nothing")
     return out
+
+
+def dflash2_ours(r) -> dict:
+    """What draftsmith's record ``r`` of a DFlash 2 drafter says a reader must run, keyed as
+    ``readers_vllm.dflash2`` / ``readers_sglang.dflash2``: the convolutions (taps, group size,
+    the block they are local to), the selector (rank, top-k), the unary knobs (multiplier, soft
+    cap; the order is checked by running the readers' candidate code), the embedding scale, the
+    masks, ids, draft length, block size, and no parameter left without a tensor."""
+    d = r.dflash2
+    return {"conv": {(d.conv.kernel_size, d.conv.group_size, r.block_size)},
+            "selector": (d.selector.rank, d.selector.top_k),
+            "unary": (d.selector.unary.multiplier, d.selector.unary.softcap),
+            "input_embedding_scale": d.input_embedding_scale,
+            "layers": [(m.causal, m.window) for m in r.masks],
+            "mask_token_id": r.mask_token_id, "target_layer_ids": tuple(r.target_layer_ids),
+            "draft_tokens": r.max_draft_len, "block_size": r.block_size, "unloaded": []}

@@ -19,7 +19,14 @@ Runs (files of the ``sglang==0.5.23`` wheel, see readers.py):
 - ``srt/model_executor/model_runner_components/spec_aux_hidden_state.py``
   ``_resolve_dflash_aux_hidden_state`` and ``srt/models/qwen3.py``
   ``Qwen3ForCausalLM.set_dflash_layers_to_capture`` (which target layers are captured);
-- ``srt/layers/radix_attention.py`` ``AttentionType``.
+- ``srt/layers/radix_attention.py`` ``AttentionType``;
+- DFlash 2 (:func:`dflash2`): ``srt/models/dflash.py`` ``DFlash2DraftModel`` and its aliases
+  (``MiniMaxDFlash2DraftModel``, ``DFlash2BeamDraftModel``) with ``DFlashGroupedConv``,
+  ``_grouped_conv``, ``CandidateSelector`` (``build_lattice``, ``_score_edges``, the CPU
+  ``sample_path``, ``_follow_maps``), ``compute_candidates`` (``candidate_topk``,
+  ``_transform_unary_logits``), every tensor through ``load_weights`` and SGLang's own
+  ``default_weight_loader``; the MiniMax-M3 target's ``set_dflash_layers_to_capture``
+  (``srt/models/minimax_m3_vl.py``).
 """
 
 from __future__ import annotations
@@ -61,8 +68,12 @@ def _layer(kind: str):
     return type(kind, (base,), {"__init__": init})
 
 
-def _classes(root: Path, loads: dict):
+def _classes(root: Path, loads: dict, extra: tuple = (), names: dict | None = None):
+    """srt/models/dflash.py's model classes (:data:`BUILT`, plus ``extra`` of its names) with
+    recorders for SGLang's layers (``names``: more stand-ins); ``loads[id(tensor)]`` = (the
+    parameter SGLang's ``default_weight_loader`` loaded it into, shard id)."""
     s = root / "sglang/srt"
+    real_loader = defs(s / "model_loader/weight_utils.py", ["default_weight_loader"])["default_weight_loader"]
     utils = defs(s / "speculative/dflash_utils.py",
                  ["DEFAULT_DFLASH_MASK_TOKEN", "build_target_layer_ids", "get_dflash_layer_types",
                   "get_dflash_attention_sliding_window_size", "_cfg_get", "_get_text_config", "_get_dflash_config",
@@ -71,8 +82,10 @@ def _classes(root: Path, loads: dict):
     rope = defs(s / "utils/hf_transformers/common.py", ["get_rope_config"])
     attn = defs(s / "layers/radix_attention.py", ["AttentionType"])
 
-    def default_weight_loader(param, loaded, *shard):  # STUB: model_loader/weight_utils.py (records the load)
-        loads[id(loaded)] = param
+    def default_weight_loader(param, loaded, *shard):  # model_loader/weight_utils.py's, recording the load
+        loads[id(loaded)] = (param, shard[0] if shard else None)
+        if param.numel():  # a real parameter (not a recorder's empty one): SGLang's own loader
+            real_loader(param, loaded)
 
     ns = {
         "nn": nn, "torch": torch, "F": torch.nn.functional, "partial": partial, "logger": __import__("logging").getLogger("sglang"),
@@ -99,18 +112,29 @@ def _classes(root: Path, loads: dict):
                                    {"torch": torch, "_is_hip": False}, nn.Module)["get_rope"],
         "SiluAndMul": recorder("SiluAndMul", nn.Module),
     }
-    defs(s / "models/dflash.py",
-         ["_get_dflash_attention_type", "_get_dflash_layer_attention_params", "_ROPE_DIM_SUPERSEDED_KEYS",
-          "DFlashAttention", "DFlashMLP", "DFlashDecoderLayer", "DFlashDraftModel", *BUILT[1:]], ns)
+    ns.update(names or {})
+    import contextlib
+
+    # its @torch.compile functions (the DFlash 2 ones, in ``extra``) run as plain torch
+    with torch._dynamo.config.patch(disable=True) if extra else contextlib.nullcontext():
+        defs(s / "models/dflash.py",
+             ["_get_dflash_attention_type", "_get_dflash_layer_attention_params", "_ROPE_DIM_SUPERSEDED_KEYS",
+              "DFlashAttention", "DFlashMLP", "DFlashDecoderLayer", "DFlashDraftModel", *BUILT[1:], *extra], ns)
     ns["_dflash_utils"] = utils
     return ns
 
 
-def captured(root: Path, config, target_layers: int) -> tuple[int, ...]:
+#: target model kind -> (its srt/models file, class): whose ``set_dflash_layers_to_capture`` runs
+TARGETS = {"qwen3": ("models/qwen3.py", "Qwen3ForCausalLM"),
+           "minimax_m3": ("models/minimax_m3_vl.py", "MiniMaxM3SparseForConditionalGeneration")}
+
+
+def captured(root: Path, config, target_layers: int, target: str = "qwen3") -> tuple[int, ...]:
     """The target layer *outputs* SGLang feeds the drafter when serving it on a target of
     ``target_layers`` layers: ``spec_aux_hidden_state.py`` ``_resolve_dflash_aux_hidden_state``
-    (its ids), then ``models/qwen3.py`` ``Qwen3ForCausalLM.set_dflash_layers_to_capture`` (it
-    captures *before* layer ``id + 1``), converted back to outputs (each minus 1)."""
+    (its ids), then the target's ``set_dflash_layers_to_capture`` (:data:`TARGETS`; Qwen3's
+    captures *before* layer ``id + 1``; MiniMax-M3's refuses ids not unique and sorted, then
+    ``set_dspark_layers_to_capture`` does the same), converted back to outputs (each minus 1)."""
     s = root / "sglang/srt"
     utils = defs(s / "speculative/dflash_utils.py",
                  ["DEFAULT_DFLASH_MASK_TOKEN", "build_target_layer_ids", "_cfg_get", "_get_text_config",
@@ -134,14 +158,18 @@ def captured(root: Path, config, target_layers: int) -> tuple[int, ...]:
     try:
         aux["_resolve_dflash_aux_hidden_state"](
             config=out, server_args=None,
-            model_config=Obj(hf_config=Obj(model_type="qwen3"), hf_text_config=Obj(num_hidden_layers=target_layers)),
+            model_config=Obj(hf_config=Obj(model_type=target), hf_text_config=Obj(num_hidden_layers=target_layers)),
             spec_algorithm=Obj(is_dflash_family=lambda: True, is_dspark=lambda: False), is_draft_worker=False)
     finally:
         del sys.modules["sglang.srt.speculative.dflash_utils"]
-    target = Obj(pp_group=Obj(is_last_rank=True), model=Obj())
-    defs(s / "models/qwen3.py", ["Qwen3ForCausalLM.set_dflash_layers_to_capture"],
-         {"List": list})["Qwen3ForCausalLM_set_dflash_layers_to_capture"](target, out.dflash_target_layer_ids)
-    return tuple(i - 1 for i in target.model.layers_to_capture)
+    path, cls = TARGETS[target]
+    model = Obj(pp_group=Obj(is_last_rank=True), model=Obj(layers=[Obj() for _ in range(target_layers)]))
+    fns = defs(s / path, [f"{cls}.set_dflash_layers_to_capture", f"{cls}.set_dspark_layers_to_capture"]
+               if target == "minimax_m3" else [f"{cls}.set_dflash_layers_to_capture"], {"List": list})
+    if target == "minimax_m3":
+        model.set_dspark_layers_to_capture = partial(fns[f"{cls}_set_dspark_layers_to_capture"], model)
+    fns[f"{cls}_set_dflash_layers_to_capture"](model, out.dflash_target_layer_ids)
+    return tuple(i - 1 for i in model.model.layers_to_capture)
 
 
 def entry_classes(path: Path) -> list[str]:
@@ -180,6 +208,9 @@ def read(folder: Path) -> dict:
     raw = json.loads((Path(folder) / "config.json").read_text())
     arch = (raw.get("architectures") or ["?"])[0]
     f = model_file(root, arch)
+    if f.name == "dflash.py" and arch in DFLASH2:
+        raise NotRead(f"{SGLANG} runs {arch} with srt/models/dflash.py's DFlash 2 classes: "
+                      "tests/test_crosscheck_readers_dflash2.py reads it (readers_sglang.dflash2)")
     if f.name != "dflash.py" or arch not in BUILT:
         raise NotRead(f"{SGLANG} runs {arch} with srt/models/{f.name}, which this crosscheck does not build")
     config = AutoConfig.from_pretrained(str(folder))
@@ -196,7 +227,7 @@ def read(folder: Path) -> dict:
             tensors += [(n, h.get_tensor(n)) for n in h.keys()]
     model.load_weights(iter(tensors))
     names = {p: n for n, p in model.named_parameters()}
-    weights = {n: names[loads[id(t)]] if id(t) in loads else None for n, t in tensors}
+    weights = {n: names[loads[id(t)][0]] if id(t) in loads else None for n, t in tensors}
     attn_type = ns["AttentionType"]
     return {
         "layers": [(l.self_attn.attn_type == attn_type.DECODER,
@@ -215,3 +246,98 @@ def read(folder: Path) -> dict:
         "weights": weights,
     }
 
+
+
+# ---- DFlash 2: DFlash2DraftModel built, every tensor through its load_weights -------------------
+
+
+#: dflash.py's DFlash 2 classes (``EntryClass``): ``DFlash2DraftModel`` and its aliases with no body
+DFLASH2 = ("DFlash2DraftModel", "MiniMaxDFlash2DraftModel", "DFlash2BeamDraftModel")
+#: stacked parameters and the shards each needs (``DFlashDraftModel.load_weights``)
+SHARDS = {"qkv_proj": {"q", "k", "v"}, "gate_up_proj": {0, 1}}
+
+
+def _dflash2_names(s: Path) -> dict:
+    """What dflash.py's DFlash 2 code imports, for :func:`_classes`: ``dflash_utils.py``
+    ``is_dense_head_weight`` and ``layers/logits_processor.py``
+    ``should_apply_lm_head_quant_method`` executed; stubs for the CUDA-only kernels."""
+    utils = defs(s / "speculative/dflash_utils.py", ["_DENSE_HEAD_DTYPES", "is_dense_head_weight"], {"torch": torch})
+    lp = defs(s / "layers/logits_processor.py", ["should_apply_lm_head_quant_method"], {"torch": torch})
+
+    def cuda_only(name):
+        def stub(*a, **k):
+            raise AssertionError(f"STUB: {name} is CUDA-only; the CPU path must not call it")
+        return stub
+
+    return {
+        "is_dense_head_weight": utils["is_dense_head_weight"],
+        "should_apply_lm_head_quant_method": lp["should_apply_lm_head_quant_method"],
+        "_flashinfer_top_k": None,  # dflash.py: flashinfer absent -> torch.topk
+        "get_compiler_backend": lambda: "inductor",  # srt/utils/common.py (compilation disabled here)
+        "selector_walk_triton": cuda_only("kernels/ops/speculative/dflash.py selector_walk_triton"),
+        "lilicorr_topk_lse": cuda_only("kernels/ops/speculative/lilicorr.py lilicorr_topk_lse"),
+        "tensor_model_parallel_all_gather": cuda_only("distributed tensor_model_parallel_all_gather (TP 1)"),
+    }
+
+
+def dflash2(folder: Path, target: str = "qwen3") -> dict:
+    """What SGLang would run for the DFlash 2 drafter in ``folder`` (its ``architectures[0]``
+    resolved through ``srt/models/*.py`` ``EntryClass``), every tensor through
+    ``DFlashDraftModel.load_weights``: ``model`` (built, weights loaded; ``lm_head`` unset: the
+    worker attaches the target's), ``arch``, ``conv`` {(taps, group_size, block)} over every
+    convolution, ``selector`` (rank, top_k), ``unary`` (``draft_config`` multiplier, soft cap),
+    ``layers`` [(causal, window)] (draftsmith's window convention, as :func:`read`),
+    ``mask_token_id``, ``target_layer_ids`` (:func:`captured` on a ``target`` model),
+    ``block_size``, ``input_embedding_scale`` (not read: 1), ``weights``
+    {tensor: parameter[shard], or None: ignored}, ``unloaded`` (parameters no tensor reached)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    root = src_root(SGLANG)
+    raw = json.loads((Path(folder) / "config.json").read_text())
+    arch = (raw.get("architectures") or ["?"])[0]
+    f = model_file(root, arch)
+    if f.name != "dflash.py" or arch not in DFLASH2:
+        raise NotRead(f"{SGLANG} runs {arch} with srt/models/{f.name}, not a DFlash 2 class of dflash.py")
+    config = AutoConfig.from_pretrained(str(folder))
+    loads: dict = {}
+    s = root / "sglang/srt"
+    ns = _classes(root, loads, ("_grouped_conv", "DFlashGroupedConv", "_score_edges", "_follow_maps",
+                                "CandidateSelector", "_radix_topk", "_project_candidate_logits", "candidate_topk",
+                                *DFLASH2), _dflash2_names(s))
+    model = ns[arch](config)
+    tensors = {}
+    for p in sorted(Path(folder).glob("*.safetensors")):
+        tensors.update(load_file(p))
+    model.load_weights(iter(tensors.items()))
+    names = {id(p): n for n, p in model.named_parameters()}
+    weights, got = {}, {}
+    for n, t in tensors.items():
+        if id(t) in loads:
+            param, shard = loads[id(t)]
+            weights[n] = names[id(param)] + ("" if shard is None else f"[{shard}]")
+            got.setdefault(names[id(param)], set()).add(shard)
+        else:
+            weights[n] = None
+    unloaded = [n for n, _ in model.named_parameters() if got.get(n, set()) != SHARDS.get(n.split(".")[-2], {None})]
+    layers = list(model.layers)
+    convs = [c for l in layers for c in (l.attention_conv, l.mlp_conv)]
+    dc = model.draft_config
+    attn_type = ns["AttentionType"]
+    return {
+        "model": model, "arch": arch, "ns": ns,
+        "conv": {None if c is None else (c.taps, c.group_size, c.block_size) for c in convs},
+        "selector": (model.candidate_selector.predecessor_codebook.shape[1], model.candidate_selector.top_k),
+        "unary": (dc.output_multiplier, dc.final_logit_softcapping),
+        "layers": [(l.self_attn.attn_type == attn_type.DECODER,
+                    None if l.self_attn.sliding_window_size in (None, -1) else l.self_attn.sliding_window_size + 1)
+                   for l in layers],
+        "mask_token_id": dc.mask_token_id,
+        "target_layer_ids": captured(root, config, int(raw.get("num_target_layers") or max(dc.target_layer_ids) + 1),
+                                     target),
+        "block_size": dc.resolve_block_size(default=16),
+        # dflash.py reads no input_embedding_scale: the worker scales the mask embeddings by the
+        # target's get_dflash_noise_embedding_scale() only (dflash_worker_v2.py; no srt model has one)
+        "input_embedding_scale": 1.0,
+        "weights": weights, "unloaded": unloaded,
+    }

@@ -22,7 +22,15 @@ Runs (files of the ``vllm==0.33.0`` wheel, see readers.py):
   ``Qwen2MLP``; ``models/utils.py`` ``WeightsMapper`` (the model's ``hf_to_vllm_mapper``
   maps every exported tensor name onto the built module tree);
   ``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``
-  (the target layers captured).
+  (the target layers captured);
+- DFlash 2 (:func:`dflash2`): ``model_executor/models/qwen3_dflash2.py`` ``DFlash2Qwen3ForCausalLM``
+  (``DFlash2Qwen3Model``, ``DFlash2Qwen3DecoderLayer``, ``DFlashGroupedConv``, ``_grouped_conv``,
+  ``CandidateSelector``, ``_score_edges``, ``compute_candidates``) over ``qwen3_dflash.py``
+  ``DFlashQwen3ForCausalLM.load_weights``, with ``layers/logits_processor.py`` ``LogitsProcessor``,
+  ``models/utils.py`` ``AutoWeightsLoader`` and ``model_loader/weight_utils.py``
+  ``default_weight_loader`` executed (every tensor loaded; the convolutions' and selector's
+  projections run); the walk (``v1/worker/gpu/spec_decode/dflash2/speculator.py``
+  ``_selector_walk_kernel``) is Triton and not run.
 """
 
 from __future__ import annotations
@@ -67,19 +75,25 @@ ROPE_TYPES = {"RotaryEmbedding": "default", "LinearScalingRotaryEmbedding": "lin
               "YaRNScalingRotaryEmbedding": "yarn", "Llama3RotaryEmbedding": "llama3"}
 
 
-def _model_classes(root: Path, config):
-    """qwen3_dflash.py's model classes executed with recorders for vLLM's layers; the
-    ``VllmConfig`` slice they read holds the draft ``config``."""
+def _model_classes(root: Path, config, layers: dict | None = None, extra: tuple = (), speculative_tokens=None):
+    """qwen3_dflash.py's model classes executed with recorders for vLLM's layers (``layers``:
+    other stand-ins by vLLM class name; ``extra``: more of qwen3_dflash.py's names, for
+    :func:`_dflash2_classes`); the ``VllmConfig`` slice they read holds the draft ``config``
+    (and ``num_speculative_tokens``)."""
     import regex
 
     v = root / "vllm"
     log = _init_logger("vllm.models")
+    layers = layers or {}
     rope = defs(v / "transformers_utils/config.py", ["set_default_rope_theta"])
     aux = defs(v / "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", ["get_eagle3_aux_layers_from_config"])
     utils = defs(v / "model_executor/models/utils.py", ["ShardId", "ShardIds", "WeightsMapper", "maybe_prefix"],
                  {"re": regex, "logger": log, "torch": torch, "TypeAlias": object})
-    vllm_config = Obj(speculative_config=Obj(draft_model_config=Obj(hf_config=config)),
-                      model_config=Obj(dtype=torch.float32),
+    vllm_config = Obj(speculative_config=Obj(draft_model_config=Obj(hf_config=config),
+                                             num_speculative_tokens=speculative_tokens),
+                      model_config=Obj(dtype=torch.float32, head_dtype=None,
+                                       get_vocab_size=lambda: config.vocab_size,  # the verifier's: the draft's vocab
+                                       get_total_num_hidden_layers=lambda: 0),  # prefixes layer names only
                       cache_config=None, use_v2_model_runner=True)  # mixed sliding/full layers need V2
     ns = {
         "nn": nn, "torch": torch, "re": regex, "logger": log,
@@ -108,14 +122,16 @@ def _model_classes(root: Path, config):
         "get_rope": with_recorders(v / "model_executor/layers/rotary_embedding/__init__.py",
                                    ["_ROPE_DICT", "get_rope"], {"torch": torch}, nn.Module)["get_rope"],
     }
+    ns.update(layers)
     ns["Qwen3MLP"] = defs(v / "model_executor/models/qwen2.py", ["Qwen2MLP"], {
         "nn": nn, "QuantizationConfig": object,
         "MergedColumnParallelLinear": recorder("MergedColumnParallelLinear", nn.Module),
         "RowParallelLinear": recorder("RowParallelLinear", nn.Module),
-        "SiluAndMul": recorder("SiluAndMul", nn.Module)})["Qwen2MLP"]  # qwen3_dflash: Qwen2MLP as Qwen3MLP
+        "SiluAndMul": recorder("SiluAndMul", nn.Module),
+        **{k: c for k, c in layers.items() if k in ("MergedColumnParallelLinear", "RowParallelLinear")}})["Qwen2MLP"]  # as Qwen3MLP
     defs(v / "model_executor/models/qwen3_dflash.py",
          ["_SLIDING_ATTENTION", "_dflash_layer_causal", "_resolve_layer_attention", "_get_dflash_fc_input_size",
-          "DFlashQwen3Attention", "DFlashQwen3DecoderLayer", "DFlashQwen3Model"], ns)
+          "DFlashQwen3Attention", "DFlashQwen3DecoderLayer", "DFlashQwen3Model", *extra], ns)
     ns["ParallelLMHead"] = recorder("ParallelLMHead", nn.Module)
     defs(v / "model_executor/models/qwen3_dspark.py", ["DSparkMarkovHead", "DSparkConfidenceHead", "Qwen3DSparkModel"], ns)
     return ns, vllm_config
@@ -191,20 +207,14 @@ def _tensor_names(folder: Path) -> set[str]:
     return out
 
 
-def read(folder: Path) -> dict:
-    """What vLLM would run for the drafter in ``folder``: ``layers`` [(causal, window)] with
-    the window in draftsmith's convention (keys ``|p - k| <= W - 1``: vLLM's
-    ``per_layer_sliding_window`` counts the query itself too), ``norms`` {kind: style},
-    ``rope`` (theta, type, rotary_dim), ``mask_token_id``, ``target_layer_ids`` (outputs:
-    vLLM's aux layer ids name layer inputs, each minus 1), ``fc_in`` (``fc``'s input width), ``draft_tokens``
-    (``num_speculative_tokens`` the format fixes; None where the user passes it), ``method``,
-    ``architectures``, ``qk_norm``, ``hidden_act``, ``serves`` (True, or why vLLM's entry
-    point for a speculators checkpoint refuses it)."""
+def _config(root: Path, folder: Path):
+    """``(config, method, draft_tokens, serves)``: the draft config vLLM builds for ``folder``
+    (speculators format or transformers' ``AutoConfig`` wrapped in ``EAGLEConfig``), its
+    RoPE patched as ``get_config`` does; see :func:`read`."""
     import json
 
     from transformers import AutoConfig
 
-    root = src_root(VLLM)
     raw = json.loads((Path(folder) / "config.json").read_text())
     log = _logger_stub()
     if raw.get("model_type") is None and raw.get("speculators_config") is not None:
@@ -243,8 +253,25 @@ def read(folder: Path) -> dict:
     finally:
         del sys.modules["vllm.config.utils"]
 
+    return config, method, draft_tokens, serves
+
+
+def read(folder: Path) -> dict:
+    """What vLLM would run for the drafter in ``folder``: ``layers`` [(causal, window)] with
+    the window in draftsmith's convention (keys ``|p - k| <= W - 1``: vLLM's
+    ``per_layer_sliding_window`` counts the query itself too), ``norms`` {kind: style},
+    ``rope`` (theta, type, rotary_dim), ``mask_token_id``, ``target_layer_ids`` (outputs:
+    vLLM's aux layer ids name layer inputs, each minus 1), ``fc_in`` (``fc``'s input width), ``draft_tokens``
+    (``num_speculative_tokens`` the format fixes; None where the user passes it), ``method``,
+    ``architectures``, ``qk_norm``, ``hidden_act``, ``serves`` (True, or why vLLM's entry
+    point for a speculators checkpoint refuses it)."""
+    root = src_root(VLLM)
+    config, method, draft_tokens, serves = _config(root, folder)
     ns, vllm_config = _model_classes(root, config)
     entry = model_class(root, config.architectures)
+    if entry == ("qwen3_dflash2", "DFlash2Qwen3ForCausalLM"):
+        raise NotRead(f"{VLLM} runs {config.architectures[0]} with qwen3_dflash2.DFlash2Qwen3ForCausalLM: "
+                      "tests/test_crosscheck_readers_dflash2.py reads it (readers_vllm.dflash2)")
     if entry not in BACKBONES:
         raise NotRead(f"{VLLM} runs {config.architectures[0]} with {entry[0]}.{entry[1]}, which this crosscheck does not build")
     model = ns[BACKBONES[entry]](vllm_config=vllm_config, prefix="model")
@@ -269,4 +296,199 @@ def read(folder: Path) -> dict:
         "weights": weight_targets(model, model.hf_to_vllm_mapper, [n for n in names if n not in skipped]),
         "value_scale": layers[0].self_attn.v_scale,
         "hidden_act": config.hidden_act,
+    }
+
+
+# ---- DFlash 2: qwen3_dflash2.py built, every tensor loaded through vLLM's own load_weights --------
+
+
+def _loading_layer(kind: str, loads: dict, shape=None, forward=None):
+    """A recorder standing in for vLLM layer ``kind`` that holds a ``weight`` (and ``bias`` when
+    built with ``bias=True``) whose ``weight_loader`` records what vLLM's loader hands it
+    (``loads[id(tensor)] = (param, shard_id)``); ``shape(args, kwargs)``: the weight's shape where
+    the layer's math is run (then the loader checks the size and copies, as vLLM's unquantized
+    ``ReplicatedLinear.weight_loader`` does); ``forward``: that math."""
+    base = recorder(kind, nn.Module)
+
+    def loader(param, loaded):
+        loads[id(loaded)] = (param, getattr(loaded, "shard_id", None))
+        if param.numel():
+            assert param.size() == loaded.size(), f"{kind}: loading {tuple(loaded.shape)} into {tuple(param.shape)}"
+            param.data.copy_(loaded)
+
+    def init(self, *args, **kwargs):
+        base.__init__(self, *args, **kwargs)
+        dims = shape(args, kwargs) if shape else (0,)
+        self.weight = nn.Parameter(torch.zeros(dims, dtype=torch.float32), requires_grad=False)
+        self.weight.weight_loader = loader
+        if kwargs.get("bias"):
+            self.bias = nn.Parameter(torch.zeros(dims[:1] if shape else (0,)), requires_grad=False)
+            self.bias.weight_loader = loader
+
+    body = {"__init__": init}
+    if forward:
+        body["forward"] = forward
+    return type(kind, (base,), body)
+
+
+def _arg(args, kwargs, i, name):
+    return kwargs[name] if name in kwargs else args[i]
+
+
+def _replicated_forward(self, x):
+    """STUB of vLLM's ``ReplicatedLinear.forward``, unquantized at TP 1: ``x W^T (+ b)``, the
+    output alone when built with ``return_bias=False``."""
+    out = torch.nn.functional.linear(x, self.weight, getattr(self, "bias", None))
+    return out if self.kwargs.get("return_bias") is False else (out, None)
+
+
+def _lm_head_class(loads: dict):
+    """STUB of vLLM's ``ParallelLMHead`` at TP 1, unquantized: a ``weight [vocab, hidden]`` (the
+    verifier's head, set by the caller: the drafter borrows it), ``quant_method.apply`` =
+    ``x W^T``, no vocabulary padding (``shard_indices``)."""
+    base = _loading_layer("ParallelLMHead", loads, lambda a, k: (_arg(a, k, 0, "num_embeddings"),
+                                                                 _arg(a, k, 1, "embedding_dim")))
+
+    def init(self, *args, **kwargs):
+        base.__init__(self, *args, **kwargs)
+        self.tp_size = 1
+        self.quant_method = Obj(apply=lambda layer, x, bias=None: torch.nn.functional.linear(x, layer.weight, bias))
+        self.shard_indices = Obj(num_org_vocab_padding=0, org_vocab_start_index=0)
+
+    return type("ParallelLMHead", (base,), {"__init__": init})
+
+
+def _dflash2_classes(root: Path, config, speculative_tokens: int, loads: dict):
+    """qwen3_dflash2.py's ``DFlash2Qwen3ForCausalLM`` (its ``DFlash2Qwen3Model``,
+    ``DFlash2Qwen3DecoderLayer``, ``DFlashGroupedConv``, ``_grouped_conv``, ``CandidateSelector``,
+    ``_score_edges``) over qwen3_dflash.py's ``DFlashQwen3ForCausalLM`` (``load_weights``), with
+    ``layers/logits_processor.py`` ``LogitsProcessor`` and ``models/utils.py``
+    ``AutoWeightsLoader`` / ``WeightsMapper`` / ``process_eagle_weight``, and
+    ``model_loader/weight_utils.py`` ``default_weight_loader``, all executed; vLLM's layers are
+    :func:`_loading_layer` recorders (``ReplicatedLinear`` runs: the convolutions' and the
+    selector's projections)."""
+    import contextlib
+
+    import regex
+
+    v = root / "vllm"
+    log = _init_logger("vllm.models")
+    loader = defs(v / "model_executor/model_loader/weight_utils.py", ["default_weight_loader"])["default_weight_loader"]
+
+    def default_weight_loader(param, loaded):  # the real one, recording what it loads
+        loads[id(loaded)] = (param, None)
+        loader(param, loaded)
+
+    vocab = _loading_layer("VocabParallelEmbedding", loads)
+    layers = {k: _loading_layer(k, loads) for k in ("QKVParallelLinear", "RowParallelLinear",
+                                                    "MergedColumnParallelLinear", "RMSNorm", "GemmaRMSNorm")}
+    layers["VocabParallelEmbedding"] = vocab
+    layers["ReplicatedLinear"] = _loading_layer(
+        "ReplicatedLinear", loads, lambda a, k: (_arg(a, k, 1, "output_size"), _arg(a, k, 0, "input_size")),
+        _replicated_forward)
+    layers["ParallelLMHead"] = _lm_head_class(loads)
+    utils = defs(v / "model_executor/models/utils.py",
+                 ["ShardId", "ShardIds", "WeightsMapper", "_get_tied_embedding_params", "AutoWeightsLoader",
+                  "StageMissingLayer", "PPMissingLayer", "maybe_prefix", "process_eagle_weight"],
+                 {"re": regex, "logger": log, "torch": torch, "nn": nn, "TypeAlias": object,
+                  "VocabParallelEmbedding": vocab, "default_weight_loader": default_weight_loader,
+                  # STUB: model_loader/reload.py (re-quantizes on a reload; no quantization here)
+                  "support_quantized_model_reload_from_hp_weights": lambda f: f,
+                  # STUB: models/interfaces.py (sets has_own_lm_head flags of EAGLE models; DFlash 2 is not one)
+                  "supports_any_eagle": lambda model: False})
+    vllm_config = None
+
+    class PluggableLayer(nn.Module):
+        """STUB: model_executor/custom_op.py ``PluggableLayer`` (a registry of out-of-tree
+        replacements; none registered here)."""
+
+        @classmethod
+        def register(cls, name):
+            return lambda c: c
+
+    lp_ns = {"torch": torch, "F": torch.nn.functional, "logger": log, "PluggableLayer": PluggableLayer,
+             "get_current_vllm_config": lambda: vllm_config,
+             "current_platform": Obj(is_cuda=lambda: False, is_rocm=lambda: False, use_all_gather=lambda: False),
+             "has_flashinfer": lambda: False,  # STUB: vllm/utils/flashinfer.py (CPU: torch.topk)
+             "VocabParallelEmbedding": vocab, "UnquantizedEmbeddingMethod": object, "UnquantizedLinearMethod": object}
+    logits = defs(v / "model_executor/layers/logits_processor.py", ["_flashinfer_topk", "_topk", "LogitsProcessor"], lp_ns)
+    layers.update({
+        "LogitsProcessor": logits["LogitsProcessor"],
+        "AutoWeightsLoader": utils["AutoWeightsLoader"], "WeightsMapper": utils["WeightsMapper"],
+        "process_eagle_weight": utils["process_eagle_weight"], "NestedTensors": object,
+        "Qwen3ForCausalLM": nn.Module,  # DFlashQwen3ForCausalLM's base: its __init__ runs nn.Module.__init__ only
+        "get_hf_file_bytes": lambda *a: None,  # STUB: transformers_utils/repo_utils.py (no mask_embedding.pt here)
+    })
+    ns, vllm_config = _model_classes(root, config, layers, ("DFlashQwen3ForCausalLM",), speculative_tokens)
+    lp_ns["get_current_vllm_config"] = lambda: vllm_config
+    logits["get_current_vllm_config"] = lambda: vllm_config
+    ns.update({"F": torch.nn.functional, "set_model_tag": lambda tag: contextlib.nullcontext(),  # STUB: compilation/backends.py
+               "DFlashQwen3ForCausalLM": ns["DFlashQwen3ForCausalLM"]})
+    defs(v / "model_executor/models/qwen3_dflash2.py",
+         ["_grouped_conv", "DFlashGroupedConv", "DFlash2Qwen3DecoderLayer", "_score_edges", "CandidateSelector",
+          "DFlash2Qwen3Model", "DFlash2Qwen3ForCausalLM"], ns)
+    return ns, vllm_config
+
+
+#: parameters vLLM's DFlash 2 model holds that the drafter's file does not: the verifier's head and
+#: embedding (shared at run time) and the optional ``mask_embedding.pt`` override
+BORROWED = ("lm_head.weight", "model.embed_tokens.weight", "model.mask_embedding")
+#: stacked parameters and the shards each needs (``DFlashQwen3Model.hf_to_vllm_mapper``)
+SHARDS = {"qkv_proj": {"q", "k", "v"}, "gate_up_proj": {0, 1}}
+
+
+def dflash2(folder: Path, speculative_tokens: int | None = None) -> dict:
+    """What vLLM would run for the DFlash 2 drafter in ``folder``, every tensor loaded through
+    ``DFlash2Qwen3ForCausalLM.load_weights``: ``model`` (the built module, weights loaded),
+    ``conv`` {(taps, group_size, block)} over every convolution, ``selector`` (rank, top_k),
+    ``unary`` (``candidate_logits_processor``'s scale, soft cap), ``input_embedding_scale``,
+    ``layers`` [(causal, window)] (draftsmith's window convention, as :func:`read`),
+    ``mask_token_id``, ``target_layer_ids``, ``draft_tokens``, ``weights`` {tensor: the parameter
+    it loaded into, ``[shard]``}, ``unloaded`` (parameters no tensor reached, :data:`BORROWED`
+    aside). ``speculative_tokens``: the ``--num-speculative-tokens`` a user passes where the
+    format fixes none (the convolutions' block is ``1 +`` it)."""
+    from safetensors.torch import load_file
+
+    root = src_root(VLLM)
+    config, method, draft_tokens, serves = _config(root, folder)
+    entry = model_class(root, config.architectures)
+    if entry != ("qwen3_dflash2", "DFlash2Qwen3ForCausalLM"):
+        raise NotRead(f"{VLLM} runs {config.architectures[0]} with {entry[0]}.{entry[1]}, not DFlash2Qwen3ForCausalLM")
+    tokens = draft_tokens if draft_tokens is not None else speculative_tokens
+    loads: dict = {}
+    ns, vllm_config = _dflash2_classes(root, config, tokens, loads)
+    vllm_config.speculative_config.draft_model_config.model = str(folder)  # where vLLM looks for mask_embedding.pt
+    vllm_config.speculative_config.draft_model_config.revision = None
+    model = ns["DFlash2Qwen3ForCausalLM"](vllm_config=vllm_config, prefix="")
+    model.model._build_fused_kv_buffers = lambda: None  # STUB: fuses the loaded K/V weights for ops.* kernels
+    tensors = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        tensors.update(load_file(f))
+    model.load_weights(iter(tensors.items()))
+    names = {id(p): n for n, p in model.named_parameters()}
+    weights, got = {}, {}
+    for n, t in tensors.items():
+        if id(t) in loads:
+            param, shard = loads[id(t)]
+            weights[n] = names[id(param)] + ("" if shard is None else f"[{shard}]")
+            got.setdefault(names[id(param)], set()).add(shard)
+        else:
+            weights[n] = None
+    unloaded = [n for n, _ in model.named_parameters() if n not in BORROWED and
+                got.get(n, set()) != SHARDS.get(n.split(".")[-2], {None})]
+    layers = list(model.model.layers)
+    convs = [c for l in layers for c in (l.attention_conv, l.mlp_conv)]
+    sel = model.model.candidate_selector
+    lp = model.candidate_logits_processor
+    aux = ns["get_eagle3_aux_layers_from_config"](vllm_config.speculative_config)
+    return {
+        "model": model, "serves": serves, "method": method, "draft_tokens": draft_tokens,
+        "conv": {(c.taps, c.group_size, c.block_size) for c in convs},
+        "selector": (sel.predecessor_codebook.shape[1], sel.top_k),
+        "unary": (lp.scale, lp.soft_cap),
+        "input_embedding_scale": model.model.input_embedding_scale,
+        "layers": [(l.self_attn.causal, l.self_attn.sliding_window) for l in layers],
+        "mask_token_id": model.model.mask_token_id,
+        "target_layer_ids": None if aux is None else tuple(i - 1 for i in aux),
+        "weights": weights, "unloaded": unloaded,
     }
