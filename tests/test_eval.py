@@ -230,3 +230,21 @@ def test_training_math_is_the_served_math(tmp_path, capsys, one_thread):
             logits, _, _ = d(tap.take(), seq, torch.tensor([a]), target.model.embed_tokens.weight,
                              target.lm_head.weight)
         torch.testing.assert_close(out.logits[0], logits[0, 0], atol=2e-4, rtol=1e-4)
+
+
+def test_trained_dflash2_pair_evaluates_alike_in_the_minimax_layout(capsys, prompts_file, one_thread, tmp_path):
+    """The trained z-lab-layout drafter exported to the MiniMax-M3.1-Flash DFlash 2 layout
+    (``adapters/minimax_dflash2.yaml``) and evaluated from there: the same acceptance, position by
+    position, and the same (target-equal) output."""
+    out = tmp_path / "minimax"
+    assert main(["convert", "adapter=zlab_dflash2", f"source={PAIR / 'dflash2'}", f"out={out}",
+                 "to=minimax_dflash2", "progress=false"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["MiniMaxDFlash2DraftModel"]
+    runs = [eval_json(capsys, f"adapter={name}", f"checkpoint={ck}", f"target={PAIR / 'target'}",
+                      f"prompts={prompts_file}", "check=true")
+            for name, ck in (("zlab_dflash2", PAIR / "dflash2"), ("minimax_dflash2", out))]
+    zlab, minimax = runs
+    assert minimax["selector"] is True and minimax["matches_target"] is True
+    assert minimax["acceptance_by_position"] == zlab["acceptance_by_position"]
+    assert [p["tokens"] for p in minimax["per_prompt"]] == [p["tokens"] for p in zlab["per_prompt"]]

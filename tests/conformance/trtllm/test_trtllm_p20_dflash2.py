@@ -544,7 +544,12 @@ D2_OWN = ("+adapter.synth.config.dflash_config.input_embedding_scale=1.5", D2_TI
 D2_ADAPTERS = {f"{D2_ADAPTER}-identity": (D2_ADAPTER, D2_SYNTH), f"{D2_ADAPTER}-own": (D2_ADAPTER, D2_OWN),
                "speculators_dflash2": ("speculators_dflash2",
                                        ("adapter.synth.tiny={transformer_layer_config.num_attention_heads: 8, "
-                                        "transformer_layer_config.num_key_value_heads: 4}",))}
+                                        "transformer_layer_config.num_key_value_heads: 4}",)),
+               # the layout SGLang's MiniMaxDFlash2DraftModel alias implies, TensorRT-LLM's transform (identity)
+               "minimax_dflash2": ("minimax_dflash2",
+                                   ("adapter.synth.config.dflash_config.output_multiplier=1.0",
+                                    "adapter.synth.config.dflash_config.final_logit_softcapping=0.0",
+                                    "adapter.synth.tiny.num_attention_heads=8", "adapter.synth.tiny.num_key_value_heads=4"))}
 _D2_CASES: dict = {}
 
 
