@@ -59,6 +59,26 @@ def _driven_elsewhere() -> dict:
 
 #: served adapters whose build-and-draft tests a dedicated suite runs -> the reason
 DRIVEN_ELSEWHERE = _driven_elsewhere()
+
+
+def _kind_representatives() -> dict:
+    """The first served adapter (by name) of each drafter kind, (family, with DSpark heads): the
+    adapters whose emitted packages share every line a kind-independent test reads -> the adapters
+    it stands for."""
+    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.convert.synth import source_config
+
+    kinds: dict = {}
+    for name in SERVED:
+        a = load_adapter(name)
+        r = a.compile_config(source_config(a, "tiny"))[1]
+        kinds.setdefault((r.family, bool(r.heads.markov_rank) or r.heads.confidence), []).append(name)
+    return {names[0]: names for names in kinds.values()}
+
+
+#: one served adapter per drafter kind -> every served adapter of that kind (kind-independent tests:
+#: the package's version floor, its portability; a test of what varies by layout takes ``case``)
+KIND_REPRESENTATIVES = _kind_representatives()
 CONTEXT = 12  # target tokens of context; above the tiny adapters' window of 8
 SEED = 1729
 

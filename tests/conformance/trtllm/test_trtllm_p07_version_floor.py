@@ -4,7 +4,9 @@ naming the supported minimum; under the pinned minimum it imports (CONTRACT.md R
 from harness import OLD_VERSION, PINNED_MINIMUM_VERSION, one_line
 
 
-def test_older_tensorrt_llm_is_refused_in_one_line_naming_the_minimum(case):
+def test_older_tensorrt_llm_is_refused_in_one_line_naming_the_minimum(kind_case):
+    """One adapter per drafter kind (conftest ``kind_case``): the code under test is the same in every package."""
+    case = kind_case
     res = case.drive("import", env={"DS_STANDIN_TRTLLM_VERSION": OLD_VERSION})
     assert res["trtllm_version"] == OLD_VERSION
     imp = res["import"]

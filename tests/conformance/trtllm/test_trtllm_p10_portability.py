@@ -18,7 +18,9 @@ def test_package_names_no_path_or_hash_of_this_machine(case):
         assert sha not in text and sha[:16] not in text, f"{f.name} pins the adapter file's sha256"
 
 
-def test_package_survives_a_changed_and_moved_adapter_file(case, tmp_path):
+def test_package_survives_a_changed_and_moved_adapter_file(kind_case, tmp_path):
+    """One adapter per drafter kind (conftest ``kind_case``): the code under test is the same in every package."""
+    case = kind_case
     adir = tmp_path / "adapters"
     adir.mkdir()
     src = REPO / "adapters" / f"{case.adapter}.yaml"
