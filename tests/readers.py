@@ -242,6 +242,31 @@ class Obj(types.SimpleNamespace):
 _EXPORTS: dict = {}
 
 
+def load_and_account(model, folder, loads: dict, shards: dict, skip=frozenset()) -> tuple[dict, list[str]]:
+    """Every ``*.safetensors`` tensor of ``folder`` through ``model.load_weights`` (the reader's own),
+    with ``loads`` filled by its recording weight loader (``id(tensor) -> (param, shard)``): (checkpoint
+    name -> the parameter it reached, ``[shard]`` appended, or None; parameters left without their
+    shards, ``shards`` naming a fused parameter's by its module name, ``skip`` those not the checkpoint's)."""
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        tensors.update(load_file(f))
+    model.load_weights(iter(tensors.items()))
+    names = {id(p): n for n, p in model.named_parameters()}
+    weights, got = {}, {}
+    for n, t in tensors.items():
+        if id(t) in loads:
+            param, shard = loads[id(t)]
+            weights[n] = names[id(param)] + ("" if shard is None else f"[{shard}]")
+            got.setdefault(names[id(param)], set()).add(shard)
+        else:
+            weights[n] = None
+    unloaded = [n for n, _ in model.named_parameters() if n not in skip and
+                got.get(n, set()) != shards.get(n.split(".")[-2], {None})]
+    return weights, unloaded
+
+
 def planted(tmp_path, folder, edit):
     """A copy of the exported ``folder`` whose ``config.json`` went through ``edit`` (a planted difference)."""
     import json

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from readers import SGLANG, NotRead, Obj, Stub, defs, recorder, norm_styles, src_root, with_recorders
+from readers import SGLANG, NotRead, Obj, Stub, defs, load_and_account, recorder, norm_styles, src_root, with_recorders
 
 #: SGLang norm class -> the style it applies (srt/layers/layernorm.py: ``RMSNorm`` scales by
 #: ``w``, ``GemmaRMSNorm`` by ``1 + w``)
@@ -290,7 +290,6 @@ def dflash2(folder: Path, target: str = "qwen3") -> dict:
     ``mask_token_id``, ``target_layer_ids`` (:func:`captured` on a ``target`` model),
     ``block_size``, ``input_embedding_scale`` (not read: 1), ``weights``
     {tensor: parameter[shard], or None: ignored}, ``unloaded`` (parameters no tensor reached)."""
-    from safetensors.torch import load_file
     from transformers import AutoConfig
 
     root = src_root(SGLANG)
@@ -306,20 +305,7 @@ def dflash2(folder: Path, target: str = "qwen3") -> dict:
                                 "CandidateSelector", "_radix_topk", "_project_candidate_logits", "candidate_topk",
                                 *DFLASH2), _dflash2_names(s))
     model = ns[arch](config)
-    tensors = {}
-    for p in sorted(Path(folder).glob("*.safetensors")):
-        tensors.update(load_file(p))
-    model.load_weights(iter(tensors.items()))
-    names = {id(p): n for n, p in model.named_parameters()}
-    weights, got = {}, {}
-    for n, t in tensors.items():
-        if id(t) in loads:
-            param, shard = loads[id(t)]
-            weights[n] = names[id(param)] + ("" if shard is None else f"[{shard}]")
-            got.setdefault(names[id(param)], set()).add(shard)
-        else:
-            weights[n] = None
-    unloaded = [n for n, _ in model.named_parameters() if got.get(n, set()) != SHARDS.get(n.split(".")[-2], {None})]
+    weights, unloaded = load_and_account(model, folder, loads, SHARDS)
     layers = list(model.layers)
     convs = [c for l in layers for c in (l.attention_conv, l.mlp_conv)]
     dc = model.draft_config

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from readers import VLLM, NotRead, Obj, Stub, defs, real_module, recorder, norm_styles, src_root, with_recorders
+from readers import VLLM, NotRead, Obj, Stub, defs, load_and_account, real_module, recorder, norm_styles, src_root, with_recorders
 
 
 class _Logger(logging.LoggerAdapter):
@@ -447,7 +447,6 @@ def dflash2(folder: Path, speculative_tokens: int | None = None) -> dict:
     it loaded into, ``[shard]``}, ``unloaded`` (parameters no tensor reached, :data:`BORROWED`
     aside). ``speculative_tokens``: the ``--num-speculative-tokens`` a user passes where the
     format fixes none (the convolutions' block is ``1 +`` it)."""
-    from safetensors.torch import load_file
 
     root = src_root(VLLM)
     config, method, draft_tokens, serves = _config(root, folder)
@@ -461,21 +460,7 @@ def dflash2(folder: Path, speculative_tokens: int | None = None) -> dict:
     vllm_config.speculative_config.draft_model_config.revision = None
     model = ns["DFlash2Qwen3ForCausalLM"](vllm_config=vllm_config, prefix="")
     model.model._build_fused_kv_buffers = lambda: None  # STUB: fuses the loaded K/V weights for ops.* kernels
-    tensors = {}
-    for f in sorted(Path(folder).glob("*.safetensors")):
-        tensors.update(load_file(f))
-    model.load_weights(iter(tensors.items()))
-    names = {id(p): n for n, p in model.named_parameters()}
-    weights, got = {}, {}
-    for n, t in tensors.items():
-        if id(t) in loads:
-            param, shard = loads[id(t)]
-            weights[n] = names[id(param)] + ("" if shard is None else f"[{shard}]")
-            got.setdefault(names[id(param)], set()).add(shard)
-        else:
-            weights[n] = None
-    unloaded = [n for n, _ in model.named_parameters() if n not in BORROWED and
-                got.get(n, set()) != SHARDS.get(n.split(".")[-2], {None})]
+    weights, unloaded = load_and_account(model, folder, loads, SHARDS, BORROWED)
     layers = list(model.model.layers)
     convs = [c for l in layers for c in (l.attention_conv, l.mlp_conv)]
     sel = model.model.candidate_selector

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from ..spec.loading import (_known_keys, _where, check_name_kept, check_no_interpolation, find_adapter, key_path,
                             read_spec_data, validate_spec, validation_problems)
-from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, resolve_steps
+from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, reach, resolve_steps
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
 
@@ -130,16 +130,9 @@ def _validate_overridden(spec_data, path, lines, overrides: list[str], full: dic
 
 
 def _lookup(data: Any, parts: tuple) -> tuple[Any, int]:
-    """The value at ``parts`` in ``data`` and how many leading parts exist."""
-    value: Any = data
-    for i, p in enumerate(parts):
-        if isinstance(value, dict) and p in value:
-            value = value[p]
-        elif isinstance(value, list) and isinstance(p, int) and p < len(value):
-            value = value[p]
-        else:
-            return None, i
-    return value, len(parts)
+    """The value at ``parts`` in ``data`` (None when absent) and how many leading parts exist."""
+    value, found = reach(data, parts)
+    return (value if found == len(parts) else None), found
 
 
 def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None, lines: dict | None,

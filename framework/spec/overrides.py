@@ -81,8 +81,8 @@ def resolve_steps(data: Any, steps: list, where: str) -> list:
     return out
 
 
-def _first_missing(data: Any, steps: list):
-    """The mapping or list where ``steps`` leave what exists, and the index of the missing step."""
+def reach(data: Any, steps) -> tuple[Any, int]:
+    """How far ``steps`` lead into ``data``: (the value reached, how many leading steps exist)."""
     cur = data
     for i, p in enumerate(steps):
         if isinstance(cur, dict) and p in cur:
@@ -103,8 +103,8 @@ def addresses_dotted_key(data: Any, key: str, where: str = "override") -> bool:
     steps = resolve_steps(data, steps, where)
     if any(isinstance(p, str) and "." in p for p in steps):
         return True
-    where, _ = _first_missing(data, steps)
-    return isinstance(where, dict) and any("." in str(k) for k in where)
+    where, found = reach(data, steps)
+    return found < len(steps) and isinstance(where, dict) and any("." in str(k) for k in where)
 
 
 def _step(cur: Any, p):
