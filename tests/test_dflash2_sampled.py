@@ -115,3 +115,24 @@ def test_refusals_are_one_line(args, named, capsys):
     assert main(["draft", *args]) == 2
     line = one_error(capsys)
     assert named in line and ("temperature=" in line), line
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sampled_walk_equals_oracle_given_its_noise(case, tmp_path):
+    """``run_draft`` on CUDA at a temperature (Gumbel noise from a CUDA generator): the oracle fed
+    the dumped noise and context gives the dumped path."""
+    from draftsmith.framework.runtime.draft import run_draft
+
+    ck = case["ck"]
+    dump = tmp_path / "cuda.safetensors"
+    r = run_draft(ck.converted, ck.target, device="cuda", context=9, seed=4, dump=dump, dtype="float32",
+                  temperature=1.5)
+    assert r.temperature == 1.5
+    with safe_open(str(dump), "pt") as f:
+        d = {k: f.get_tensor(k) for k in f.keys()}
+    toks, rows, _ = draft_oracle(case["cfg"], case["w"], case["tgt"], d["inputs.target_hidden"].double(),
+                                 int(d["inputs.anchor"][0]), temperature=1.5, noise=d["outputs.noise"].double())
+    assert d["outputs.tokens"].tolist() == toks.tolist()
+    seen = torch.isfinite(rows)
+    torch.testing.assert_close(d["outputs.logits"].double()[seen], rows[seen], rtol=1e-3, atol=1e-3)
