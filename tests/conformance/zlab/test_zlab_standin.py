@@ -45,6 +45,7 @@ REFUSED = {  # adapter -> the feature z-lab's model cannot run (Qwen3MLP silu, i
     "minimax_dspark_v0": "the clamped SwiGLU MLP",
     "zlab_dflash2": "a gqa_dflash2 drafter",  # DFlash 2's convolutions and selector: z-lab's DFlash 1 class
     "speculators_dflash2": "a gqa_dflash2 drafter",
+    "minimax_dflash2": "a gqa_dflash2 drafter",
 }
 
 
