@@ -78,6 +78,16 @@ def _zlab(checkpoints, reader):
     return read(reader, checkpoints, "zlab_dflash2", "zlab_dflash2")
 
 
+def _layers_case(checkpoints, reader, seed):
+    """The reader's decoder-layer stack, the record, the checkpoint's tensors, a seeded generator
+    and two blocks of random rows ``[2 * block, hidden]``."""
+    theirs, r, folder = _zlab(checkpoints, reader)
+    model = theirs["model"].model if reader == "vLLM" else theirs["model"]
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2 * r.block_size, r.dims.hidden, generator=g)
+    return model, r, _tensors(folder), g, x
+
+
 # ---- what each engine would run --------------------------------------------------------------------
 
 
@@ -195,12 +205,8 @@ def test_grouped_conv_equals_the_oracle(checkpoints, reader):
     """``DFlashGroupedConv.prepare`` / ``finish`` around a random sublayer, two blocks of rows,
     against ``conv_wrap`` on the checkpoint's own tensors with the record's block and grouping;
     a perturbed base kernel fails."""
-    theirs, r, folder = _zlab(checkpoints, reader)
-    model = theirs["model"].model if reader == "vLLM" else theirs["model"]
-    w = _tensors(folder)
-    g = torch.Generator().manual_seed(11)
+    model, r, w, g, x = _layers_case(checkpoints, reader, seed=11)
     B, h, gs = r.block_size, r.dims.hidden, r.dflash2.conv.group_size
-    x = torch.randn(2 * B, h, generator=g)
     M = torch.randn(h, h, generator=g, dtype=F64) / h ** 0.5
     for i, side in [(0, "attention_conv"), (1, "mlp_conv")]:
         conv = getattr(model.layers[i], side)
@@ -247,12 +253,8 @@ def test_layer_placement_equals_the_oracle(checkpoints, reader):
     ``DFlashDecoderLayer.forward``: their norms, attention and MLP replaced by row maps) against
     ``dflash2_layer`` twice: the convolutions wrap each sublayer and the residual is added after
     the output side, across the fused-add norms."""
-    theirs, r, folder = _zlab(checkpoints, reader)
-    model = theirs["model"].model if reader == "vLLM" else theirs["model"]
-    w = _tensors(folder)
-    g = torch.Generator().manual_seed(12)
+    model, r, w, g, x = _layers_case(checkpoints, reader, seed=12)
     B, h, gs = r.block_size, r.dims.hidden, r.dflash2.conv.group_size
-    x = torch.randn(2 * B, h, generator=g)
     ms = [torch.randn(h, h, generator=g, dtype=F64) / h ** 0.5 for _ in range(4)]
     want, hs, res = x.to(F64), x, None
     for i in range(2):
