@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import excerpts
+
 from harness import KIND_REPRESENTATIVES, SERVED as ADAPTERS, HERE, assert_matches_oracle, get_wide_case
 
 TP_SIZES = (1, 2, 4, 8)
@@ -94,6 +96,7 @@ def wide(case, tmp_path_factory, request):
 
 
 def _vanilla(res):
+    excerpts.skip_if_driver_lacked_them(res)
     assert "fatal" not in res, res["fatal"]["error"] + "\n" + res["fatal"]["trace"]
     return res["backends"]["VANILLA"]
 
