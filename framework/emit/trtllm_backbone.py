@@ -50,6 +50,23 @@ def per_rank(heads: int, kv_heads: int, mapping: Any) -> tuple[int, int, int]:
     return tp, heads // tp, (kv_heads + tp - 1) // tp
 
 
+def qkv_shard_indices(q_size: int, kv_size: int) -> dict[str, tuple[int, int]]:
+    """``{shard: (offset, rows)}`` of q, k, v in one rank's fused ``qkv_proj`` weight, as
+    ``Attention.__init__`` passes it (``qkv_shard_indices_mapping``; sizes are per rank). TensorRT-LLM's
+    fused loader needs it whenever it loads with ``allow_partial_loading``, which
+    ``DFlashForCausalLM.load_weights`` always does."""
+    return {"q": (0, q_size), "k": (q_size, kv_size), "v": (q_size + kv_size, kv_size)}
+
+
+def gate_up_shard_indices(intermediate: int, tp_size: int) -> dict[str, tuple[int, int]]:
+    """``{shard: (offset, rows)}`` of gate and up in one rank's fused ``gate_up_proj`` weight (rows per
+    rank ``intermediate // tp_size``), the layout ``load_weights_fused_gate_up_helper`` concatenates."""
+    if intermediate % tp_size:
+        raise ValueError(f"intermediate_size {intermediate} is not divisible by tp_size {tp_size}")
+    rows = intermediate // tp_size
+    return {"gate": (0, rows), "up": (rows, rows)}
+
+
 def attention_mapping(mapping: Any):
     """The Mapping ``Attention.__init__`` builds for its qkv/o projections."""
     Mapping = _trt("tensorrt_llm.mapping").Mapping
@@ -107,7 +124,8 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
             self.qkv_proj = Linear(d.hidden, tp * self.q_size + 2 * tp * self.kv_size, bias=r.attention_bias,
                                    dtype=dtype,
                                    mapping=amap, tensor_parallel_mode=TP.COLUMN,
-                                   weights_loading_config=WLC(weight_mode=WeightMode.FUSED_QKV_LINEAR))
+                                   weights_loading_config=WLC(weight_mode=WeightMode.FUSED_QKV_LINEAR),
+                                   fused_weight_shard_indices_mapping=qkv_shard_indices(self.q_size, self.kv_size))
             self.o_proj = Linear(tp * self.q_size, d.hidden, bias=r.attention_bias, dtype=dtype, mapping=amap,
                                  tensor_parallel_mode=TP.ROW)
             if r.qk_norm:  # absent, not None: DFlashForCausalLM tests hasattr(self_attn, "k_norm")
@@ -128,7 +146,9 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
             self.kind, self.alpha, self.limit = m.kind, m.alpha, m.limit
             self.gate_up_proj = Linear(d.hidden, 2 * d.intermediate, bias=r.mlp_bias, dtype=dtype, mapping=mmap,
                                        tensor_parallel_mode=TP.COLUMN,
-                                       weights_loading_config=WLC(weight_mode=WeightMode.FUSED_GATE_UP_LINEAR))
+                                       weights_loading_config=WLC(weight_mode=WeightMode.FUSED_GATE_UP_LINEAR),
+                                       fused_weight_shard_indices_mapping=gate_up_shard_indices(
+                                           d.intermediate, mmap.tp_size))
             self.down_proj = Linear(d.intermediate, d.hidden, bias=r.mlp_bias, dtype=dtype, mapping=mmap,
                                     tensor_parallel_mode=TP.ROW)
 
