@@ -374,7 +374,7 @@ def cmd_docs(opts, spec, path):
 
 
 def cmd_init(opts, spec, path):
-    return init.cli(opts)
+    return init.cli(opts, _subfolders(None, opts))  # a model root: its drafter subfolder, as convert
 
 
 COMMANDS = {
