@@ -20,7 +20,13 @@ family's ``target_layout`` (:mod:`.init_layout`), the checkpoint's names under a
 naming (:mod:`.init_read`). The spec is written by
 :func:`draftsmith.framework.spec.commented_yaml.dump` with a map of comments by key path.
 Every line it could not decide carries a ``# TODO:`` comment saying what to check or
-fill in; ``draftsmith inspect adapter=FILE source=DIR`` then shows what is left.
+fill in; ``draftsmith inspect adapter=FILE source=DIR`` then shows what is left. A config key
+no rule reads is fixed at the value seen (``config.fixed``, with a TODO), so the spec left as
+written refuses a config whose value differs; only a family or a checkpoint format calls a
+key irrelevant. The attention lowerings are the family's (``family.lowering``). ``source=``
+is resolved as ``convert`` resolves it (a model root: the drafter subfolder an adapter
+declares, recorded in ``match.subfolders``); the ``$schema`` header line is relative to
+``out`` inside the repository and absent elsewhere.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""``draftsmith init``: the ``config`` pieces of a starter spec (fields, the config section,
-the target-layer-id convention, the ``synth.tiny`` overrides).
+"""``draftsmith init``: the ``config`` pieces of a starter spec (fields, the config section with
+the keys no rule reads fixed at their value, the target-layer-id convention, the ``synth.tiny``
+overrides).
 
 Each function returns its piece of the :class:`AdapterSpec` and writes its comments and
 TODOs into a :class:`~.init_read.Remarks`.
