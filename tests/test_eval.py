@@ -130,7 +130,7 @@ def test_target_from_local_hf_cache_by_repo_id(capsys, tmp_path, prompts_file, o
     assert r["mean_acceptance_length"] > THRESHOLD
     rc, _, err = run_cli(capsys, "adapter=minimax_dspark", f"checkpoint={PAIR / 'dspark'}", "target=tiny/absent",
                          f"prompts={prompts_file}")
-    assert rc == 2 and "not in the local Hugging Face cache" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "target=tiny/absent: not a local folder, and no snapshot" in err and len(err.strip().splitlines()) == 1
 
 
 def _bad(tmp_path):

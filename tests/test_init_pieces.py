@@ -188,7 +188,9 @@ def test_fields_and_config_alone():
     assert dumped["fields"]["intermediate_size"] == {"from": ["ffn_hidden_size"], "required": True}
     assert dumped["fields"]["dflash_config.target_layer_ids"] == {"from": [], "required": True}
     assert dumped["fields"]["dspark_config.markov_rank"] == {"default": 4}
-    assert dumped["drop"] == ["quantization_config"] and "odd_key" in dumped["irrelevant"]
+    assert dumped["drop"] == ["quantization_config"]
+    assert dumped["fixed"] == {"odd_key": 1, "quantization_config.block_size": 3}  # no transform reads them
+    assert "irrelevant" not in dumped
     assert any("dflash_config.target_layer_ids" in t for t in say.todos)
 
 
@@ -202,12 +204,16 @@ def test_target_layer_ids_alone():
 
 def test_attention_alone():
     say = init_read.Remarks()
-    a = init_attention.attention(view({}, {"layer_types": ["sliding_attention"]}), say)
-    assert a.model_dump(exclude_unset=True) == {"windowed_causal": False, "full_causal": False, "window": None}
+    fam = get_family("gqa_dflash")
+    a = init_attention.attention(view({}, {"layer_types": ["sliding_attention"]}), fam, say)
+    dumped = a.model_dump(exclude_unset=True)
+    assert dumped.pop("lowering") == {k: {"sm100": "triton_window_block", "sm90": "triton_window_block",
+                                          "cpu": "dense"} for k in ("windowed", "full")}
+    assert dumped == {"windowed_causal": False, "full_causal": False, "window": None}
     assert len(say.todos) == 2
     say = init_read.Remarks()
     a = init_attention.attention(view({}, {"layer_types": ["sliding_attention"], "sliding_window": 4,
-                                           "is_causal": False}), say)
+                                           "is_causal": False}), fam, say)
     assert "window" not in a.model_dump(exclude_unset=True) and not say.todos
     assert say.comments[("attention", "windowed_causal")] == "from is_causal in the config"
 

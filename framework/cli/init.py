@@ -20,21 +20,31 @@ family's ``target_layout`` (:mod:`.init_layout`), the checkpoint's names under a
 naming (:mod:`.init_read`). The spec is written by
 :func:`draftsmith.framework.spec.commented_yaml.dump` with a map of comments by key path.
 Every line it could not decide carries a ``# TODO:`` comment saying what to check or
-fill in; ``draftsmith inspect adapter=FILE source=DIR`` then shows what is left.
+fill in; ``draftsmith inspect adapter=FILE source=DIR`` then shows what is left. A config key
+no rule reads is fixed at the value seen (``config.fixed``, with a TODO), so the spec left as
+written refuses a config whose value differs; only a family or a checkpoint format calls a
+key irrelevant. The attention lowerings are the family's (``family.lowering``). ``source=``
+is resolved as ``convert`` resolves it (a model root: the drafter subfolder an adapter
+declares, recorded in ``match.subfolders``); the ``$schema`` header line is relative to
+``out`` inside the repository and absent elsewhere.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from ..compile.family import get_family
+from ..convert.locate import given_folder, locate
 from ..errors import UserError
 from ..io.atomic_file import check_file_replaceable, head_has, write_file
+from ..io.safe_read import is_regular
 from ..spec.commented_yaml import dump
 from ..spec.schema import AdapterSpec, DocsSpec, MatchSpec, SynthSpec, WeightsSpec
 from .init_attention import attention
@@ -42,7 +52,7 @@ from .init_config import aliases, config, target_layer_ids, tiny
 from .init_layout import TargetLayout, target_layout
 from .init_read import Checkpoint, Remarks, read_checkpoint
 from .init_weights import renames, transforms
-from .shown import shown
+from .shown import is_shown_as_is, shown
 
 FAMILY = "gqa_dflash"
 #: the family's context tensors: their presence is the evidence for the family
@@ -93,7 +103,7 @@ def assemble(ck: Checkpoint, name: str, layout: TargetLayout, say: Remarks) -> A
     found = aliases(ck.merged)
     cfg = config(ck, family, found, rules, say)
     ids = target_layer_ids(ck, found, say)
-    attn = attention(ck, say)
+    attn = attention(ck, family, say)
     small = tiny(ck, found, ids == "input")
     say.comments[("synth", "config")] = "this checkpoint's own config.json"
     say.comments[("synth", "tiny")] = ("small dims for scale=tiny; check every key" if small
@@ -112,18 +122,65 @@ def assemble(ck: Checkpoint, name: str, layout: TargetLayout, say: Remarks) -> A
     )
 
 
-def infer(source: Path, name: str | None = None) -> Inferred:
-    """A starter spec for the checkpoint in ``source`` (config.json + headers only)."""
+#: the spec schema in the repository (``draftsmith schema``'s output, kept by ``docs``)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = REPO_ROOT / "docs" / "adapter-spec.schema.json"
+
+
+def schema_line(out: Path | None) -> list[str]:
+    """The ``yaml-language-server: $schema=`` header line, relative to where the spec is written
+    (``out``), when it is written inside the repository holding the schema; else none."""
+    if out is None or not SCHEMA_FILE.is_file():
+        return []
+    folder = Path(os.path.realpath(Path(out).parent))
+    if not folder.is_relative_to(REPO_ROOT):
+        return []
+    rel = os.path.relpath(SCHEMA_FILE, folder)
+    return [f"yaml-language-server: $schema={rel}"] if is_shown_as_is(rel) else []
+
+
+def architectures(raw: dict, where: str) -> list[str]:
+    """The config's ``architectures``: a list of names (absent: []), else a one-line error."""
+    archs = raw.get("architectures")
+    if archs is None:
+        return []
+    if not isinstance(archs, list) or not all(isinstance(a, str) and a for a in archs):
+        raise UserError(f"{where}: architectures is {type(archs).__name__} {shown(json.dumps(archs)[:60])}, "
+                        'expected a list of class names (e.g. ["MyDraftModel"])')
+    return archs
+
+
+def check_drafter(ck: Checkpoint, layout: TargetLayout, text: str) -> None:
+    """Refuse a model root whose drafter sits in a subfolder no adapter declares: its own config
+    is the target's (no context tensors), and a subfolder holds a checkpoint."""
+    if any(r in layout.top and r in CONTEXT_TENSORS for r in ck.rel.values()):
+        return
+    subs = sorted(d.name for d in ck.source.iterdir() if d.is_dir() and is_regular(d / "config.json"))[:5]
+    if subs:
+        raise UserError(f"source={text}: no fc / hidden_norm tensors (its config.json is no drafter's: a model "
+                        f"root?) and {', '.join(s + '/' for s in subs)} hold checkpoints: pass the drafter's "
+                        f"folder, e.g. source={ck.source / subs[0]}")
+
+
+def infer(source: Path, name: str | None = None, out: Path | None = None, text: str | None = None,
+          subfolder: str | None = None) -> Inferred:
+    """A starter spec for the checkpoint in ``source`` (config.json + headers only), to be
+    written at ``out`` (the ``$schema`` line is relative to it); ``text``: ``source=`` as given;
+    ``subfolder``: the drafter's subfolder of the model root ``text`` named (``match.subfolders``)."""
     source = Path(source)
+    text = str(source) if text is None else text
     layout = target_layout(get_family(FAMILY))
     ck = read_checkpoint(source, layout)
-    archs = ck.raw.get("architectures") or []
+    archs = architectures(ck.raw, f"{source / 'config.json'}")
+    check_drafter(ck, layout, text)
     say = Remarks()
     spec = assemble(ck, name or _snake(archs[0] if archs else "new_drafter"), layout, say)
-    header = [
-        "yaml-language-server: $schema=../docs/adapter-spec.schema.json",
-        f"{INIT_MARK.removeprefix('# ')} source={source}`; check every TODO, then run",
-        f"`draftsmith inspect adapter=<this file> source={source}`.",
+    if subfolder:
+        spec.match.subfolders = [subfolder]
+        say.comments[("match", "subfolders")] = f"the drafter's folder in the model root {text}"
+    header = schema_line(out) + [
+        f"{INIT_MARK.removeprefix('# ')} source={text}`; check every TODO, then run",
+        f"`draftsmith inspect adapter=<this file> source={text}`.",
     ]
     return Inferred(dump(spec, header, say.comments, say.notes), say.todos)
 
@@ -136,13 +193,19 @@ def _written_by_init(path: Path) -> bool:
     return head_has(path, INIT_MARK.encode("utf-8"))
 
 
-def cli(opts: dict) -> int:
+def cli(opts: dict, subfolders=()) -> int:
+    """``init`` from composed options; ``subfolders``: where drafters sit under a model root
+    (the adapters' ``match.subfolders``): ``source=`` is resolved as ``convert`` resolves it."""
     source = opts.get("source")
     out = opts.get("out")
     if not source:
         raise UserError("draftsmith init: missing source=...")
     if not out:
         raise UserError("draftsmith init: missing out=FILE (the adapter YAML to write)")
+    for key, value in (("source", source), ("out", out)):
+        if not is_shown_as_is(str(value)):
+            raise UserError(f"{key}={shown(value)}: the path holds a newline or another control character, "
+                            "which the spec's comments cannot carry: rename it")
     out = Path(out)
     if os.path.lexists(out):  # refused before reading the source; checked again when written
         check_file_replaceable(out, "out", bool(opts.get("overwrite")), "init", _written_by_init)
@@ -151,8 +214,12 @@ def cli(opts: dict) -> int:
     name = out.stem
     if not re.match(r"^[a-z][a-z0-9_]*$", name):
         raise UserError(f"out={out}: the file name is the adapter name: lowercase letters, digits, _")
+    found = locate(str(source), subfolders, key="source")
+    sub = found.path.name if found.path != given_folder(str(source), "source")[0] else None
+    if found.how:
+        print(f"source={source}: using {found.path} ({found.how})", file=sys.stderr)
     try:
-        res = infer(Path(source), name)
+        res = infer(found.path, name, out, str(source), sub)
     except yaml.YAMLError as e:  # a config string YAML cannot carry (control characters): one line
         raise UserError(f"source={source}: config.json holds a value a spec cannot carry "
                         f"({shown(str(e).splitlines()[0] if str(e) else type(e).__name__)})") from None

@@ -1,5 +1,6 @@
-"""``draftsmith init``: the ``config`` pieces of a starter spec (fields, the config section,
-the target-layer-id convention, the ``synth.tiny`` overrides).
+"""``draftsmith init``: the ``config`` pieces of a starter spec (fields, the config section with
+the keys no rule reads fixed at their value, the target-layer-id convention, the ``synth.tiny``
+overrides).
 
 Each function returns its piece of the :class:`AdapterSpec` and writes its comments and
 TODOs into a :class:`~.init_read.Remarks`.
@@ -14,6 +15,7 @@ from ...transforms.base import get_transform
 from ..compile.dotted import get_dotted
 from ..compile.family import GQADFlash
 from ..compile.keys import unaccounted
+from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import ConfigSpec, FieldRule, TransformRule
 from .init_read import Checkpoint, Remarks
 
@@ -97,10 +99,45 @@ def fields(ck: Checkpoint, family: GQADFlash, found: dict[str, list[str]], say: 
     return out
 
 
+def format_declared(raw: dict[str, Any]) -> dict[str, str]:
+    """Keys a checkpoint format declares irrelevant, with the reason: the ``export.markers`` of a
+    shipped adapter identify its format; those of them at the top of ``raw`` that the adapter's
+    ``config.irrelevant`` lists (speculators' ``speculators_config``, z-lab's ``auto_map``) are
+    declared, the reason naming the adapter."""
+    out: dict[str, str] = {}
+    for name in sorted(adapter_files()):
+        spec = load_spec(name)[0]
+        markers = spec.export.markers
+        if any(k in raw for k in markers):
+            for key in markers:
+                if key in raw and key in spec.config.irrelevant and key not in out:
+                    out[key] = f"{spec.config.irrelevant[key]} (the {name} format declares it)"
+    return out
+
+
+def unplaced(ck: Checkpoint, unread: list[str], say: Remarks) -> tuple[dict[str, Any], dict[str, str]]:
+    """Keys no rule reads: those a checkpoint format declares irrelevant (with its reason), every
+    other one fixed at the value seen with a TODO, so a config with another value is refused."""
+    declared = format_declared(ck.raw)
+    irrelevant, fixed = {}, {}
+    for key in unread:
+        top = key.split(".")[0]
+        if top in declared:
+            irrelevant[top] = declared[top]
+            say.comments[("config", "irrelevant", top)] = "a known checkpoint format's metadata"
+        else:
+            fixed[key] = get_dotted(ck.merged, key)
+            say.comments[("config", "fixed", key)] = say.todo(
+                f"{key}: no rule reads it, so fixed at the value seen (another is refused); implement it, or "
+                "move it to config.irrelevant with why it changes nothing")
+    return fixed, irrelevant
+
+
 def config(ck: Checkpoint, family: GQADFlash, found: dict[str, list[str]], rules: list[TransformRule],
            say: Remarks) -> ConfigSpec:
     """The ``config`` section: sections, fields, the quantization block dropped, the norm flag
-    the transforms implement fixed, and every key no rule reads as a TODO ``irrelevant``."""
+    the transforms implement fixed, and every key no rule reads fixed at its value with a TODO
+    (or irrelevant where a checkpoint format declares it so: :func:`unplaced`)."""
     m = ck.merged
     spec = ConfigSpec(sections=ck.sections, fields=fields(ck, family, found, say))
     if ck.sections:
@@ -111,11 +148,11 @@ def config(ck: Checkpoint, family: GQADFlash, found: dict[str, list[str]], rules
         spec.fixed = {"use_gemma_norm": m["use_gemma_norm"]}  # what the norm transforms implement
     dequantized = {get_transform(t.op).quant_method for t in rules} - {None}
     unread = unaccounted(family, spec, dequantized, m)  # compile/keys.py
-    if unread:
-        spec.irrelevant = {k: "draftsmith init: no rule reads it" for k in unread}
-        say.comments[("config", "irrelevant")] = say.todo(
-            f"keys no rule reads ({', '.join(unread)}): confirm each changes nothing the drafter computes, "
-            "else the math needs it")
+    fixed, irrelevant = unplaced(ck, unread, say)
+    if fixed:
+        spec.fixed = {**spec.fixed, **fixed}
+    if irrelevant:
+        spec.irrelevant = irrelevant
     return spec
 
 

@@ -86,6 +86,10 @@ def _with(key: Key, **kw) -> Key:
     return Key(**{**key.__dict__, **kw})
 
 
+#: ``target=`` of ``draft`` and ``eval`` (one resolver: runtime/target_folder.py)
+TARGET_HELP = ("the target model: its folder, a model root as downloaded, or a repo id (org/name[@revision]) in "
+               "the local Hugging Face cache; default: the model root checkpoint= names, else checkpoint/target")
+
 COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("synth", "write a synthetic source-format checkpoint (and its borrowed target tensors in out/target)", (
         _adapter(required=True), ADAPTER_DIR,
@@ -110,7 +114,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         _adapter(), ADAPTER_DIR,
         Key("checkpoint", "path", None, "converted (or source: converted first) drafter folder; "
             "omitted: the embedded tiny synthetic default"),
-        Key("target", "path", None, "the target model's folder (embed_tokens, lm_head); default checkpoint/target"),
+        Key("target", "path", None, TARGET_HELP),
         Key("device", "str", "cpu", "cpu, cuda or cuda:N"),
         Key("context", "int", 64, "context tokens before the draft step", minimum=1),
         Key("batch", "int", 1, "sequences drafted together", minimum=1),
@@ -127,9 +131,9 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         SELECTOR, TEMPERATURE, PROGRESS, THREADS), overrides=True),
     Command("eval", "acceptance length of greedy speculative decoding with a real target model (docs/eval.md)", (
         _adapter(), ADAPTER_DIR,
-        Key("target", "str", None, "the target model: a Hugging Face folder or a repo id in the local cache",
-            required=True),
-        Key("checkpoint", "path", None, "the drafter (converted, or source: converted first)", required=True),
+        Key("target", "str", None, TARGET_HELP),
+        Key("checkpoint", "path", None, "the drafter (converted, or source: converted first; a model root: its "
+            "drafter subfolder)", required=True),
         Key("prompts", "path", None, "a JSON-lines file of prompts", required=True),
         Key("max_new_tokens", "int", 64, "tokens generated per prompt", minimum=1),
         Key("device", "str", "cpu", "cpu, cuda or cuda:N"),

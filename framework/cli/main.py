@@ -38,7 +38,7 @@ def _import_stages() -> None:
     global torch, docs, compile_spec, route, ResolvedDrafter, defaulted, dump_sources, drafter_subfolder_hint
     global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
     global write_package, eval_command, format_report, report_json, run_draft
-    global check_draft_memory, check_lowering, init, trtllm_warning
+    global check_draft_memory, check_lowering, init, trtllm_warning, default_target, missing_target, target_folder
     import torch
 
     from .. import docs
@@ -54,6 +54,7 @@ def _import_stages() -> None:
     from ..eval import command as eval_command
     from ..runtime.draft import format_report, report_json, run_draft
     from ..runtime.memory import check_draft_memory, check_lowering
+    from ..runtime.target_folder import default_target, missing_target, target_folder
     from . import init
 
 
@@ -305,7 +306,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"], progress=opts["progress"])
         checkpoint = work / "converted"
         execute(adapter.plan(work / "synthetic"), checkpoint, progress=opts["progress"])
-        target = Path(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
+        target = target_folder(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
         note = (f"no checkpoint= given: drafted on the embedded default (a tiny synthetic {adapter.name}, "
                 "converted in a temporary folder removed afterwards)")
     else:
@@ -320,12 +321,14 @@ def _draft(opts, spec, path, scratch: list[Path]):
                   "into a temporary folder first", file=sys.stderr)
             execute(adapter.plan(checkpoint), work / "converted", progress=opts["progress"])
             checkpoint = work / "converted"
-        target = Path(opts["target"]) if opts.get("target") else None
-        if target is None:
-            guess = found.path / "target"
-            if not guess.is_dir():
-                raise UserError("draftsmith draft: missing target=DIR (the target's embed_tokens/lm_head)")
-            target = guess
+        if opts.get("target"):
+            target = target_folder(opts["target"])
+        else:
+            target = default_target(opts["checkpoint"], found.path)
+            if target is None:
+                raise missing_target("draft", opts["checkpoint"])
+            print(f"no target= given: using {target} (the target of checkpoint={opts['checkpoint']})",
+                  file=sys.stderr)
     if opts.get("dump") and os.path.lexists(opts["dump"]):  # refused before the step, checked again when written
         check_file_replaceable(Path(opts["dump"]), "dump", opts["overwrite"], "draft", owned_safetensors("draft"))
     check_draft_memory(checkpoint, device, context=opts["context"], batch=opts["batch"])
@@ -364,7 +367,7 @@ def cmd_emit(opts, spec, path):
 
 
 def cmd_eval(opts, spec, path):
-    return eval_command.cli(opts, lambda source: _adapter(spec, path, opts, source))
+    return eval_command.cli(opts, lambda source: _adapter(spec, path, opts, source), _subfolders(spec, opts))
 
 
 def cmd_docs(opts, spec, path):
@@ -374,7 +377,7 @@ def cmd_docs(opts, spec, path):
 
 
 def cmd_init(opts, spec, path):
-    return init.cli(opts)
+    return init.cli(opts, _subfolders(None, opts))  # a model root: its drafter subfolder, as convert
 
 
 COMMANDS = {

@@ -215,6 +215,7 @@ def route(raw: dict[str, Any], adapter_dir=None, where: str = "config.json") -> 
         f"{where}: no adapter serves architectures {raw.get('architectures')} "
         f"(model_type {raw.get('model_type')!r}"
         + (f", speculators_model_type {raw['speculators_model_type']!r}" if raw.get("speculators_model_type") else "")
-        + f"); known adapters: {'; '.join(known)}",
+        + f"); known adapters: {'; '.join(known)}; a new drafter: `draftsmith init source=<its folder> "
+        "out=<name>.yaml` writes a starter adapter",
         *(f"unreadable adapter skipped while routing: {b}" for b in broken),
     )

@@ -79,6 +79,11 @@ class GQADFlash:
     carried = ("num_target_layers", "max_position_embeddings")
     #: keys whose value the family's math hard-codes: any other value is refused
     fixed: dict[str, Any] = {}
+    #: the lowering table a new spec of this family starts from (``draftsmith init`` writes it):
+    #: layer kind -> device class -> lowering; on GPUs the one Triton kernel (its Gluon variant on
+    #: SM90), which computes every mask of reference section 2 (windowed or full, causal or not)
+    lowering = {kind: {"sm100": "triton_window_block", "sm90": "triton_window_block", "cpu": "dense"}
+                for kind in ("windowed", "full")}
     #: boolean keys the family reads with transformers' default when absent (``LlamaConfig``,
     #: ``Qwen3Config``: ``attention_bias`` and ``mlp_bias`` default false): key -> default
     bias_keys = {"attention_bias": False, "mlp_bias": False}

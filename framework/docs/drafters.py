@@ -169,8 +169,12 @@ def _supported_rows(drafters: list[Drafter]) -> tuple[list[tuple[str, Drafter]],
     return rows, numbers, texts
 
 
-def supported_table(drafters: list[Drafter], footnotes: bool = True, limit: int | None = None) -> list[str]:
+def supported_table(drafters: list[Drafter], footnotes: bool = True, limit: int | None = None,
+                    first: str | None = None) -> list[str]:
+    """The supported table's lines (the first ``limit`` rows); ``first``: an adapter whose rows
+    lead, the others following in table order."""
     rows, numbers, _ = _supported_rows(drafters)
+    rows = sorted(rows, key=lambda r: r[1].name != first)  # stable: table order otherwise
     shown = rows if limit is None else rows[:limit]
     out = []
     for arch, d in shown:
@@ -241,10 +245,15 @@ def supported_drafters_md(drafters: list[Drafter]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+#: the adapter the README introduces (MiniMax-M3.1-Flash's DSpark drafter): its row leads the excerpt
+FLAGSHIP = "minimax_dspark"
+
+
 def readme_table_excerpt(adapter_dir: str | Path | None = None, rows: int = 3,
                          drafters: list[Drafter] | None = None, prefix: str = "docs/") -> str:
-    """The README's docs snippet: links, then the first ``rows`` rows of the supported
-    table (footnote markers dropped: their definitions live in the full page)."""
+    """The README's docs snippet: links, then ``rows`` rows of the supported table, the
+    :data:`FLAGSHIP` adapter's first (footnote markers dropped: their definitions live in the
+    full page)."""
     drafters = load_drafters(adapter_dir) if drafters is None else drafters
     all_rows, _, _ = _supported_rows(drafters)
     lines = [
@@ -252,7 +261,7 @@ def readme_table_excerpt(adapter_dir: str | Path | None = None, rows: int = 3,
         f"[adapter spec reference]({prefix}{SPEC_FILE}) ([JSON Schema]({prefix}{SCHEMA_FILE})) · "
         f"[writing an adapter]({prefix}{GUIDE_FILE}) · [converted checkpoint format]({prefix}converted-format.md)",
         "",
-        *supported_table(drafters, footnotes=False, limit=rows),
+        *supported_table(drafters, footnotes=False, limit=rows, first=FLAGSHIP),
     ]
     if len(all_rows) > rows:
         lines += ["", f"... and {len(all_rows) - rows} more in [supported drafters]({prefix}{SUPPORTED_FILE})."]

@@ -8,14 +8,17 @@ it is converted first (``adapter=NAME`` and ``adapter.*`` overrides apply, e.g.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Callable
 
 from ..convert.checkpoint import read_config
 from ..convert.execute import execute
+from ..convert.locate import locate
 from ..errors import UserError
 from ..io.publish import remove_temp
 from ..io.scratch import RUN_SCRATCH, make_scratch
+from ..runtime.target_folder import default_target, missing_target, target_folder
 from .loop import run_eval
 from ..io.atomic_file import check_file_replaceable
 from .report import format_report, plot_acceptance, plot_owned, report_json, require_matplotlib
@@ -40,17 +43,27 @@ def _positive_int(opts: dict, key: str) -> int:
     return v
 
 
-def cli(opts: dict, adapter_for: Callable[[Path], object]) -> int:
+def cli(opts: dict, adapter_for: Callable[[Path], object], subfolders=()) -> int:
     """Run ``eval`` from composed options; ``adapter_for(source_dir)`` compiles the adapter that
-    converts a source checkpoint (the CLI's own routing: ``adapter=`` or the config's match)."""
-    for key in ("target", "checkpoint", "prompts"):
+    converts a source checkpoint (the CLI's own routing: ``adapter=`` or the config's match);
+    ``subfolders``: where drafters sit under a model root. ``checkpoint=`` and ``target=`` are
+    resolved as ``draft`` resolves them (runtime/target_folder.py)."""
+    for key in ("checkpoint", "prompts"):
         if opts.get(key) in (None, ""):
             raise UserError(f"draftsmith eval: missing {key}=...")
     if opts.get("format", "table") not in ("table", "json"):
         raise UserError(f"format={opts['format']}: expected table or json")
     device = _device(opts["device"])
     max_new = _positive_int(opts, "max_new_tokens")
-    checkpoint = Path(opts["checkpoint"])
+    found = locate(str(opts["checkpoint"]), subfolders, key="checkpoint", allow_converted=True)
+    checkpoint = found.path
+    if opts.get("target") not in (None, ""):
+        target = target_folder(opts["target"])
+    else:
+        target = default_target(opts["checkpoint"], checkpoint)
+        if target is None:
+            raise missing_target("eval", opts["checkpoint"])
+        print(f"no target= given: using {target} (the target of checkpoint={opts['checkpoint']})", file=sys.stderr)
     if opts.get("plot"):
         require_matplotlib(opts["plot"])  # fail before the run, not after it
         if os.path.lexists(opts["plot"]):
@@ -63,7 +76,7 @@ def cli(opts: dict, adapter_for: Callable[[Path], object]) -> int:
             scratch = make_scratch(RUN_SCRATCH)  # owned: a killed run's is tidied by the next
             execute(adapter.plan(checkpoint), scratch / "converted", progress=False)
             checkpoint = scratch / "converted"
-        report = run_eval(opts["target"], checkpoint, opts["prompts"], max_new_tokens=max_new, device=device,
+        report = run_eval(target, checkpoint, opts["prompts"], max_new_tokens=max_new, device=device,
                           dtype=opts.get("dtype"), lowering=opts.get("lowering"), check=bool(opts.get("check")),
                           selector=bool(opts.get("selector", True)))
     finally:

@@ -1,10 +1,11 @@
 """The target of ``draftsmith eval``: a Hugging Face causal LM, read from local files only.
 
-:class:`Target` loads ``AutoModelForCausalLM`` and its tokenizer from a folder, or from a
-repo id already in the local Hugging Face cache (``huggingface_hub.snapshot_download`` with
-``local_files_only``: never the network). It records the **outputs** of the decoder layers
-the drafter names (forward hooks on ``get_decoder().layers[i]``, the convention of converted
-configs, docs/converted-format.md), and keeps a KV cache that a verification step can crop.
+:class:`Target` loads ``AutoModelForCausalLM`` and its tokenizer from a folder (a model root
+as downloaded is one), or from a repo id already in the local Hugging Face cache, resolved as
+``draft`` resolves ``target=`` (runtime/target_folder.py; never the network). It records the
+**outputs** of the decoder layers the drafter names (forward hooks on
+``get_decoder().layers[i]``, the convention of converted configs, docs/converted-format.md),
+and keeps a KV cache that a verification step can crop.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Optional
 import torch
 
 from ..errors import UserError
-from ..convert.locate import hub_cache_dir
-from ..io.hub_cache import snapshot_folder  # bounded: resolved inside the cache only
+from ..runtime.target_folder import target_folder
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -32,19 +32,9 @@ def import_transformers():
 
 
 def resolve(source: str | Path) -> Path:
-    """A local folder as is; otherwise a repo id looked up in the local Hugging Face cache only."""
-    p = Path(source)
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise UserError(f"target={source}: folder has no config.json (expected a Hugging Face causal LM)")
-        return p
-    if p.exists() or str(source).count("/") != 1:
-        raise UserError(f"target={source}: not a folder, and not a repo id (owner/name) in the local cache")
-    try:
-        return snapshot_folder(str(source), None, hub_cache_dir(), key="target")
-    except (FileNotFoundError, ValueError, OSError) as e:
-        raise UserError(f"target={source}: not in the local Hugging Face cache ({type(e).__name__}); "
-                        "download it first or pass a folder") from None
+    """``target=source`` resolved as ``draft`` resolves it (runtime/target_folder.py): a folder,
+    a model root, or a repo id in the local Hugging Face cache only."""
+    return target_folder(str(source))
 
 
 class Target:

@@ -9,6 +9,7 @@ import torch
 
 from ..compile.resolved import ResolvedDrafter
 from ..convert import checkpoint
+from ..errors import UserError
 
 from .target import BorrowedTarget
 
@@ -29,6 +30,10 @@ def build_drafter(model_cls, checkpoint_dir: str | Path, target_dir: str | Path,
     model = model_cls(ResolvedDrafter.from_config(config), device=device, dtype=dtype, lowering=lowering)
     model.load_weights(weights)
     del weights
-    target = BorrowedTarget(target_dir, device=device, dtype=model.dtype)
-    model.load_weights_from_target_model(target)
+    try:
+        target = BorrowedTarget(target_dir, device=device, dtype=model.dtype)
+        model.load_weights_from_target_model(target)
+    except UserError as e:  # the target's problems name the argument that gave it
+        lead = f"{target_dir}: "
+        raise UserError(*(f"target={target_dir}: {p.removeprefix(lead)}" for p in e.problems)) from None
     return model, target
