@@ -19,7 +19,8 @@ from ...transforms.base import Context, TransformError
 
 from ..errors import UserError
 from ..io.gc_pause import paused_gc
-from ..io.host_memory import available_bytes, gib
+from ..io import host_memory
+from ..io.host_memory import gib
 from ..io.publish import atomic_dir, publish, remove_temp, step_point
 from .batch import convert_window, finite, windows
 from .checkpoint import TensorReader
@@ -73,7 +74,7 @@ def check_plan_fits(plan: Plan, out: Path) -> None:
     largest tensor and shard, or whose output does not fit on the destination's file system (the
     planned shard bytes against its free space)."""
     need, group = peak_bytes(plan)
-    have = available_bytes()
+    have = host_memory.available_bytes()
     if group is not None and have is not None and need > have:
         big = max(group.sources, key=lambda s: plan.sources[s].meta.nbytes) if group.sources else group.outputs[0]
         st = plan.sources.get(big)

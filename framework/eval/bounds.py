@@ -2,7 +2,7 @@
 vocabularies, and the memory the longest sequence needs within the device's free memory.
 
 The estimate (bytes, :func:`eval_bytes`) counts what grows with the sequence: the drafter's
-paged KV cache for ``context`` positions (:func:`~..runtime.memory.estimate_bytes`' ``kv``), the
+KV cache (per layer ``context`` positions, or its window, of ``2 * kv_heads * head_dim`` values), the
 target's KV cache (per layer ``2 * kv_heads * head_dim`` values per position in its dtype), and
 the target's prefill logits (``prompt_tokens * vocab``, in its dtype and as float32).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.host_memory import gib
-from ..runtime.memory import estimate_bytes, free_bytes
+from ..runtime import memory
 
 
 def check_prompt_ids(where: str, ids: list[int], vocab: int) -> None:
@@ -42,23 +42,26 @@ def target_kv_per_token(config, element: int) -> int:
     return layers * 2 * kv_heads * head_dim * element
 
 
-def eval_bytes(r: ResolvedDrafter, context: int, prompt_tokens: int, target_kv_token: int, target_vocab: int,
-               target_element: int) -> dict[str, int]:
+def eval_bytes(r: ResolvedDrafter, drafter_element: int, context: int, prompt_tokens: int, target_kv_token: int,
+               target_vocab: int, target_element: int) -> dict[str, int]:
     """The estimate's parts (bytes) for one sequence of ``context`` positions whose prompt has
-    ``prompt_tokens`` tokens (see the module docstring)."""
+    ``prompt_tokens`` tokens (see the module docstring); ``*_element``: bytes per value of each
+    model's run dtype."""
+    per_position = 2 * r.dims.kv_heads * r.dims.head_dim * drafter_element
     return {
-        "drafter_kv": estimate_bytes(r, 0, context, 1)["kv"],
+        "drafter_kv": sum(context if l.mask.window is None else min(context, l.mask.window) for l in r.layers)
+        * per_position,
         "target_kv": context * target_kv_token,
         "prefill_logits": prompt_tokens * target_vocab * (target_element + 4),
     }
 
 
-def check_eval_memory(r: ResolvedDrafter, device: str, context: int, prompt_tokens: int, target_kv_token: int,
-                      target_vocab: int, target_element: int, max_new_tokens: int) -> None:
+def check_eval_memory(r: ResolvedDrafter, drafter_element: int, device: str, context: int, prompt_tokens: int,
+                      target_kv_token: int, target_vocab: int, target_element: int, max_new_tokens: int) -> None:
     """Refuse, in one line naming ``max_new_tokens`` and the parts, a run whose longest sequence
     (``context`` positions) needs more than ``device``'s free memory."""
-    parts = eval_bytes(r, context, prompt_tokens, target_kv_token, target_vocab, target_element)
-    need, free = sum(parts.values()), free_bytes(device)
+    parts = eval_bytes(r, drafter_element, context, prompt_tokens, target_kv_token, target_vocab, target_element)
+    need, free = sum(parts.values()), memory.free_bytes(device)
     if free is not None and need > free:
         raise UserError(f"max_new_tokens={max_new_tokens}: the longest prompt ({prompt_tokens} tokens) grows to "
                         f"{context} positions, which need about {gib(need)} (drafter KV {gib(parts['drafter_kv'])}, "

@@ -111,7 +111,7 @@ def run_eval(target: str | Path, checkpoint: str | Path, prompts: str | Path | l
         encoded.append(ids)
     longest = max(len(ids) for ids in encoded)  # the sizes speculative() allocates for, before it runs
     el = tgt.dtype.itemsize
-    check_eval_memory(drafter.resolved, str(dev), longest + max_new_tokens + drafter.max_draft_len + 1, longest,
+    check_eval_memory(drafter.resolved, drafter.dtype.itemsize, str(dev), longest + max_new_tokens + drafter.max_draft_len + 1, longest,
                       target_kv_per_token(tgt.model.config, el), target_vocab, el, max_new_tokens)
     results = []
     for ids in encoded:

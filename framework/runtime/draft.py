@@ -25,7 +25,8 @@ from . import get_host
 from .kv_cache import ring_pages
 from .dflash2 import Chain
 from .loading import build_drafter
-from .memory import block_bytes, free_bytes, selector_bytes
+from . import memory
+from .memory import block_bytes, selector_bytes
 
 CHUNK = 8192  # rows of random context generated (and seeded) together
 
@@ -212,7 +213,7 @@ step's scores and logits (:func:`~.memory.block_bytes`) and DFlash 2's candidate
 def available_bytes(device: torch.device) -> int | None:
     """Free memory on ``device`` (CUDA: free device memory; CPU: available RAM), or None."""
     try:
-        return free_bytes(str(device))
+        return memory.free_bytes(str(device))
     except (ValueError, OSError, RuntimeError, AttributeError):
         return None
 

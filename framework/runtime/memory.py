@@ -24,7 +24,7 @@ from ...lowering.base import LOWERINGS, device_class
 from ..compile.resolved import ResolvedDrafter
 from ..convert.checkpoint import read_config
 from ..errors import UserError
-from ..io.host_memory import available_bytes
+from ..io import host_memory
 
 _BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -84,7 +84,7 @@ def free_bytes(device: str) -> int | None:
     if device.startswith("cuda"):
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free)
-    return available_bytes()
+    return host_memory.available_bytes()
 
 
 def selector_part(r: ResolvedDrafter, n: int) -> str:
