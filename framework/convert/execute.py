@@ -76,7 +76,8 @@ def check_plan_fits(plan: Plan, out: Path) -> None:
     need, group = peak_bytes(plan)
     have = host_memory.available_bytes()
     if group is not None and have is not None and need > have:
-        big = max(group.sources, key=lambda s: plan.sources[s].meta.nbytes) if group.sources else group.outputs[0]
+        sized = [s for s in group.sources if s in plan.sources]
+        big = max(sized, key=lambda s: plan.sources[s].meta.nbytes) if sized else group.outputs[0]
         st = plan.sources.get(big)
         where = f"{st.file}: tensor {big} ({st.meta}, {gib(st.meta.nbytes)})" if st else f"tensor {big}"
         raise UserError(f"{where}: converting it needs about {gib(need)} of memory, more than the {gib(have)} "
