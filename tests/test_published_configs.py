@@ -129,3 +129,17 @@ def test_every_declared_key_has_a_reason():
         raw = source_config(a, "full")
         raw["transformer_layer_config"]["flex_attention_backend_v2"] = "x"
         a.compile_config(raw)
+
+
+def test_kimi_k3_export_loads_in_speculators(kimi, capsys, monkeypatch):
+    """``convert to=speculators`` of the Kimi-K3 layout: speculators' own ``from_pretrained`` loads it."""
+    pytest.importorskip("speculators", reason="the crosscheck extra (speculators==0.9.0) is not installed")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import torch
+    from speculators.models.dspark import DSparkDraftModel
+
+    S, X = kimi / "S", kimi / "X"
+    assert main(["convert", f"source={S}", f"out={X}", "to=speculators", f"verifier={S / 'target'}",
+                 "progress=false"]) == 0, capsys.readouterr().err[-2000:]
+    m = DSparkDraftModel.from_pretrained(str(X), torch_dtype=torch.bfloat16)
+    assert type(m) is DSparkDraftModel and m.config.block_size == json.loads((S / "config.json").read_text())["block_size"]
