@@ -72,14 +72,14 @@ NOTES = {
     "round4": [
         "Tried (issue 46) and what happened before: a DFlash 2 `selector_top_k` equal to a 151 936-token "
         "vocabulary reached the allocator (`DefaultCPUAllocator: can't allocate memory`, 646 GB); `eval "
-        "max_new_tokens=2000000000` on a target claiming 2^40 positions allocated a 256 GB KV cache; `convert` "
+        "max_new_tokens=2000000000` on a target claiming 2^40 positions reached the allocator too (a 256 GB drafter KV cache); `convert` "
         "read a tensor before any check of its size against memory; a `conv_kernel_size` past the block "
         "crashed `draft` with a traceback and `convert to=speculators` wrote a checkpoint speculators' "
         "loader refuses (`kernel_size (4) cannot exceed block_size (3)`); an eval prompt token past the "
         "vocabulary was not checked; a shard symlinked to another file had that file's first 8 bytes quoted "
         "(as the header length); a JSON Lines prompt holding U+2028 was refused as not JSON (`str.splitlines`); "
         "`emit` wrote a `resolved.json` larger than the package's import reads; a FIFO in a cached revision "
-        "was opened or passed over; the Kimi-K3 DSpark speculator's config "
+        "was left to whichever reader met it (elsewhere in the revision the run went on beside it); the Kimi-K3 DSpark speculator's config "
         "(`transformer_layer_config.flex_attention_backend`) was refused whole.",
         "",
         "What happens now: the draft estimate counts the selector (`framework/runtime/memory.py` "
