@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from ..errors import UserError
-from ..io.safe_read import MAX_CONFIG_BYTES, is_regular, load_json
+from ..io.safe_read import MAX_CONFIG_BYTES, file_kind, is_regular, load_json
 from ..io.hub_cache import snapshot_folder  # bounded: a revision never leaves the cache
 
 #: ``org/name`` or ``org/name@revision`` (Hugging Face's repo-id characters).
@@ -119,8 +119,6 @@ def check_revision_files(snapshot: Path, where: str) -> None:
     behind a symbolic link (``stat`` follows links and never opens or blocks). Links are not
     walked into; dangling ones are left to the reader. Bounded: :data:`MAX_REVISION_ENTRIES`
     entries, :data:`MAX_REVISION_DEPTH` levels. One line naming the entry."""
-    from ..io.safe_read import _kind
-
     todo, seen = [(snapshot, 0)], 0
     while todo:
         folder, depth = todo.pop()
@@ -143,7 +141,7 @@ def check_revision_files(snapshot: Path, where: str) -> None:
                                         "levels; refused")
                     todo.append((Path(entry.path), depth + 1))
             elif not stat.S_ISREG(mode):
-                raise UserError(f"{where}: {entry.path}: is {_kind(mode)} in the cached revision, not a regular "
+                raise UserError(f"{where}: {entry.path}: is {file_kind(mode)} in the cached revision, not a regular "
                                 "file; refused (nothing in the revision was opened)")
 
 
