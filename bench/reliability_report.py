@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_hostile_specs.py", "tests/test_hostile_checkpoints.py", "tests/test_hostile_bounds.py",
          "tests/test_hostile_draft.py", "tests/test_hostile_runs.py", "tests/test_interrupt.py",
-         "tests/test_hostile_outputs.py", "tests/test_determinism.py"]
+         "tests/test_hostile_outputs.py", "tests/test_determinism.py", "tests/test_hostile_allocation.py",
+         "tests/test_hostile_inputs4.py", "tests/test_published_configs.py"]
 AREAS = {
     "specs": "Adapter specs (`draftsmith inspect adapter=... adapter_dir=...`, in-process)",
     "checkpoints": "Checkpoints (`draftsmith convert`, a fresh synthetic tiny MiniMax DSpark checkpoint corrupted at random)",
@@ -36,6 +37,9 @@ AREAS = {
                "`emit`, `eval`; Hugging Face revisions, eval prompts, config sizes, `threads`; killed runs' scratch; "
                "hostile tensor names)",
     "determinism": "Determinism",
+    "round4": "Allocations bounded first, one line, published configs (issue 46: DFlash 2 selector and "
+              "convolution, eval context and tokens, convert memory and disk, index shards, symlinked shards, "
+              "JSON Lines prompts, emit's package data, FIFOs in cached revisions, published configs)",
 }
 DEMANDS = {
     "specs": "exit 2; every stderr line `error: <spec file>[:line]: <key path>: ...`; no traceback; "
@@ -52,10 +56,47 @@ DEMANDS = {
                  "intact or the complete new one when replacing; the next run succeeds, byte-identical to an "
                  "uninterrupted run, and leaves only `out`.",
     "determinism": "byte-identical outputs.",
+    "round4": "a size that reaches an allocation is checked before it (every bound tried at exactly the limit, "
+              "accepted, and one byte or one unit past it, refused); a refusal is exit 2 with one `error:` line "
+              "naming the file, key, tensor or argument, nothing written and nothing of a linked file's bytes "
+              "shown; valid input (published configs, Unicode in JSON strings, taps past the block) is accepted.",
     "outputs": "exit 2 with one `error:` line per problem naming the key or file, names escaped (no raw newline, "
                "ANSI escape, bidi mark or lone surrogate), no traceback; no file outside draftsmith's own outputs "
                "changes (a planted folder is snapshotted before and after every test); no temp file left; a "
                "killed run's scratch removed by the next run.",
+}
+
+
+#: what was tried and what happened before, per area (prose before the table)
+NOTES = {
+    "round4": [
+        "Tried (issue 46) and what happened before: a DFlash 2 `selector_top_k` equal to a 151 936-token "
+        "vocabulary reached the allocator (`DefaultCPUAllocator: can't allocate memory`, 646 GB); `eval "
+        "max_new_tokens=2000000000` on a target claiming 2^40 positions reached the allocator too (a 256 GB drafter KV cache); `convert` "
+        "read a tensor before any check of its size against memory; a `conv_kernel_size` past the block "
+        "crashed `draft` with a traceback and `convert to=speculators` wrote a checkpoint speculators' "
+        "loader refuses (`kernel_size (4) cannot exceed block_size (3)`); an eval prompt token past the "
+        "vocabulary was not checked; a shard symlinked to another file had that file's first 8 bytes quoted "
+        "(as the header length); a JSON Lines prompt holding U+2028 was refused as not JSON (`str.splitlines`); "
+        "`emit` wrote a `resolved.json` larger than the package's import reads; a FIFO in a cached revision "
+        "was left to whichever reader met it (elsewhere in the revision the run went on beside it); the Kimi-K3 DSpark speculator's config "
+        "(`transformer_layer_config.flex_attention_backend`) was refused whole.",
+        "",
+        "What happens now: the draft estimate counts the selector (`framework/runtime/memory.py` "
+        "`selector_bytes`) and `run_draft`'s own check does too; `eval` checks every prompt id against both "
+        "vocabularies and the longest sequence's KV caches and prefill logits against free memory "
+        "(`framework/eval/bounds.py`); `convert` checks its largest group against `MemAvailable` and its output "
+        "against the destination's free disk before reading (`framework/convert/execute.py` `check_plan_fits`); "
+        "an index lists at most 65 536 shards; taps past the block add nothing (as TensorRT-LLM, z-lab and "
+        "llama.cpp compute it) and `export.unsupported: conv_over_block` refuses the speculators export; a "
+        "shard linking out of its folder (or, in a cached revision, its repo's `blobs/`) is refused by name; "
+        "prompt files split lines at `\\n` only; `emit` checks the written size against "
+        "`names.MAX_PACKAGE_DATA_BYTES`, the constant the import reads with; every entry of a cached revision "
+        "is `stat`ed (never opened) and anything but folders and regular files refused; attention backend "
+        "choices and training-only keys are declared irrelevant by the family, each with its reason in the "
+        "loading report, and any other key is still refused.",
+        "",
+    ],
 }
 
 
@@ -91,7 +132,7 @@ def main() -> int:
            f"{wall:.0f} s wall, {len(rows)} cases.", ""]
     for area, title in AREAS.items():
         items = sorted((k, r, n) for (a, k, r), n in counts.items() if a == area)
-        out += [f"## {title}", "", f"Demanded of every case: {DEMANDS[area]}", "",
+        out += [f"## {title}", "", *NOTES.get(area, []), f"Demanded of every case: {DEMANDS[area]}", "",
                 "| Case | Count | Result | Test |", "|---|---:|---|---|"]
         out += [f"| {k} | {n} | {r} | {', '.join(f'`{t}`' for t in sorted(tests[(area, k, r)]))} |"
                 for k, r, n in items]
@@ -137,6 +178,14 @@ def main() -> int:
             "(`block_size` <= 4096, heads <= 4096, vocab <= 2^24) and the draft step's scores and logits in the "
             "memory estimate; every integer key <= 2^31-1 and at most 64 digits; `threads` <= the CPUs this "
             "process may use.",
+            "- Allocations (issue 46): the draft step's estimate includes DFlash 2's candidate selector (sort and "
+            "path logits over the vocabulary, `4 k r` gathered codebook values, `2 k k` pairwise scores per drafted "
+            "position); `eval`: prompt ids inside both vocabularies, the longest sequence's drafter and target KV "
+            "and prefill logits within the device's free memory; `convert`: the largest group (sources, outputs, "
+            "two queued output groups) within `MemAvailable`, the output within the destination's free disk; an "
+            "index names at most 65 536 shard files; `resolved.json` at most `names.MAX_PACKAGE_DATA_BYTES` "
+            "(4 MiB) on both sides of `emit`; a cached revision walked by `stat` (at most 100 000 entries, 32 "
+            "levels), FIFOs, devices and sockets refused.",
             "- Scratch: `draft`/`eval` conversions and `convert to=`'s export copy live in owned folders "
             "(`draftsmith-scratch-<pid>-*`, `.draftsmith-export-<pid>-*`) removed on exit and, after a SIGKILL, "
             "by the next run.",

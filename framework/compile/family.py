@@ -73,6 +73,18 @@ class GQADFlash:
                              "none are given (they are required here); exports keep it",
         "max_window_layers": "Qwen3Config derives layer_types from it only when they are absent "
                              "(attention.hf_window_switch then refuses use_sliding_window)",
+        # attention backend choices: which kernel computes the same attention (the mask and the
+        # lowering are the record's, from the layer types, windows and causality keys)
+        "_attn_implementation": "transformers' attention kernel choice (eager, sdpa, flash, flex): same attention",
+        "attn_implementation": "transformers' attention kernel choice (eager, sdpa, flash, flex): same attention",
+        "_attn_implementation_autoset": "transformers' record that it picked the attention kernel itself",
+        "flex_attention_backend": "the kernel a training run used for flex attention (the Kimi-K3 DSpark "
+                                  "speculator's transformer_layer_config carries it): same attention",
+        # library bookkeeping and training-only switches
+        "_commit_hash": "the hub commit transformers loaded the config from",
+        "gradient_checkpointing": "recomputes activations in training backward passes: same forward",
+        "dropout": "dropout is inactive at inference",
+        "hidden_dropout": "dropout is inactive at inference",
     }
     #: keys no forward reads that exports keep: the target's depth (readers derive layer ids from it
     #: when none are given) and the RoPE table size (z-lab's MLX loader requires it)

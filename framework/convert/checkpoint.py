@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 #: a safetensors header (the format's own readers cap it at 100 MB)
 MAX_HEADER_BYTES = 100 * 2**20
 INDEX = "model.safetensors.index.json"
+#: most shard files an index may list (the largest published checkpoints have a few thousand)
+MAX_INDEX_SHARDS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ def read_index(source: Path) -> dict[str, str] | None:
     if type(size) not in (int, float) or size < 0 or size != int(size):
         raise UserError(f"{index}: metadata.total_size: expected a non-negative whole number of bytes, "
                         f"found {str(size)[:40]!r}")
+    shards = len({v for v in weight_map.values() if isinstance(v, str)})
+    if shards > MAX_INDEX_SHARDS:
+        raise UserError(f"{index}: lists {shards} shard files, more than {MAX_INDEX_SHARDS}; refused before opening any")
     for k, v in weight_map.items():
         if not (isinstance(v, str) and v and "/" not in v and "\\" not in v and v not in (".", "..")
                 and "\0" not in v):
@@ -90,6 +95,23 @@ def read_index(source: Path) -> dict[str, str] | None:
 
 
 _UNREAD = object()
+
+
+def check_shard_link(path: Path, source: Path) -> None:
+    """Refuse, by name and before it is opened, a shard that is a symbolic link leading out of
+    ``source``. Links are followed only to a file inside ``source`` or, for a folder in a Hugging
+    Face cache snapshot (``<repo>/snapshots/<commit>/...``), inside that repo's ``blobs/`` (the
+    cache's own layout). The target's path and bytes never reach the message."""
+    if not os.path.islink(path):
+        return
+    real = os.path.realpath(path)
+    homes = [os.path.realpath(source)]
+    snapshot = next((p for p in (source, *source.parents) if p.parent.name == "snapshots"), None)
+    if snapshot is not None:  # a drafter folder inside a cached revision (its root or a subfolder)
+        homes.append(os.path.realpath(snapshot.parent.parent / "blobs"))
+    if not any(real.startswith(home + os.sep) for home in homes):
+        raise UserError(f"{path}: a symbolic link leading out of the checkpoint folder{' and its cache blobs' if len(homes) > 1 else ''}; "
+                        "refused (copy the shard into the folder)")
 
 
 def shard_files(source: Path, weight_map=_UNREAD) -> list[Path]:
@@ -104,12 +126,14 @@ def shard_files(source: Path, weight_map=_UNREAD) -> list[Path]:
                 held = sorted(k for k, v in weight_map.items() if v == f.name)
                 raise UserError(f"{index}: names shard {f.name}, which does not exist "
                                 f"(it should hold {len(held)} tensor(s): {', '.join(held[:3])}{', ...' if len(held) > 3 else ''})")
+            check_shard_link(f, source)
             check_regular(f, f"shard named by {INDEX}")
         return files
     files = sorted(source.glob("*.safetensors"))
     if not files:
         raise UserError(f"{source}: no *.safetensors files{drafter_subfolder_hint(source)}")
     for f in files:
+        check_shard_link(f, source)
         check_regular(f, "safetensors shard")
     return files
 
@@ -125,9 +149,9 @@ def read_header(path: Path) -> dict[str, tuple[TensorMeta, int]]:
         if len(head) < 8:
             raise UserError(f"{path}: truncated (no safetensors header)")
         n = int.from_bytes(head, "little")
-        if n > min(size - 8, MAX_HEADER_BYTES):
-            raise UserError(f"{path}: header length {n} exceeds the file ({size} bytes) or "
-                            f"{MAX_HEADER_BYTES} bytes: truncated or not safetensors")
+        if n > min(size - 8, MAX_HEADER_BYTES):  # the value is the file's own bytes: never shown
+            raise UserError(f"{path}: its first 8 bytes are no header length within the file ({size} bytes) "
+                            f"and {MAX_HEADER_BYTES} bytes: truncated or not safetensors")
         blob = f.read(n)
         if len(blob) < n:
             raise UserError(f"{path}: truncated (header shorter than its stated {n} bytes)")
@@ -232,6 +256,7 @@ def locate(source: Path, names: list[str], optional: set[str] = frozenset()) -> 
     else:
         files = sorted({source / weight_map[n] for n in names if n in weight_map})
         for f in files:
+            check_shard_link(f, source)
             check_regular(f, f"shard named by {INDEX}")
     found: dict[str, SourceTensor] = {}
     for f in files:

@@ -8,6 +8,7 @@ checkpoint. On any failure nothing exists at the destination.
 from __future__ import annotations
 
 import json
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,8 @@ from ...transforms.base import Context, TransformError
 
 from ..errors import UserError
 from ..io.gc_pause import paused_gc
+from ..io import host_memory
+from ..io.host_memory import gib
 from ..io.publish import atomic_dir, publish, remove_temp, step_point
 from .batch import convert_window, finite, windows
 from .checkpoint import TensorReader
@@ -47,6 +50,48 @@ def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor],
     return {n: tensors[n] for n in group.outputs}
 
 
+#: output groups the write queue may hold while the next group converts (``WriteQueue(depth=2)``)
+QUEUED_GROUPS = 2
+
+
+def peak_bytes(plan: Plan) -> tuple[int, Group | None]:
+    """What converting ``plan`` holds in memory at once, at least (bytes), and the group that sets
+    it: one group's sources (read whole, each into memory of its own) and outputs, plus
+    :data:`QUEUED_GROUPS` of the largest output groups waiting to be written."""
+    def outs(g: Group) -> int:
+        return sum(plan.outputs[n].nbytes for n in g.outputs)
+
+    biggest = max(plan.groups, key=lambda g: g.nbytes + outs(g), default=None)
+    if biggest is None:
+        return 0, None
+    queued = QUEUED_GROUPS * max(outs(g) for g in plan.groups)
+    return biggest.nbytes + outs(biggest) + queued, biggest
+
+
+def check_plan_fits(plan: Plan, out: Path) -> None:
+    """Refuse, before anything is allocated or written, a plan whose largest group does not fit
+    in the machine's available memory (:func:`peak_bytes` against ``MemAvailable``), naming its
+    largest tensor and shard, or whose output does not fit on the destination's file system (the
+    planned shard bytes against its free space)."""
+    need, group = peak_bytes(plan)
+    have = host_memory.available_bytes()
+    if group is not None and have is not None and need > have:
+        sized = [s for s in group.sources if s in plan.sources]
+        big = max(sized, key=lambda s: plan.sources[s].meta.nbytes) if sized else group.outputs[0]
+        st = plan.sources.get(big)
+        where = f"{st.file}: tensor {big} ({st.meta}, {gib(st.meta.nbytes)})" if st else f"tensor {big}"
+        raise UserError(f"{where}: converting it needs about {gib(need)} of memory, more than the {gib(have)} "
+                        "available (MemAvailable); refused before reading it")
+    total = sum(m.nbytes for m in plan.outputs.values())
+    try:
+        free = shutil.disk_usage(out.parent if str(out.parent) else Path(".")).free
+    except OSError:
+        return  # a missing parent folder is refused by the writer, naming out=
+    if total > free:
+        raise UserError(f"out={out}: the converted shards hold {gib(total)}, more than the {gib(free)} free on its "
+                        "file system; refused before writing")
+
+
 def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
     """Write the converted checkpoint of a complete plan to ``out`` (atomically)."""
     import torch
@@ -54,6 +99,7 @@ def execute(plan: Plan, out: Path, overwrite: bool = False, progress: bool = Tru
     if not plan.complete:
         raise UserError(*plan.problem_lines())
     out = Path(out)
+    check_plan_fits(plan, out)
     protect = [plan.source] if plan.source else []
     tmp = atomic_dir(out, overwrite, "convert", protect)
     threads = torch.get_num_threads()

@@ -179,6 +179,9 @@ _FEATURES = {
     "target_hidden": (lambda r: r.dims.target_hidden != r.dims.hidden,
                       lambda r: f"a target hidden size ({r.dims.target_hidden}) other than the drafter's "
                                 f"hidden size ({r.dims.hidden})"),
+    "conv_over_block": (lambda r: r.dflash2 is not None and r.dflash2.conv.kernel_size > r.block_size,
+                        lambda r: f"dflash_config.conv_kernel_size {r.dflash2.conv.kernel_size} larger than "
+                                  f"block_size {r.block_size} (its loader: kernel_size cannot exceed block_size)"),
 }
 
 

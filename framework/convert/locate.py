@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
 from ..errors import UserError
-from ..io.safe_read import MAX_CONFIG_BYTES, is_regular, load_json
+from ..io.safe_read import MAX_CONFIG_BYTES, file_kind, is_regular, load_json
 from ..io.hub_cache import snapshot_folder  # bounded: a revision never leaves the cache
 
 #: ``org/name`` or ``org/name@revision`` (Hugging Face's repo-id characters).
@@ -100,9 +101,48 @@ def given_folder(text: str, key: str = "source") -> tuple[Path, str]:
         if m is None:
             raise UserError(f"{key}={text}: no such folder")
         path, how = from_hub_cache(m["repo"], m["rev"], key), "Hugging Face cache"
+        check_revision_files(path, f"{key}={text}")
     if not path.is_dir():
         raise UserError(f"{key}={text}: not a folder")
     return path, how
+
+
+#: most entries (files and folders) of a cached revision walked; real drafters hold a few dozen
+MAX_REVISION_ENTRIES = 100_000
+#: deepest folder nesting of a cached revision walked
+MAX_REVISION_DEPTH = 32
+
+
+def check_revision_files(snapshot: Path, where: str) -> None:
+    """Refuse, before anything in it is opened, a cached revision holding anything but folders and
+    regular files: a FIFO (held open by a writer or not), device or socket anywhere in it, also
+    behind a symbolic link (``stat`` follows links and never opens or blocks). Links are not
+    walked into; dangling ones are left to the reader. Bounded: :data:`MAX_REVISION_ENTRIES`
+    entries, :data:`MAX_REVISION_DEPTH` levels. One line naming the entry."""
+    todo, seen = [(snapshot, 0)], 0
+    while todo:
+        folder, depth = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as e:
+            raise UserError(f"{where}: {folder}: cannot be listed ({e.strerror or e})") from None
+        for entry in entries:
+            seen += 1
+            if seen > MAX_REVISION_ENTRIES:
+                raise UserError(f"{where}: {snapshot} holds more than {MAX_REVISION_ENTRIES} entries; refused")
+            try:
+                mode = os.stat(entry.path).st_mode
+            except (OSError, ValueError):
+                continue  # dangling link: the reader that needs the file says so
+            if stat.S_ISDIR(mode):
+                if not entry.is_symlink():
+                    if depth + 1 > MAX_REVISION_DEPTH:
+                        raise UserError(f"{where}: {entry.path}: folders nested deeper than {MAX_REVISION_DEPTH} "
+                                        "levels; refused")
+                    todo.append((Path(entry.path), depth + 1))
+            elif not stat.S_ISREG(mode):
+                raise UserError(f"{where}: {entry.path}: is {file_kind(mode)} in the cached revision, not a regular "
+                                "file; refused (nothing in the revision was opened)")
 
 
 def drafter_folder(path: Path, text: str, subfolders: Iterable[str], key: str = "source") -> tuple[Path, str]:

@@ -40,6 +40,7 @@ from ..spec.loading import load_spec
 from ..compile.trtllm_limits import trtllm_notes, trtllm_problems
 from .binding import PACKAGE_DATA, PackagedDrafter, rope_scaling_problem
 from .fixed import PYTHON_FILES
+from . import names
 from .names import GENERATED, check_backbone, check_identifier, check_package_data
 
 DEFAULT = "default"  # sentinel: the spec's engine.trtllm_backbone, else the generated backbone
@@ -325,7 +326,11 @@ def write_package(
         data = {"adapter": adapter.name, "architecture": architecture, "decoding_type": dtype,
                 "backbone": backbone, "package": package, "resolved": resolved.section()}
         check_package_data(data)
-        PackagedDrafter(json.loads(json.dumps(data)))  # exactly what the import will read
+        package_data = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+        if len(package_data) > names.MAX_PACKAGE_DATA_BYTES:  # ASCII: characters are bytes
+            raise ValueError(f"{PACKAGE_DATA} would hold {len(package_data)} bytes, more than the "
+                             f"{names.MAX_PACKAGE_DATA_BYTES} the package's import reads")
+        PackagedDrafter(json.loads(package_data))  # exactly what the import will read
     except ValueError as e:
         raise UserError(f"{where}: {str(e).splitlines()[0]}") from None
     speculative_model = str(_config_folder(config)) if config is not None and "draftsmith" in flat else None
@@ -336,7 +341,7 @@ def write_package(
     telemetry = f"{architecture!r},"
     files = {
         **PYTHON_FILES,
-        PACKAGE_DATA: json.dumps(data, indent=1, sort_keys=True, ensure_ascii=True) + "\n",
+        PACKAGE_DATA: package_data,
         "speculative_config.yaml": snippet,
         "PASTE.md": _paste_text(arch_row, telemetry),
     }

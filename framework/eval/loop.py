@@ -25,6 +25,7 @@ import torch
 
 from ..errors import UserError
 
+from .bounds import check_eval_memory, check_prompt_ids, target_kv_per_token
 from .drafter import Drafter
 from .prompts import check_prompt_tokens, read_prompts
 from .report import EvalReport, PromptResult
@@ -101,10 +102,17 @@ def run_eval(target: str | Path, checkpoint: str | Path, prompts: str | Path | l
 
     where = f"prompts={prompts}" if isinstance(prompts, (str, Path)) else "prompt"
     encoded = []
+    target_vocab = int(tgt.model.get_input_embeddings().weight.shape[0])  # the ids the target can read
+    vocab = min(target_vocab, drafter.resolved.dims.vocab)
     for i, text in enumerate(texts, 1):  # every prompt bounded before any decoding
         ids = tgt.encode(text)
         check_prompt_tokens(f"{where}: prompt {i}", len(ids), max_new_tokens, drafter.max_draft_len, tgt.max_positions)
+        check_prompt_ids(f"{where}: prompt {i}", ids, vocab)
         encoded.append(ids)
+    longest = max(len(ids) for ids in encoded)  # the sizes speculative() allocates for, before it runs
+    el = tgt.dtype.itemsize
+    check_eval_memory(drafter.resolved, drafter.dtype.itemsize, str(dev), longest + max_new_tokens + drafter.max_draft_len + 1, longest,
+                      target_kv_per_token(tgt.model.config, el), target_vocab, el, max_new_tokens)
     results = []
     for ids in encoded:
         _sync(dev)

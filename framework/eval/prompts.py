@@ -38,7 +38,10 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
     except UnicodeDecodeError as e:
         raise UserError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     prompts: list[str] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" only (a "\r" before it is dropped): U+2028, U+0085 and the other breaks
+    # that str.splitlines honours are characters inside a prompt (and valid inside JSON strings)
+    for n, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         if p.suffix == ".jsonl":

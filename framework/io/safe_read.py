@@ -31,8 +31,10 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCH
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular ``st_mode`` is, for messages ("a FIFO", "a directory", ...)."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
 
 
 def is_regular(path: Path) -> bool:
@@ -53,7 +55,7 @@ def check_regular(path: Path, what: str = "") -> os.stat_result:
     except (OSError, ValueError) as e:
         raise UserError(f"{label}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{label}: is {_kind(st.st_mode)}, not a regular file")
+        raise UserError(f"{label}: is {file_kind(st.st_mode)}, not a regular file")
     return st
 
 
@@ -67,7 +69,7 @@ def open_regular(path: Path, what: str = "") -> BinaryIO:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{path}: is {_kind(st.st_mode)}, not a regular file")
+            raise UserError(f"{path}: is {file_kind(st.st_mode)}, not a regular file")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

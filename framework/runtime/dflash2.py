@@ -62,7 +62,7 @@ def grouped_block_conv(rows: torch.Tensor, coeff: torch.Tensor, base: torch.Tens
     ``rows [N, h]``; ``coeff [N, T, G]`` (this side's coefficients, of the row written);
     ``base [T, h]``. ``out[t, c] = sum_{i <= min(T-1, t)} (base[i, c] + coeff[t, i, c // g])
     * rows[t - i, c]`` with ``t`` the slot in its block: causal, zero before slot 0, never
-    across blocks. Float32 inside; returns ``[N, h]`` in ``rows``' dtype.
+    across blocks (so taps ``>= block`` add nothing: ``conv_kernel_size`` may exceed the block). Float32 inside; returns ``[N, h]`` in ``rows``' dtype.
     """
     n, h = rows.shape
     taps = base.shape[0]
@@ -73,7 +73,7 @@ def grouped_block_conv(rows: torch.Tensor, coeff: torch.Tensor, base: torch.Tens
     per_channel = coeff.float().index_select(-1, group_index(h, group_size, rows.device))
     weight = base.float().unsqueeze(0) + per_channel  # [N, T, h]
     out = weight[:, 0] * y
-    for tap in range(1, taps):
+    for tap in range(1, min(taps, block)):  # a tap reaching past the block's first slot adds nothing
         earlier = F.pad(y[:-tap], (0, 0, tap, 0))  # row t reads row t - tap
         out = out + weight[:, tap] * earlier * (slot >= tap).unsqueeze(-1)
     return out.to(rows.dtype)

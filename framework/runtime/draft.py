@@ -9,7 +9,6 @@ paged cache, and runs one draft step. Deterministic for a given seed, whatever t
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,7 +25,8 @@ from . import get_host
 from .kv_cache import ring_pages
 from .dflash2 import Chain
 from .loading import build_drafter
-from .memory import block_bytes
+from . import memory
+from .memory import block_bytes, selector_bytes
 
 CHUNK = 8192  # rows of random context generated (and seeded) together
 
@@ -195,7 +195,8 @@ def estimate_bytes(cfg, context: int, batch: int, page_size: int, dtype: torch.d
     """Bytes ``run_draft`` allocates at least: the paged KV cache (full layers hold ``context``
     tokens, windowed ones a ring of ``W-1`` plus a page) and the random context rows it
     generates (every row with a full layer or ``dump``; else a window's worth), and the block
-step's scores and logits (:func:`~.memory.block_bytes`)."""
+step's scores and logits (:func:`~.memory.block_bytes`) and DFlash 2's candidate selector
+(:func:`~.memory.selector_bytes`)."""
     per_token = 2 * cfg.dims.kv_heads * cfg.dims.head_dim * torch.empty((), dtype=dtype).element_size()
     tokens = 0
     for m in cfg.masks:
@@ -205,16 +206,14 @@ step's scores and logits (:func:`~.memory.block_bytes`)."""
                  default=context)
     rows = context if dump else widest
     width = cfg.dims.num_target_layers * cfg.dims.target_hidden
-    block = block_bytes(cfg.block_size, widest, cfg.dims.heads, cfg.dims.vocab, batch)
+    block = block_bytes(cfg.block_size, widest, cfg.dims.heads, cfg.dims.vocab, batch) + selector_bytes(cfg, batch)
     return batch * (tokens * per_token + rows * width * 4) + min(rows, CHUNK) * width * 4 + block
 
 
 def available_bytes(device: torch.device) -> int | None:
     """Free memory on ``device`` (CUDA: free device memory; CPU: available RAM), or None."""
     try:
-        if device.type == "cuda":
-            return torch.cuda.mem_get_info(device)[0]
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return memory.free_bytes(str(device))
     except (ValueError, OSError, RuntimeError, AttributeError):
         return None
 

@@ -9,8 +9,9 @@ layer ``min(context, window)`` positions, or ``context`` for a full-attention la
 (``rows * num_target_layers * target_hidden`` in float32 plus their cast copy; rows: the
 whole context when a layer sees all of it, else the widest window), and the block's step
 (``block``: per sequence the attention scores ``heads * B * (rows + B)`` and the logits
-``B * vocab``, float32, plus one ``B * (rows + B)`` mask): a huge ``block_size``, head count
-or vocabulary is refused here, before anything is allocated.
+``B * vocab``, float32, plus one ``B * (rows + B)`` mask), and DFlash 2's candidate selector
+(:func:`selector_bytes`): a huge ``block_size``, head count, vocabulary, ``selector_top_k`` or
+``selector_rank`` is refused here, before anything is allocated.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ...lowering.base import LOWERINGS, device_class
 from ..compile.resolved import ResolvedDrafter
 from ..convert.checkpoint import read_config
 from ..errors import UserError
+from ..io import host_memory
 
 _BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -54,7 +56,21 @@ def estimate_bytes(r: ResolvedDrafter, weight_bytes: int, context: int, batch: i
         "kv": kv,
         "context_rows": rows * d.num_target_layers * d.target_hidden * (4 + el),
         "block": block_bytes(r.block_size, rows, d.heads, d.vocab, batch),
+        "selector": selector_bytes(r, batch),
     }
+
+
+def selector_bytes(r: ResolvedDrafter, batch: int) -> int:
+    """DFlash 2's candidate selector per step (bytes; 0 without one), for ``K`` drafted positions of
+    ``batch`` sequences, vocabulary ``V``, ``k = selector_top_k``, ``r = selector_rank``: the sort
+    that picks the candidates (float32 values and int64 ids over ``V``) and the path logits
+    (float32 ``V``); the gathered predecessor and successor codebook rows, the gated rows and
+    their float32 copies (``4 * k * r`` float32); the pairwise scores and their sum with the
+    unary ones (``2 * k * k`` float32)."""
+    if r.dflash2 is None:
+        return 0
+    k, rank = r.dflash2.selector.top_k, r.dflash2.selector.rank
+    return batch * r.max_draft_len * (r.dims.vocab * (4 + 8 + 4) + 4 * 4 * k * rank + 2 * 4 * k * k)
 
 
 def block_bytes(block: int, rows: int, heads: int, vocab: int, batch: int) -> int:
@@ -68,14 +84,15 @@ def free_bytes(device: str) -> int | None:
     if device.startswith("cuda"):
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return host_memory.available_bytes()
+
+
+def selector_part(r: ResolvedDrafter, n: int) -> str:
+    """The selector's share of a refusal ("" without one)."""
+    if r.dflash2 is None:
+        return ""
+    sel = r.dflash2.selector
+    return f"candidate selector {_gib(n)} (selector_top_k {sel.top_k}, selector_rank {sel.rank}), "
 
 
 def _gib(n: int) -> str:
@@ -96,6 +113,7 @@ def check_draft_memory(checkpoint: Path, device: str, context: int, batch: int) 
             f"context={context} batch={batch}: the draft step needs about {_gib(total)} (KV cache {_gib(parts['kv'])}"
             f"{f' for {full} full-attention layer(s)' if full else ''}, context rows {_gib(parts['context_rows'])}, "
             f"block step {_gib(parts['block'])} (block_size {r.block_size}), "
+            f"{selector_part(r, parts['selector'])}"
             f"weights {_gib(parts['weights'] + parts['target'])}), more than the {_gib(free)} free on {device}; "
             "lower context= or batch= (or fix the config's sizes)")
     return total

@@ -325,14 +325,16 @@ class ExportSpec(Strict):
         "an export from this format never carries them into another format.",
     )
     unsupported: list[Literal["swiglu_oai", "partial_rotary", "causal_windows", "heads", "target_hidden",
-                              "mlp_bias", "mixed_causality"]] = Field(
+                              "mlp_bias", "mixed_causality", "conv_over_block"]] = Field(
         default_factory=list,
         description="Drafter features this format's own runtime cannot run; an export of a drafter using "
         "one is refused: `swiglu_oai` (the clamped OpenAI SwiGLU), `partial_rotary` (rotary_dim < "
         "head_dim), `causal_windows` (a causal sliding-window layer), `heads` (Markov or confidence head), "
         "`target_hidden` (a target hidden size other than the drafter's), `mlp_bias` (biases on the MLP's "
         "projections: transformers' `Qwen3MLP` has none), `mixed_causality` (layers of differing causality: "
-        "vLLM's reader of the speculators format applies one causality to every layer).",
+        "vLLM's reader of the speculators format applies one causality to every layer), `conv_over_block` "
+        "(a DFlash 2 `conv_kernel_size` larger than `block_size`: speculators' `GroupedDynamicCausalConv` "
+        "refuses it).",
     )
 
 
