@@ -150,6 +150,9 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "engine.trtllm_backbone, else generated)"),
         Key("config", "path", None, "a converted config.json (or its folder) to emit for (default: the "
             "adapter's synth.config)"),
+        Key("target_architecture", "str", None, "the target model's architectures[0]: the package re-registers "
+            "TensorRT-LLM's own class for it so worker processes import the package and build its drafter "
+            "(without it they build TensorRT-LLM's own drafter class)"),
         _with(OVERWRITE, help="replace an out= package that draftsmith emit wrote (never anything else)"),
         THREADS), overrides=True),
     Command("docs", "regenerate (or check) the generated docs from the adapters and this table", (

@@ -358,7 +358,7 @@ def cmd_emit(opts, spec, path):
     backbone = None if backbone == "none" else backbone
     # overwrite= reaches atomic_dir/publish (command "emit": never a folder another command wrote)
     res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone), config=opts.get("config"),
-                        overwrite=opts["overwrite"])
+                        overwrite=opts["overwrite"], target_architecture=opts.get("target_architecture"))
     print(res.summary())
     return 0
 

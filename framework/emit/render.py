@@ -225,6 +225,7 @@ def emit(
     overrides: Sequence[str] = (),
     package: Optional[str] = None,
     overwrite: bool = False,
+    target_architecture: Optional[str] = None,
 ) -> EmitResult:
     """Write the custom-model package for ``adapter`` into ``out`` and return what was written.
 
@@ -232,6 +233,9 @@ def emit(
     :data:`GENERATED`, a TensorRT-LLM ``"module:Class"``, or ``None`` to register none.
     ``config``: a converted ``config.json`` (or its folder) the snippet describes (its folder
     becomes ``speculative_model``); default the adapter's ``synth.config``.
+    ``target_architecture``: the target's ``architectures[0]``; the package then re-registers
+    TensorRT-LLM's own class for it, which carries the package into TensorRT-LLM's worker processes
+    (:func:`~.runtime.register_target`; without it a worker builds TensorRT-LLM's own drafter class).
     """
     if target != "trtllm":
         raise UserError(f"target={target!r}: unknown; known: trtllm")
@@ -240,7 +244,7 @@ def emit(
     return write_package(
         compiled, Path(yaml_path), Path(out), default_engine(compiled, backbone), config=config,
         package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
-        overwrite=overwrite,
+        overwrite=overwrite, target_architecture=target_architecture,
     )
 
 
@@ -305,6 +309,7 @@ def write_package(
     package: Optional[str] = None,
     explicit_max_draft_len: Optional[int] = None,
     overwrite: bool = False,
+    target_architecture: Optional[str] = None,
 ) -> EmitResult:
     """Validate and write the package for a compiled ``adapter`` (needs ``name``,
     ``architectures``, ``flatten_config``) whose spec file is ``yaml_path``. Every value it
@@ -324,6 +329,8 @@ def write_package(
         dtype = decoding_type(resolved)
         data = {"adapter": adapter.name, "architecture": architecture, "decoding_type": dtype,
                 "backbone": backbone, "package": package, "resolved": resolved.section()}
+        if target_architecture is not None:
+            data["target_architecture"] = check_identifier(target_architecture, "target_architecture")
         check_package_data(data)
         PackagedDrafter(json.loads(json.dumps(data)))  # exactly what the import will read
     except ValueError as e:
@@ -359,13 +366,28 @@ def write_package(
         adapter_file=Path(yaml_path), sha256=file_sha256(yaml_path) if Path(yaml_path).is_file() else "",
         architecture=architecture, max_draft_len=max_draft_len, speculative_config=snippet,
         arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype, example_values=example,
-        notes=[*(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
-                 "wrongly; serve with one process" for p in worker_mask_problems(resolved)),
+        notes=[worker_note(architecture, target_architecture),
+               *(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
+                 "wrongly; serve with one process" for p in worker_mask_problems(resolved)
+                 if target_architecture is None),
                *(f"warning: {n}" for n in trtllm_notes(resolved)),
                f"max_draft_len: {reason}",
                "checked against TensorRT-LLM's own source excerpts and stand-ins (tests/conformance/trtllm); "
                "never run inside TensorRT-LLM itself (docs/serving-on-trtllm.md)"],
     )
+
+
+def worker_note(architecture: str, target_architecture: Optional[str]) -> str:
+    """The one line ``emit`` prints on which drafter class TensorRT-LLM's worker processes build
+    (docs/serving-on-trtllm.md, "What runs where")."""
+    if target_architecture is not None:
+        return (f"worker processes: the package re-registers TensorRT-LLM's own {target_architecture!r} class "
+                "(unchanged), so a worker's first lookup imports it and builds this drafter class (every "
+                "deployment whose target's architectures[0] is that name)")
+    return ("warning: no target_architecture= given: TensorRT-LLM's worker processes (every deployment but TP 1 "
+            "with TLLM_WORKER_USE_SINGLE_PROCESS=1) build TensorRT-LLM's own drafter class on "
+            f"{architecture!r}'s backbone, not this package's; re-emit with target_architecture=<the target's "
+            "config.json architectures[0]>")
 
 
 def _config_folder(config: Path) -> Path:
