@@ -117,7 +117,7 @@ def linear_forward(self, input, *, all_reduce_params=None, lora_params=None, lay
     return out
 
 
-def gloo_all_reduce(mapping):
+def gloo_all_reduce():
     """STAND-IN for ``_torch.distributed.AllReduce`` (NCCL): the sum over the TP group, on gloo."""
     import torch.distributed as dist
 
@@ -160,7 +160,7 @@ def worker(a):
         import torch.distributed as dist
 
         dist.init_process_group("gloo", init_method=a["dist_init"], rank=m["rank"], world_size=m["tp_size"])
-        sys.modules["tensorrt_llm._torch.modules.linear"].AllReduce = gloo_all_reduce(None)
+        sys.modules["tensorrt_llm._torch.distributed"].AllReduce = gloo_all_reduce()  # Linear.__init__ imports it
     sys.modules["tensorrt_llm._torch.modules.rms_norm"].RMSNorm.forward = rms_norm_forward
     sys.modules["tensorrt_llm._torch.modules.linear"].Linear.forward = linear_forward
     os.environ["TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL"] = "1"  # _load_weights_impl's serial branch (deep/)
