@@ -366,10 +366,10 @@ def write_package(
         adapter_file=Path(yaml_path), sha256=file_sha256(yaml_path) if Path(yaml_path).is_file() else "",
         architecture=architecture, max_draft_len=max_draft_len, speculative_config=snippet,
         arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype, example_values=example,
-        notes=[worker_note(architecture, target_architecture),
+        notes=[worker_note(architecture, target_architecture, resolved),
                *(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
-                 "wrongly; serve with one process" for p in worker_mask_problems(resolved)
-                 if target_architecture is None),
+                 "wrongly; serve with one process or re-emit with target_architecture=" for p in
+                 worker_mask_problems(resolved) if target_architecture is None),
                *(f"warning: {n}" for n in trtllm_notes(resolved)),
                f"max_draft_len: {reason}",
                "checked against TensorRT-LLM's own source excerpts and stand-ins (tests/conformance/trtllm); "
@@ -377,17 +377,35 @@ def write_package(
     )
 
 
-def worker_note(architecture: str, target_architecture: Optional[str]) -> str:
+def builtin_math_differences(r: ResolvedDrafter) -> list[str]:
+    """What TensorRT-LLM's own drafter class would compute differently from ``r`` besides the masks
+    of :func:`worker_mask_problems` (printed on their own lines): it applies neither a DFlash 2
+    unary transform nor an ``input_embedding_scale``."""
+    out = []
+    d2 = r.dflash2
+    if d2 is not None:
+        u = d2.selector.unary
+        if u.multiplier != 1 or u.softcap is not None:
+            out.append(f"the DFlash 2 unary transform (output_multiplier {u.multiplier}, final_logit_softcapping "
+                       f"{u.softcap})")
+        if d2.input_embedding_scale != 1:
+            out.append(f"input_embedding_scale {d2.input_embedding_scale}")
+    return out
+
+
+def worker_note(architecture: str, target_architecture: Optional[str], r: ResolvedDrafter) -> str:
     """The one line ``emit`` prints on which drafter class TensorRT-LLM's worker processes build
     (docs/serving-on-trtllm.md, "What runs where")."""
     if target_architecture is not None:
         return (f"worker processes: the package re-registers TensorRT-LLM's own {target_architecture!r} class "
                 "(unchanged), so a worker's first lookup imports it and builds this drafter class (every "
                 "deployment whose target's architectures[0] is that name)")
+    differs = builtin_math_differences(r)
     return ("warning: no target_architecture= given: TensorRT-LLM's worker processes (every deployment but TP 1 "
             "with TLLM_WORKER_USE_SINGLE_PROCESS=1) build TensorRT-LLM's own drafter class on "
-            f"{architecture!r}'s backbone, not this package's; re-emit with target_architecture=<the target's "
-            "config.json architectures[0]>")
+            f"{architecture!r}'s backbone, not this package's"
+            + (f", which drafts this drafter with different math ({'; '.join(differs)})" if differs else "")
+            + "; re-emit with target_architecture=<the target's config.json architectures[0]>")
 
 
 def _config_folder(config: Path) -> Path:

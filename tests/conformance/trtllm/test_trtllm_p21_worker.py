@@ -179,3 +179,25 @@ def test_without_target_architecture_a_worker_builds_tensorrt_llms_own_class(dep
     assert res["imported_before_builder_lookup"] == []
     assert res["builder"].startswith("tensorrt_llm._torch.models."), res["builder"]
     assert res["drafter_class"].startswith("tensorrt_llm._torch.models."), res["drafter_class"]
+
+
+def test_emit_names_the_math_tensorrt_llms_own_class_would_change(tmp_path):
+    """A z-lab DFlash 2 drafter without ``target_architecture=``: the one warning line says the workers'
+    own class drafts it with different math (the unary transform it does not apply); with it, no warning."""
+    r = cli("emit", "adapter=zlab_dflash2", f"out={tmp_path / 'plain'}")
+    assert r.returncode == 0, r.stderr
+    line = [l for l in r.stdout.splitlines() if "no target_architecture= given" in l]
+    assert len(line) == 1 and "different math" in line[0] and "unary transform" in line[0], r.stdout
+    r = cli("emit", "adapter=zlab_dflash2", f"out={tmp_path / 'targeted'}", f"target_architecture={TARGET_ARCH}")
+    assert r.returncode == 0 and "no target_architecture= given" not in r.stdout, r.stdout
+    data = json.loads(next((tmp_path / "targeted").glob("*/resolved.json")).read_text())
+    assert data["target_architecture"] == TARGET_ARCH
+
+
+@pytest.mark.parametrize("value", ["DFlash2DraftModel", "not-an-identifier", "import os"])
+def test_emit_refuses_a_bad_target_architecture_in_one_line(tmp_path, value):
+    r = cli("emit", "adapter=zlab_dflash2", f"out={tmp_path}", f"target_architecture={value}")
+    assert r.returncode == 2, r.stdout
+    msg = r.stderr.strip()
+    assert "\n" not in msg and "target_architecture" in msg, msg
+    assert not any(tmp_path.iterdir())
