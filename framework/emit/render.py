@@ -401,11 +401,13 @@ def worker_note(architecture: str, target_architecture: Optional[str], r: Resolv
                 "(unchanged), so a worker's first lookup imports it and builds this drafter class (every "
                 "deployment whose target's architectures[0] is that name)")
     differs = builtin_math_differences(r)
-    return ("warning: no target_architecture= given: TensorRT-LLM's worker processes (every deployment but TP 1 "
+    return (("warning" if differs else "note") + ": no target_architecture= given: TensorRT-LLM's worker "
+            "processes (every deployment but TP 1 "
             "with TLLM_WORKER_USE_SINGLE_PROCESS=1) build TensorRT-LLM's own drafter class on "
             f"{architecture!r}'s backbone, not this package's"
             + (f", which drafts this drafter with different math ({'; '.join(differs)})" if differs else "")
-            + "; re-emit with target_architecture=<the target's config.json architectures[0]>")
+            + ", with TensorRT-LLM's attention instead of the spec's lowerings; re-emit with "
+            "target_architecture=<the target's config.json architectures[0]>")
 
 
 def _config_folder(config: Path) -> Path:
