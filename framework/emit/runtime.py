@@ -35,6 +35,7 @@ shim must provide). A second :func:`install` of the same folder returns the firs
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,14 @@ def install(package_dir: "str | Path", module_name: str = __name__) -> Installed
     if key in _INSTALLED:
         return _INSTALLED[key]
     drafter = PackagedDrafter.from_package(package_dir)
-    trt = importlib.import_module("tensorrt_llm")
+    try:
+        trt = importlib.import_module("tensorrt_llm")
+    except ModuleNotFoundError as e:
+        if e.name != "tensorrt_llm":
+            raise
+        raise ImportError(f"{drafter.package} is a TensorRT-LLM custom model module: tensorrt_llm (>= "
+                          f"{TRTLLM_MINIMUM_VERSION}) is not importable in this Python ({sys.executable}); import it "
+                          "where TensorRT-LLM runs (trtllm-serve --custom_module_dirs)") from None
     check_engine_version(str(getattr(trt, "__version__", "0")), TRTLLM_MINIMUM_VERSION, drafter.package)
     mu = importlib.import_module(REGISTRY_MODULE)
     refuse_native(drafter.architecture, mu)

@@ -205,3 +205,16 @@ def test_emit_refuses_a_bad_target_architecture_in_one_line(tmp_path, value):
     msg = r.stderr.strip()
     assert "\n" not in msg and "target_architecture" in msg, msg
     assert not any(tmp_path.iterdir())
+
+
+def test_importing_the_package_without_tensorrt_llm_is_one_line(tmp_path):
+    """Issue 47 point 5: where TensorRT-LLM is absent the import fails with one line naming it."""
+    r = cli("emit", "adapter=zlab_dflash", f"out={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    pkg = next(p for p in tmp_path.iterdir() if (p / "__init__.py").is_file())
+    p = subprocess.run([sys.executable, "-c", f"import {pkg.name}"], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}, timeout=120)
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: ") and "tensorrt_llm" in last and "not importable" in last, p.stderr
+    assert "During handling" not in p.stderr and "ModuleNotFoundError" not in p.stderr, p.stderr
