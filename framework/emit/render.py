@@ -202,8 +202,27 @@ def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, Resolv
     if raw is None:
         raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<drafter config.json>")
     if "draftsmith" in raw:  # already converted: a config= read from disk
+        refuse_record_overrides(adapter, config)
         return raw, ResolvedDrafter.from_config(raw)
     return adapter.compile_config(dict(raw))
+
+
+#: override prefixes ``emit`` applies itself on a converted ``config=`` (the snippet's ``docs.serving``)
+EMIT_TIME_OVERRIDES = ("docs.",)
+
+
+def refuse_record_overrides(adapter: Any, config: Path) -> None:
+    """One-line UserError for an ``adapter.*`` override that would change the compiled record when
+    ``config=`` is a converted config: the package carries that config's record, and TensorRT-LLM's
+    drafter binds the converted checkpoint's record at run time, so the override belongs to
+    ``draftsmith convert``."""
+    for arg in getattr(adapter, "overrides", ()) or ():
+        key = arg.lstrip("+~").split("=", 1)[0]
+        key = key[len("adapter."):] if key.startswith("adapter.") else key
+        if not key.startswith(EMIT_TIME_OVERRIDES):
+            raise UserError(f"{arg}: config={config} is a `draftsmith convert` output whose record (masks, lowerings, "
+                            "norms) the package and TensorRT-LLM's drafter read as written; pass this override to "
+                            f"`draftsmith convert adapter={adapter.name} ...` and emit from its output")
 
 
 @dataclass(frozen=True)
@@ -240,7 +259,7 @@ def emit(
     if target != "trtllm":
         raise UserError(f"target={target!r}: unknown; known: trtllm")
     spec, yaml_path = load_spec(adapter, list(overrides), adapter_dir=adapter_dir)
-    compiled = compile_spec(spec, yaml_path)
+    compiled = compile_spec(spec, yaml_path, tuple(overrides))
     return write_package(
         compiled, Path(yaml_path), Path(out), default_engine(compiled, backbone), config=config,
         package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),

@@ -218,3 +218,22 @@ def test_importing_the_package_without_tensorrt_llm_is_one_line(tmp_path):
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: ") and "tensorrt_llm" in last and "not importable" in last, p.stderr
     assert "During handling" not in p.stderr and "ModuleNotFoundError" not in p.stderr, p.stderr
+
+
+def test_emit_refuses_a_record_override_on_a_converted_config(tmp_path):
+    """Issue 47 point 1: ``emit config=<converted> adapter.<key>=...`` used to exit 0 and package the
+    converted record unchanged; the override belongs to ``convert`` (the record TensorRT-LLM's drafter binds)."""
+    src, conv = tmp_path / "src", tmp_path / "conv"
+    assert cli("synth", "adapter=zlab_dflash", "scale=tiny", f"out={src}", f"seed={SEED}").returncode == 0
+    assert cli("convert", "adapter=zlab_dflash", f"source={src}", f"out={conv}").returncode == 0
+    arg = "adapter.attention.lowering.full.sm100=trtllm_gen"
+    r = cli("emit", "adapter=zlab_dflash", f"out={tmp_path / 'out'}", f"config={conv}", arg)
+    msg = r.stderr.strip()
+    assert r.returncode == 2 and "\n" not in msg and arg in msg and "draftsmith convert" in msg, (r.stdout, msg)
+    assert not (tmp_path / "out").exists()
+    r = cli("convert", "adapter=zlab_dflash", f"source={src}", f"out={tmp_path / 'conv2'}", arg)
+    assert r.returncode == 0, r.stderr
+    r = cli("emit", "adapter=zlab_dflash", f"out={tmp_path / 'out2'}", f"config={tmp_path / 'conv2'}")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(next((tmp_path / "out2").glob("*/resolved.json")).read_text())
+    assert {l["lowering"]["sm100"] for l in data["resolved"]["layers"]} == {"trtllm_gen"}
