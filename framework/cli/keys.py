@@ -142,7 +142,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         _with(OVERWRITE, help="replace a plot= file that draftsmith eval wrote (never anything else)"),
         THREADS), overrides=True),
     Command("emit", "write the TensorRT-LLM custom-model package for an adapter", (
-        _adapter(required=True), ADAPTER_DIR,
+        Key("adapter", "adapter", None, "adapter name (see `draftsmith adapters`) or a .yaml path; default: the "
+            "adapter a converted config= records"), ADAPTER_DIR,
         Key("target", "enum", "trtllm", "the engine to emit for", choices=("trtllm",)),
         Key("out", "path", None, "folder to write", required=True),
         Key("backbone", "str", None, "the TensorRT-LLM backbone class: `generated` (from the spec out of "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import py_compile
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,9 @@ class EmitResult:
     #: the values the snippet took from the adapter's example config (no ``config=``), else None
     example_values: Optional[str] = None
 
+    def serve_command(self) -> str:
+        return _serve_command(self.package_dir)
+
     def summary(self) -> str:
         """The text ``draftsmith emit`` prints (every spec-derived string quoted with repr)."""
         return "\n".join(
@@ -102,6 +106,9 @@ class EmitResult:
                 "",
                 self.speculative_config.rstrip(),
                 "",
+                "serve with (the target checkpoint is the one path emit was not told):",
+                f"    {self.serve_command()}",
+                "",
                 "optional, only for a TensorRT-LLM checkout (PASTE.md): architecture index row "
                 "(tensorrt_llm/_torch/models/_arch_index.py, MODEL_ARCH_TO_MODULE):",
                 f"    {self.arch_index_row}",
@@ -110,6 +117,13 @@ class EmitResult:
                 *self.notes,
             ]
         )
+
+
+def _serve_command(package_dir: Path) -> str:
+    """The ``trtllm-serve`` line for the package at ``package_dir`` (paths shell-quoted)."""
+    pkg = Path(package_dir).resolve()
+    return (f"trtllm-serve <target checkpoint> --custom_module_dirs {shlex.quote(str(pkg))} "
+            f"--config {shlex.quote(str(pkg / 'speculative_config.yaml'))}")
 
 
 def max_draft_len_of(r: ResolvedDrafter, explicit: Optional[int] = None) -> tuple[int, str]:
@@ -196,14 +210,22 @@ def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, Resolv
     """The flattened config emission derives ``max_draft_len`` from: ``config`` if given,
     else the adapter's ``synth.config`` (the full-size source config it describes)."""
     raw = _load_config(config)
-    if raw is None:
-        synth = getattr(getattr(adapter, "spec", None), "synth", None)
-        raw = getattr(synth, "config", None)
-    if raw is None:
-        raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<drafter config.json>")
-    if "draftsmith" in raw:  # already converted: a config= read from disk
+    if raw is not None:  # config= read from disk: a `draftsmith convert` output, its record as written
+        if "draftsmith" not in raw:
+            raise UserError(f"config={config}: not a `draftsmith convert` output (its config.json has no draftsmith "
+                            f"section); run `draftsmith convert adapter={adapter.name} source=<that checkpoint> "
+                            "out=<dir>` and pass config=<dir>")
         refuse_record_overrides(adapter, config)
-        return raw, ResolvedDrafter.from_config(raw)
+        record = ResolvedDrafter.from_config(raw, where=f"config={config}")
+        if record.adapter != adapter.name:
+            raise UserError(f"config={config} was converted with adapter={record.adapter}, not adapter={adapter.name}; "
+                            f"emit adapter={record.adapter} (or leave adapter= out: emit reads it from the config)")
+        return raw, record
+    raw = getattr(getattr(getattr(adapter, "spec", None), "synth", None), "config", None)
+    if raw is None:
+        raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<converted folder>")
+    if "draftsmith" in raw:  # an example config that is already a converted one
+        return raw, ResolvedDrafter.from_config(raw, where=f"adapter {adapter.name} synth.config")
     return adapter.compile_config(dict(raw))
 
 
@@ -354,7 +376,7 @@ def write_package(
         PackagedDrafter(json.loads(json.dumps(data)))  # exactly what the import will read
     except ValueError as e:
         raise UserError(f"{where}: {str(e).splitlines()[0]}") from None
-    speculative_model = str(_config_folder(config)) if config is not None and "draftsmith" in flat else None
+    speculative_model = str(_config_folder(config)) if config is not None else None
     serving = getattr(getattr(getattr(adapter, "spec", None), "docs", None), "serving", None)
     example = example_values(resolved) if config is None else None
     snippet = speculative_config_yaml(speculative_config(resolved, speculative_model, serving, where), example)
