@@ -146,7 +146,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
         _with(OVERWRITE, help="replace a plot= file that draftsmith eval wrote (never anything else)"),
         THREADS), overrides=True),
     Command("emit", "write the TensorRT-LLM custom-model package for an adapter", (
-        _adapter(required=True), ADAPTER_DIR,
+        Key("adapter", "adapter", None, "adapter name (see `draftsmith adapters`) or a .yaml path; default: the "
+            "adapter a converted config= records"), ADAPTER_DIR,
         Key("target", "enum", "trtllm", "the engine to emit for", choices=("trtllm",)),
         Key("out", "path", None, "folder to write", required=True),
         Key("backbone", "str", None, "the TensorRT-LLM backbone class: `generated` (from the spec out of "
@@ -154,6 +155,9 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "engine.trtllm_backbone, else generated)"),
         Key("config", "path", None, "a converted config.json (or its folder) to emit for (default: the "
             "adapter's synth.config)"),
+        Key("target_architecture", "str", None, "the target model's architectures[0]: the package re-registers "
+            "TensorRT-LLM's own class for it so worker processes import the package and build its drafter "
+            "(without it they build TensorRT-LLM's own drafter class)"),
         _with(OVERWRITE, help="replace an out= package that draftsmith emit wrote (never anything else)"),
         THREADS), overrides=True),
     Command("docs", "regenerate (or check) the generated docs from the adapters and this table", (

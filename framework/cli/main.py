@@ -355,15 +355,37 @@ def cmd_emit(opts, spec, path):
     summary (``max_draft_len``, ``speculative_config``, paste rows). The adapter is compiled
     with the command line's ``adapter.*`` overrides; the package's ``resolved.json`` is the drafter
     they compile to."""
-    adapter = _adapter(spec, path, opts)
     out = Path(_need(opts, "out", "emit"))
+    config = opts.get("config")
+    if config is not None and not Path(config).is_file():  # a folder, a model root or a repo id: as convert's source=
+        found = locate(str(config), _subfolders(spec, opts), key="config", allow_converted=True)
+        if found.how:
+            print(f"config={config}: using {found.path} ({found.how})", file=sys.stderr)
+        config = found.path
+    if spec is None:  # no adapter=: the one the converted config= records
+        spec, path = _recorded_adapter(config, opts)
+    adapter = _adapter(spec, path, opts)
     backbone = opts.get("backbone") or DEFAULT
     backbone = None if backbone == "none" else backbone
     # overwrite= reaches atomic_dir/publish (command "emit": never a folder another command wrote)
-    res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone), config=opts.get("config"),
-                        overwrite=opts["overwrite"])
+    res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone), config=config,
+                        overwrite=opts["overwrite"], target_architecture=opts.get("target_architecture"))
     print(res.summary())
     return 0
+
+
+def _recorded_adapter(config, opts):
+    """(spec, path) of the adapter a converted ``config=`` records (``draftsmith.adapter``); one-line
+    UserError when there is no ``config=`` or it records none."""
+    if config is None:
+        raise UserError("emit: give adapter=NAME, or config=<a `draftsmith convert` output>, which records its adapter")
+    folder = Path(config).parent if Path(config).is_file() else Path(config)
+    by = converted_by(folder)
+    if by is None:
+        raise UserError(f"config={config}: not a `draftsmith convert` output (no draftsmith section), so it names no "
+                        "adapter; convert it first, or give adapter=NAME")
+    name = by.rsplit(" with ", 1)[1]
+    return load_spec(name, adapter_dir=opts.get("adapter_dir"))
 
 
 def cmd_eval(opts, spec, path):

@@ -99,6 +99,8 @@ class PackagedDrafter:
         self.decoding_type: str = data["decoding_type"]
         self.backbone: Optional[str] = data["backbone"]
         self.package: str = data["package"]
+        #: the target's architecture whose TensorRT-LLM class the package re-registers (None: none)
+        self.target_architecture: Optional[str] = data.get("target_architecture")
         try:
             self.resolved = ResolvedDrafter.model_validate(data["resolved"])
         except ValueError as e:

@@ -32,6 +32,9 @@ TRTLLM_PREFIX = "tensorrt_llm."
 BACKBONE_ALLOWLIST: tuple[str, ...] = ()
 #: the generated backbone (draftsmith's own, built from TensorRT-LLM's modules).
 GENERATED = "generated"
+#: keys a resolved.json may carry besides the required ones (``target_architecture``: the target's
+#: architecture whose TensorRT-LLM class the package re-registers, :func:`~.runtime.register_target`).
+OPTIONAL_PACKAGE_KEYS = frozenset({"target_architecture"})
 #: most bytes of a resolved.json an emitted package reads.
 MAX_PACKAGE_DATA_BYTES = 4 << 20
 
@@ -101,9 +104,15 @@ def check_package_data(data: Any) -> None:
     if not isinstance(data, Mapping):
         raise ValueError("resolved.json: not a JSON object")
     want = {"adapter", "architecture", "decoding_type", "backbone", "package", "resolved"}
-    if set(data) != want:
-        raise ValueError(f"resolved.json: keys {sorted(map(str, data))!r} are not {sorted(want)!r}")
+    if not want <= set(data) <= want | OPTIONAL_PACKAGE_KEYS:
+        raise ValueError(f"resolved.json: keys {sorted(map(str, data))!r} are not {sorted(want)!r} "
+                         f"(optional: {sorted(OPTIONAL_PACKAGE_KEYS)!r})")
     check_identifier(data["architecture"], "resolved.json architecture")
+    target = data.get("target_architecture")
+    if target is not None:
+        check_identifier(target, "resolved.json target_architecture")
+        if target == data["architecture"]:
+            raise ValueError(f"resolved.json target_architecture: {target!r} is the drafter's own architecture")
     check_identifier(data["package"], "resolved.json package")
     check_decoding_type(data["decoding_type"], "resolved.json decoding_type")
     check_backbone(data["backbone"], "resolved.json backbone")

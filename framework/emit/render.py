@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import py_compile
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,9 @@ class EmitResult:
     #: the values the snippet took from the adapter's example config (no ``config=``), else None
     example_values: Optional[str] = None
 
+    def serve_command(self) -> str:
+        return _serve_command(self.package_dir)
+
     def summary(self) -> str:
         """The text ``draftsmith emit`` prints (every spec-derived string quoted with repr)."""
         return "\n".join(
@@ -103,6 +107,9 @@ class EmitResult:
                 "",
                 self.speculative_config.rstrip(),
                 "",
+                "serve with (the target checkpoint is the one path emit was not told):",
+                f"    {self.serve_command()}",
+                "",
                 "optional, only for a TensorRT-LLM checkout (PASTE.md): architecture index row "
                 "(tensorrt_llm/_torch/models/_arch_index.py, MODEL_ARCH_TO_MODULE):",
                 f"    {self.arch_index_row}",
@@ -111,6 +118,13 @@ class EmitResult:
                 *self.notes,
             ]
         )
+
+
+def _serve_command(package_dir: Path) -> str:
+    """The ``trtllm-serve`` line for the package at ``package_dir`` (paths shell-quoted)."""
+    pkg = Path(package_dir).resolve()
+    return (f"trtllm-serve <target checkpoint> --custom_module_dirs {shlex.quote(str(pkg))} "
+            f"--config {shlex.quote(str(pkg / 'speculative_config.yaml'))}")
 
 
 def max_draft_len_of(r: ResolvedDrafter, explicit: Optional[int] = None) -> tuple[int, str]:
@@ -197,14 +211,41 @@ def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, Resolv
     """The flattened config emission derives ``max_draft_len`` from: ``config`` if given,
     else the adapter's ``synth.config`` (the full-size source config it describes)."""
     raw = _load_config(config)
+    if raw is not None:  # config= read from disk: a `draftsmith convert` output, its record as written
+        if "draftsmith" not in raw:
+            raise UserError(f"config={config}: not a `draftsmith convert` output (its config.json has no draftsmith "
+                            f"section); run `draftsmith convert adapter={adapter.name} source=<that checkpoint> "
+                            "out=<dir>` and pass config=<dir>")
+        refuse_record_overrides(adapter, config)
+        record = ResolvedDrafter.from_config(raw, where=f"config={config}")
+        if record.adapter != adapter.name:
+            raise UserError(f"config={config} was converted with adapter={record.adapter}, not adapter={adapter.name}; "
+                            f"emit adapter={record.adapter} (or leave adapter= out: emit reads it from the config)")
+        return raw, record
+    raw = getattr(getattr(getattr(adapter, "spec", None), "synth", None), "config", None)
     if raw is None:
-        synth = getattr(getattr(adapter, "spec", None), "synth", None)
-        raw = getattr(synth, "config", None)
-    if raw is None:
-        raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<drafter config.json>")
-    if "draftsmith" in raw:  # already converted: a config= read from disk
-        return raw, ResolvedDrafter.from_config(raw)
+        raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<converted folder>")
+    if "draftsmith" in raw:  # an example config that is already a converted one
+        return raw, ResolvedDrafter.from_config(raw, where=f"adapter {adapter.name} synth.config")
     return adapter.compile_config(dict(raw))
+
+
+#: override prefixes ``emit`` applies itself on a converted ``config=`` (the snippet's ``docs.serving``)
+EMIT_TIME_OVERRIDES = ("docs.",)
+
+
+def refuse_record_overrides(adapter: Any, config: Path) -> None:
+    """One-line UserError for an ``adapter.*`` override that would change the compiled record when
+    ``config=`` is a converted config: the package carries that config's record, and TensorRT-LLM's
+    drafter binds the converted checkpoint's record at run time, so the override belongs to
+    ``draftsmith convert``."""
+    for arg in getattr(adapter, "overrides", ()) or ():
+        key = arg.lstrip("+~").split("=", 1)[0]
+        key = key[len("adapter."):] if key.startswith("adapter.") else key
+        if not key.startswith(EMIT_TIME_OVERRIDES):
+            raise UserError(f"{arg}: config={config} is a `draftsmith convert` output whose record (masks, lowerings, "
+                            "norms) the package and TensorRT-LLM's drafter read as written; pass this override to "
+                            f"`draftsmith convert adapter={adapter.name} ...` and emit from its output")
 
 
 @dataclass(frozen=True)
@@ -226,6 +267,7 @@ def emit(
     overrides: Sequence[str] = (),
     package: Optional[str] = None,
     overwrite: bool = False,
+    target_architecture: Optional[str] = None,
 ) -> EmitResult:
     """Write the custom-model package for ``adapter`` into ``out`` and return what was written.
 
@@ -233,15 +275,18 @@ def emit(
     :data:`GENERATED`, a TensorRT-LLM ``"module:Class"``, or ``None`` to register none.
     ``config``: a converted ``config.json`` (or its folder) the snippet describes (its folder
     becomes ``speculative_model``); default the adapter's ``synth.config``.
+    ``target_architecture``: the target's ``architectures[0]``; the package then re-registers
+    TensorRT-LLM's own class for it, which carries the package into TensorRT-LLM's worker processes
+    (:func:`~.runtime.register_target`; without it a worker builds TensorRT-LLM's own drafter class).
     """
     if target != "trtllm":
         raise UserError(f"target={target!r}: unknown; known: trtllm")
     spec, yaml_path = load_spec(adapter, list(overrides), adapter_dir=adapter_dir)
-    compiled = compile_spec(spec, yaml_path)
+    compiled = compile_spec(spec, yaml_path, tuple(overrides))
     return write_package(
         compiled, Path(yaml_path), Path(out), default_engine(compiled, backbone), config=config,
         package=package, explicit_max_draft_len=getattr(spec, "max_draft_len", None),
-        overwrite=overwrite,
+        overwrite=overwrite, target_architecture=target_architecture,
     )
 
 
@@ -306,6 +351,7 @@ def write_package(
     package: Optional[str] = None,
     explicit_max_draft_len: Optional[int] = None,
     overwrite: bool = False,
+    target_architecture: Optional[str] = None,
 ) -> EmitResult:
     """Validate and write the package for a compiled ``adapter`` (needs ``name``,
     ``architectures``, ``flatten_config``) whose spec file is ``yaml_path``. Every value it
@@ -325,6 +371,8 @@ def write_package(
         dtype = decoding_type(resolved)
         data = {"adapter": adapter.name, "architecture": architecture, "decoding_type": dtype,
                 "backbone": backbone, "package": package, "resolved": resolved.section()}
+        if target_architecture is not None:
+            data["target_architecture"] = check_identifier(target_architecture, "target_architecture")
         check_package_data(data)
         package_data = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
         if len(package_data) > names.MAX_PACKAGE_DATA_BYTES:  # ASCII: characters are bytes
@@ -333,7 +381,7 @@ def write_package(
         PackagedDrafter(json.loads(package_data))  # exactly what the import will read
     except ValueError as e:
         raise UserError(f"{where}: {str(e).splitlines()[0]}") from None
-    speculative_model = str(_config_folder(config)) if config is not None and "draftsmith" in flat else None
+    speculative_model = str(_config_folder(config)) if config is not None else None
     serving = getattr(getattr(getattr(adapter, "spec", None), "docs", None), "serving", None)
     example = example_values(resolved) if config is None else None
     snippet = speculative_config_yaml(speculative_config(resolved, speculative_model, serving, where), example)
@@ -364,13 +412,48 @@ def write_package(
         adapter_file=Path(yaml_path), sha256=file_sha256(yaml_path) if Path(yaml_path).is_file() else "",
         architecture=architecture, max_draft_len=max_draft_len, speculative_config=snippet,
         arch_index_row=arch_row, telemetry_entry=telemetry, decoding_type=dtype, example_values=example,
-        notes=[*(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
-                 "wrongly; serve with one process" for p in worker_mask_problems(resolved)),
+        notes=[worker_note(architecture, target_architecture, resolved),
+               *(f"warning: {p} -- TensorRT-LLM worker processes (built-in classes) resolve these masks "
+                 "wrongly; serve with one process or re-emit with target_architecture=" for p in
+                 worker_mask_problems(resolved) if target_architecture is None),
                *(f"warning: {n}" for n in trtllm_notes(resolved)),
                f"max_draft_len: {reason}",
                "checked against TensorRT-LLM's own source excerpts and stand-ins (tests/conformance/trtllm); "
                "never run inside TensorRT-LLM itself (docs/serving-on-trtllm.md)"],
     )
+
+
+def builtin_math_differences(r: ResolvedDrafter) -> list[str]:
+    """What TensorRT-LLM's own drafter class would compute differently from ``r`` besides the masks
+    of :func:`worker_mask_problems` (printed on their own lines): it applies neither a DFlash 2
+    unary transform nor an ``input_embedding_scale``."""
+    out = []
+    d2 = r.dflash2
+    if d2 is not None:
+        u = d2.selector.unary
+        if u.multiplier != 1 or u.softcap is not None:
+            out.append(f"the DFlash 2 unary transform (output_multiplier {u.multiplier}, final_logit_softcapping "
+                       f"{u.softcap})")
+        if d2.input_embedding_scale != 1:
+            out.append(f"input_embedding_scale {d2.input_embedding_scale}")
+    return out
+
+
+def worker_note(architecture: str, target_architecture: Optional[str], r: ResolvedDrafter) -> str:
+    """The one line ``emit`` prints on which drafter class TensorRT-LLM's worker processes build
+    (docs/serving-on-trtllm.md, "What runs where")."""
+    if target_architecture is not None:
+        return (f"worker processes: the package re-registers TensorRT-LLM's own {target_architecture!r} class "
+                "(unchanged), so a worker's first lookup imports it and builds this drafter class (every "
+                "deployment whose target's architectures[0] is that name)")
+    differs = builtin_math_differences(r)
+    return (("warning" if differs else "note") + ": no target_architecture= given: TensorRT-LLM's worker "
+            "processes (every deployment but TP 1 "
+            "with TLLM_WORKER_USE_SINGLE_PROCESS=1) build TensorRT-LLM's own drafter class on "
+            f"{architecture!r}'s backbone, not this package's"
+            + (f", which drafts this drafter with different math ({'; '.join(differs)})" if differs else "")
+            + ", with TensorRT-LLM's attention instead of the spec's lowerings; re-emit with "
+            "target_architecture=<the target's config.json architectures[0]>")
 
 
 def _config_folder(config: Path) -> Path:

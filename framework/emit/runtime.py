@@ -12,7 +12,17 @@ folder to :func:`install`, which
 4. registers the backbone (generated: :mod:`.trtllm_backbone`; or a TensorRT-LLM class the
    spec names, validated by :func:`~.names.check_backbone`) under the architecture;
 5. registers a draft-model builder for the decoding type that returns the drafter class for
-   this architecture and defers to the previously registered builder for any other.
+   this architecture and defers to the previously registered builder for any other;
+6. with a ``target_architecture`` (``draftsmith emit target_architecture=``), registers, under that
+   architecture, TensorRT-LLM's own built-in target class unchanged (:func:`register_target`: a
+   subclass with an empty body whose only difference is ``__module__``). That is what carries this
+   package into TensorRT-LLM's worker processes: the serving process exports the architecture ->
+   module map (``export_external_model_modules``), a worker declares it
+   (``register_external_model_modules``), and the worker's first lookup, the target's architecture,
+   imports this module (an external declaration outranks the static index in
+   ``_ensure_model_registered``) before the target's constructor asks for the draft-model builder,
+   so the builder a worker finds is this package's (an external registration outranks the built-in
+   ``_build_dflash_draft`` / ``_build_dspark_draft``, which only fill an empty slot).
 
 A DFlash 2 drafter's class also overrides ``select_candidate_path`` (the record's unary
 transform on the worker's top-k logits before TensorRT-LLM's own selector); its block decode
@@ -25,9 +35,11 @@ shim must provide). A second :func:`install` of the same folder returns the firs
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ...lowering.base import DEVICE_CLASSES
 from ..runtime.dflash2 import UnaryTransform
@@ -46,6 +58,8 @@ DECODING_BASES = {
 #: decoding type -> SpeculativeDecodingMode member.
 MODES = {"DFlash": "DFLASH", "DSpark": "DSPARK"}
 REGISTRY_MODULE = "tensorrt_llm._torch.models.modeling_utils"
+#: TensorRT-LLM's built-in model zoo (``_arch_index._ZOO_PACKAGE``).
+ZOO_PACKAGE = "tensorrt_llm._torch.models"
 SPEC_MODE_MODULE = "tensorrt_llm._torch.speculative.interface"
 #: every TensorRT-LLM module.name the installed package reads (besides the backbone's, see
 #: :mod:`.trtllm_backbone`).
@@ -57,6 +71,7 @@ TRTLLM_NAMES = (
     f"{REGISTRY_MODULE}.get_registered_draft_model_builder",
     f"{REGISTRY_MODULE}.get_registered_model_class (or MODEL_CLASS_MAPPING)",
     f"{SPEC_MODE_MODULE}.SpeculativeDecodingMode.DFLASH / DSPARK",
+    f"{REGISTRY_MODULE}.MODEL_ARCH_TO_MODULE (or {ZOO_PACKAGE}._arch_index), with a target_architecture",
 )
 
 
@@ -70,6 +85,8 @@ class Installed:
     drafter_class: type
     builder: Callable
     backbone: Any
+    #: TensorRT-LLM's target class re-registered under ``target_architecture`` (None: none given)
+    target_class: Optional[type] = None
 
 
 _INSTALLED: dict[str, Installed] = {}
@@ -84,7 +101,14 @@ def install(package_dir: "str | Path", module_name: str = __name__) -> Installed
     if key in _INSTALLED:
         return _INSTALLED[key]
     drafter = PackagedDrafter.from_package(package_dir)
-    trt = importlib.import_module("tensorrt_llm")
+    try:
+        trt = importlib.import_module("tensorrt_llm")
+    except ModuleNotFoundError as e:
+        if e.name != "tensorrt_llm":
+            raise
+        raise ImportError(f"{drafter.package} is a TensorRT-LLM custom model module: tensorrt_llm (>= "
+                          f"{TRTLLM_MINIMUM_VERSION}) is not importable in this Python ({sys.executable}); import it "
+                          "where TensorRT-LLM runs (trtllm-serve --custom_module_dirs)") from None
     check_engine_version(str(getattr(trt, "__version__", "0")), TRTLLM_MINIMUM_VERSION, drafter.package)
     mu = importlib.import_module(REGISTRY_MODULE)
     refuse_native(drafter.architecture, mu)
@@ -95,7 +119,8 @@ def install(package_dir: "str | Path", module_name: str = __name__) -> Installed
     mode = getattr(importlib.import_module(SPEC_MODE_MODULE).SpeculativeDecodingMode, MODES[drafter.decoding_type])
     builder = make_builder(drafter, cls, mu.get_registered_draft_model_builder(mode), module_name)
     mu.register_draft_model(mode)(builder)
-    done = Installed(drafter, drafter.architecture, drafter.resolved.max_draft_len, cls, builder, backbone)
+    target = register_target(drafter, mu, module_name) if drafter.target_architecture else None
+    done = Installed(drafter, drafter.architecture, drafter.resolved.max_draft_len, cls, builder, backbone, target)
     _INSTALLED[key] = done
     return done
 
@@ -113,6 +138,42 @@ def refuse_native(architecture: str, mu: Any) -> None:
                           "drafter with TensorRT-LLM's own class, not a draftsmith package (refusing to mix them)")
     raise ImportError(f"architecture {architecture!r} is already registered by {where}; import one package per "
                       "architecture")
+
+
+def _builtin_target(architecture: str, mu: Any, package: str) -> type:
+    """TensorRT-LLM's own class for ``architecture``, imported from its model zoo through the
+    static index (never through ``get_registered_model_class``: in a worker that lookup is what is
+    importing this package). ImportError in one line when it has none or another package holds it."""
+    found = getattr(mu, "MODEL_CLASS_MAPPING", {}).get(architecture)
+    if found is None:
+        index = getattr(mu, "MODEL_ARCH_TO_MODULE", None)
+        if index is None:
+            index = getattr(importlib.import_module(f"{ZOO_PACKAGE}._arch_index"), "MODEL_ARCH_TO_MODULE", {})
+        module = index.get(architecture)
+        if module is None:
+            raise ImportError(f"{package}: target_architecture {architecture!r} is not one of TensorRT-LLM's built-in "
+                              "architectures (its MODEL_ARCH_TO_MODULE index); re-emit with the target's "
+                              "config.json architectures[0]")
+        importlib.import_module(f"{ZOO_PACKAGE}.{module}")
+        found = mu.MODEL_CLASS_MAPPING.get(architecture)
+    where = f"{getattr(found, '__module__', '?')}.{getattr(found, '__qualname__', found)}"
+    if found is None or not where.startswith(ZOO_PACKAGE + "."):
+        raise ImportError(f"{package}: target_architecture {architecture!r} is registered by {where}, not by "
+                          "TensorRT-LLM's model zoo; import one package per target architecture")
+    return found
+
+
+def register_target(drafter: PackagedDrafter, mu: Any, module_name: str = __name__) -> type:
+    """Register TensorRT-LLM's own target class under ``drafter.target_architecture`` again, as a
+    subclass with an empty body (same name, qualname and docstring; only ``__module__`` is this
+    module's), so ``export_external_model_modules`` names this module for the target's
+    architecture and a worker's first lookup imports it. The target's math is TensorRT-LLM's class,
+    unchanged: the subclass defines nothing but what ``register_auto_model`` records."""
+    arch = drafter.target_architecture
+    builtin = _builtin_target(arch, mu, drafter.package)
+    cls = types.new_class(builtin.__name__, (builtin,), exec_body=lambda ns: ns.update(
+        __module__=module_name, __qualname__=builtin.__qualname__, __doc__=builtin.__doc__))
+    return mu.register_auto_model(arch)(cls)
 
 
 def register_backbone(drafter: PackagedDrafter, mu: Any, module_name: str = __name__):

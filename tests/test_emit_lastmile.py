@@ -1,0 +1,69 @@
+"""Issue 47 points 2, 3 and 6 (emit): ``config=`` is resolved as ``convert`` resolves ``source=`` and
+must be a ``convert`` output; ``adapter=`` comes from the converted config when omitted; a mismatch
+names both adapters and the file; the printed ``trtllm-serve`` line carries the package's paths."""
+
+import json
+import shlex
+
+import pytest
+
+from draftsmith.framework.cli.main import main
+
+ADAPTER = "zlab_dflash"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lastmile")
+    src, conv = root / "src", root / "conv"
+    assert main(["synth", f"adapter={ADAPTER}", "scale=tiny", f"out={src}", "seed=3"]) == 0
+    assert main(["convert", f"adapter={ADAPTER}", f"source={src}", f"out={conv}"]) == 0
+    return {"src": src, "conv": conv}
+
+
+def _emit(capsys, *args):
+    capsys.readouterr()
+    rc = main(["emit", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err.strip()
+
+
+def test_an_unconverted_config_is_refused_in_one_line(folders, capsys, tmp_path):
+    rc, out, err = _emit(capsys, f"adapter={ADAPTER}", f"out={tmp_path / 'o'}", f"config={folders['src']}")
+    assert rc == 2 and "\n" not in err and "not a `draftsmith convert` output" in err and str(folders["src"]) in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_adapter_is_read_from_the_converted_config(folders, capsys, tmp_path):
+    rc, out, err = _emit(capsys, f"out={tmp_path / 'o'}", f"config={folders['conv']}")
+    assert rc == 0, err
+    assert f"adapter '{ADAPTER}'" in out
+
+
+def test_a_mismatch_names_both_adapters_and_the_file(folders, capsys, tmp_path):
+    rc, out, err = _emit(capsys, "adapter=minimax_dspark", f"out={tmp_path / 'o'}", f"config={folders['conv']}")
+    assert rc == 2 and "\n" not in err, err
+    assert f"adapter={ADAPTER}" in err and "adapter=minimax_dspark" in err and str(folders["conv"]) in err
+    assert "resolved.adapter" not in err
+
+
+def test_the_printed_serve_line_names_the_package_paths(folders, capsys, tmp_path):
+    rc, out, err = _emit(capsys, f"out={tmp_path / 'o'}", f"config={folders['conv']}")
+    assert rc == 0, err
+    pkg = next(p for p in (tmp_path / "o").iterdir() if (p / "__init__.py").is_file()).resolve()
+    line = next(l.strip() for l in out.splitlines() if l.strip().startswith("trtllm-serve "))
+    words = shlex.split(line)
+    assert words[words.index("--custom_module_dirs") + 1] == str(pkg)
+    assert words[words.index("--config") + 1] == str(pkg / "speculative_config.yaml")
+
+
+def test_a_model_root_config_resolves_to_its_drafter_subfolder(folders, capsys, tmp_path):
+    """The root's own config.json (the target's) is never read as the drafter's: MiniMax's ``dspark/``
+    subfolder is found as convert finds it, and refused here because it is not converted."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps({"architectures": ["MiniMaxM3SparseForCausalLM"]}))
+    assert main(["synth", "adapter=minimax_dspark", "scale=tiny", f"out={root / 'dspark'}", "seed=3"]) == 0
+    rc, out, err = _emit(capsys, "adapter=minimax_dspark", f"out={tmp_path / 'o'}", f"config={root}")
+    assert rc == 2 and str(root / "dspark") in err.splitlines()[-1] and "not a `draftsmith convert` output" in err, err
+    assert "using" in err.splitlines()[0] and "dspark" in err.splitlines()[0]
