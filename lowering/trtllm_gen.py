@@ -32,8 +32,10 @@ prefix), every size from shapes, no host read, nothing allocated beyond what the
   ``W - 1`` (or -1), so the window sees context + block keys ``0..j`` (part A);
 - part B and the merge are ``window_decode_merge``'s (base-2 LSE times ``ln 2``).
 
-Pools: paged pools whose page size trtllm-gen takes (TensorRT-LLM's TRTLLM/FA4/XQA pools, NHD or
-HND views); not the VANILLA arena (one page of ``max_ctx + B`` tokens a slot, no trtllm-gen page size).
+Pools: TensorRT-LLM's paged TRTLLM/FA4/XQA pools (NHD or HND views) are read in place. The
+VANILLA arena is one page of ``max_ctx + B`` tokens a slot: there the "tail" is the whole context,
+copied into the scratch pages each call, and that page size is none trtllm-gen takes (flashinfer
+documents 16, 32 and 64 tokens); use the paged pool on SM100.
 """
 
 from __future__ import annotations
@@ -170,3 +172,7 @@ def trtllm_gen(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: float, re
     return window_decode_merge(
         q, cache, k_blk, v_blk, mask, scale, return_lse, decode=trtllm_gen_decode_provider, lse_base=2
     )
+
+
+#: The emitted forward hands this lowering ``cache.scratch_pages`` (its own pages past the context).
+trtllm_gen.needs_scratch_pages = True
