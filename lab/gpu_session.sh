@@ -52,7 +52,12 @@ for step in "$@"; do
       # tests and the kernel's, in parallel processes, each bounded (deps and excerpts from the stage step)
       t0=$(date +%s)
       if ! python3 -c "import pydantic, omegaconf, re2, yaml, safetensors" 2>/dev/null && [ -f /tmp/fa4w/site.tar.xz ]; then
-        mkdir -p /tmp/devsite && tar -C /tmp/devsite -xJf /tmp/fa4w/site.tar.xz; fi
+        mkdir -p /tmp/devsite && tar -C /tmp/devsite -xJf /tmp/fa4w/site.tar.xz
+        # the image's own copies win (PYTHONPATH would put the archive's first: its huggingface_hub 2.x breaks the
+        # image's transformers at import)
+        for m in huggingface_hub safetensors tqdm yaml; do
+          if python3 -c "import $m" 2>/dev/null; then rm -rf /tmp/devsite/$m /tmp/devsite/${m}-*.dist-info; fi; done
+        [ -d /tmp/devsite/yaml ] || rm -rf /tmp/devsite/_yaml /tmp/devsite/PyYAML-*.dist-info; fi
       export PYTHONPATH="$PYTHONPATH:/tmp/devsite"
       [ -d /tmp/trtllm_src ] && export DRAFTSMITH_TRTLLM_SRC=/tmp/trtllm_src
       echo "TensorRT-LLM excerpts: ${DRAFTSMITH_TRTLLM_SRC:-none (the emitted-forward tests skip)}"
