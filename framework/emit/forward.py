@@ -25,7 +25,8 @@ context pool is the rank's, and ``o_proj`` / ``down_proj`` all-reduce inside (RO
 
 CUDA graphs: every buffer (cos/sin table, the position arange, slot / length / page-table
 staging, the lowering list) is built on the first call and reused; later calls allocate no
-buffer of their own (the GEMMs and lowerings still produce their outputs), read no host value
+buffer of their own (the GEMMs and lowerings still produce their outputs; a lowering that needs
+scratch pages, ``trtllm_gen``, gets a small index tensor a layer), read no host value
 and index only by device tensors. Rows past ``b`` (TensorRT-LLM's padded rows, mapped to its
 scratch slot) are computed like any other.
 """
