@@ -60,6 +60,16 @@ DEV = timing.device()  # the GPU; the CPU (TRITON_INTERPRET=1) for --tiny runs w
 FA4_PAGE = 128  # --fa4-page: FA4's page size; 128 = whole 128-key tiles per page, so its TMA path is taken
 LAYOUTS = ("nhd", "hnd", "trtllm", "arena")  # --layout: K/V storage (make_inputs)
 PAGE_ORDER = "random"  # --page-order: where a sequence's pages lie in the pool, for every paged row alike
+FULL = False  # --full (or a --kind of full attention): W is then ctx + B, a window no key is outside of
+#: --kind: each drafter kind's attention shape, from the adapters (synth configs, adapters/*.yaml):
+#: (Hq, Hkv, D, B, W or None for full attention, context tokens a sequence, the adapters of that shape)
+KINDS = {
+    "dspark_minimax": (64, 4, 128, 7, 4096, 32768, "minimax_dspark, minimax_dspark_v0"),
+    "dflash2_minimax": (48, 8, 128, 16, 4096, 32768, "minimax_dflash2"),
+    "dflash_w2048": (32, 8, 128, 16, 2048, 32768, "zlab_dflash2, meta_muse_glimmer, trtllm_dflash (sliding layers)"),
+    "dflash_full": (32, 8, 128, 16, None, 8192, "zlab_dflash, trtllm_dflash (its full layer)"),
+    "dspark_full": (32, 8, 128, 7, None, 8192, "deepseek_dspark_dense"),
+}
 
 
 def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
@@ -210,7 +220,7 @@ def make_fa4(dense, q):
 
     def run():
         out = fa4_varlen_func(q, k4, v4, seqused_k=seqused, page_table=table, softmax_scale=D ** -0.5,
-                              causal=False, window_size=(W - 1, W - 1), pack_gqa=True,
+                              causal=False, window_size=(None, None) if FULL else (W - 1, W - 1), pack_gqa=True,
                               max_seqlen_q=B, max_seqlen_k=per * FA4_PAGE)
         return out[0] if isinstance(out, tuple) else out
 
@@ -240,7 +250,7 @@ def oracle_error(out, dense, rows=4):
 
 def needed_bytes(n):
     """Bytes ``n`` sequences need at the bench's shape (``timing.sequence_bytes``)."""
-    return n * sequence_bytes(W, B, HQ, HKV, D)
+    return n * sequence_bytes(W - B + 1 if FULL else W, B, HQ, HKV, D)  # full: the ctx + B keys
 
 
 def rel_err(a, ref):
@@ -248,7 +258,7 @@ def rel_err(a, ref):
 
 
 def main():
-    global D, PAGE, PAGE_ORDER, FA4_PAGE, W, HQ, HKV, B
+    global D, PAGE, PAGE_ORDER, FA4_PAGE, W, HQ, HKV, B, FULL
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--ctx", type=int, default=32768)
@@ -279,6 +289,10 @@ def main():
                     help="two-sided window W (MiniMax: 4096); logs at two or more windows give bench/wave_fit.py "
                          "each kernel's streaming rate and fixed cost a wave")
     ap.add_argument("--no-fa4", action="store_true", help="skip the FlashAttention-4 row")
+    ap.add_argument("--block", type=int, default=None, help="block slots B (MiniMax: 7)")
+    ap.add_argument("--full", action="store_true", help="full (non-causal) attention over the whole context")
+    ap.add_argument("--kind", default=None, choices=sorted(KINDS),
+                    help="a drafter kind's shape (KINDS: heads, KV heads, head dim, block, window, context)")
     ap.add_argument("--page-order", choices=("random", "sequential"), default=PAGE_ORDER,
                     help="pages of a sequence scattered over the pool (a permutation) or in pool order; applies to "
                          "the ring cache and to FA4's pages alike")
@@ -291,7 +305,12 @@ def main():
     if args.tiny:
         HQ, HKV, B = TINY.hq, TINY.hkv, TINY.b
         args.head_dim, args.page, args.window, args.ctx = TINY.d, TINY.page, TINY.w, TINY.ctx
+    if args.kind:
+        hq, hkv, d, b, w, ctx, _ = KINDS[args.kind]
+        HQ, HKV, B, args.head_dim, args.ctx = hq, hkv, b, d, ctx
+        args.full, args.window = w is None, w or args.window
     HQ, HKV = args.heads or HQ, args.kv_heads or HKV
+    B = args.block or B
     layouts = args.layout.split(",")
     bad = [x for x in layouts if x not in LAYOUTS]
     if bad or (args.tp and (args.heads or args.kv_heads)):
@@ -307,8 +326,9 @@ def main():
     timing.WARM_L2 = args.warm_l2
     D = args.head_dim
     PAGE = args.page
-    W = args.window
-    mask = MaskSpec(causal=False, window=W)
+    FULL = args.full
+    W = args.ctx + B if FULL else args.window  # full attention: a window that reaches every key
+    mask = MaskSpec(causal=False, window=None if FULL else W)
     scale = D ** -0.5
     log = open(args.log, "w") if args.log else None
 
@@ -327,7 +347,8 @@ def main():
     emit({"gpu": gpu, "sms": sm_count(DEV), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "copy_TBps": copy_tbs,
           "page_layout": args.layout, "tp_heads": shapes, "l2": "warm (not flushed)" if timing.WARM_L2 else "flushed before each timing",
           "torch": torch.__version__, "triton": __import__("triton").__version__,
-          "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": W, "ctx": args.ctx, "page": PAGE, "layout": args.layout,
+          "kind": args.kind, "full": FULL,
+          "shape": {"Hq": HQ, "Hkv": HKV, "D": D, "B": B, "W": None if FULL else W, "ctx": args.ctx, "page": PAGE, "layout": args.layout,
                     "page_order": PAGE_ORDER, "fa4_page": FA4_PAGE},
           "fa4": _fa4_version() if fa4_varlen_func is not None else f"not importable: {FA4_MISSING}"})
     batches = [int(x) for x in args.batches.split(",")]
@@ -337,7 +358,8 @@ def main():
             emit({"config": {"tp": tp, "Hq": HQ, "Hkv": HKV, "layout": layout}})
             table = run_shape(args, layout, batches, mask, scale, emit, copy_tbs, tag=dict(tp=tp, Hq=HQ, Hkv=HKV,
                                                                                       layout=layout))
-            print(f"\nTP {tp}: Hq {HQ}, Hkv {HKV}, D {D}, B {B}, W {W}, ctx {args.ctx}; K/V: {layout}"
+            print(f"\n{args.kind or ''} TP {tp}: Hq {HQ}, Hkv {HKV}, D {D}, B {B}, "
+                  f"{'full attention' if FULL else f'W {W}'}, ctx {args.ctx}; K/V: {layout}"
                   + ("" if layout == "arena" else f", pages of {PAGE}"))
             print_table(table, copy_tbs, gpu, batches)
     print(f"launch floor (graph replay of one 1-element kernel, same timing): {launch_us:.1f} us; "
@@ -363,7 +385,7 @@ def run_shape(args, layout, batches, mask, scale, emit, copy_tbs, tag):
         }
         if fa4_varlen_func is not None and not args.no_fa4:
             try:
-                rows[f"FlashAttention-4 (paged, P {FA4_PAGE}, window (W-1, W-1), pack_gqa)"] = make_fa4(dense, q)
+                rows[f"FlashAttention-4 (paged, P {FA4_PAGE}, {'no window' if FULL else 'window (W-1, W-1)'}, pack_gqa)"] = make_fa4(dense, q)
             except Exception as e:  # noqa: BLE001
                 emit({"batch": n, "method": "FlashAttention-4", "error": repr(e)[:300]})
         if window_decode_merge is not None:

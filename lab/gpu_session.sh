@@ -9,7 +9,8 @@
 # wheels of lab/fa4_wheels.sh found under .whl/ (any subfolders; parts carried in earlier calls stay there while
 # the machine is warm) or an FA4_SITE already installed), fa4-stage (only copy .whl/ aside), tests-kernel, tests-core, tests-host, tests-gpu,
 # tests-lab, variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
-# ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS)
+# ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
+# issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench
 # (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
@@ -42,6 +43,50 @@ for step in "$@"; do
                timeout 300 python3 bench/attention.py --head-dim $d --only-triton --no-flex \
                  --log "$OUT/attention_d$d.jsonl" > "$OUT/attention_d$d.txt" 2>&1; tail -8 "$OUT/attention_d$d.txt"
              done ;;
+    stage) # copy every file under $STAGE (wheels, cu13 parts, site.tar.xz) into /tmp/fa4w, where later steps and
+           # later calls on the same warm machine find them; a trtllm_src folder there becomes DRAFTSMITH_TRTLLM_SRC
+      mkdir -p /tmp/fa4w; find "${STAGE:?STAGE=dir}" -maxdepth 1 -type f -exec cp -n {} /tmp/fa4w/ \;
+      [ -d "$STAGE/trtllm_src" ] && rm -rf /tmp/trtllm_src && cp -r "$STAGE/trtllm_src" /tmp/trtllm_src
+      ls /tmp/fa4w | tr '\n' ' '; echo ;;
+    capture-tests) # issue 45 point 3: the CUDA-graph capture of every adapter's emitted forward, every lowering's GPU
+      # tests and the kernel's, in parallel processes, each bounded (deps and excerpts from the stage step)
+      t0=$(date +%s)
+      if ! python3 -c "import pydantic, omegaconf, re2, yaml, safetensors" 2>/dev/null && [ -f /tmp/fa4w/site.tar.xz ]; then
+        mkdir -p /tmp/devsite && tar -C /tmp/devsite -xJf /tmp/fa4w/site.tar.xz
+        # the image's own copies win (PYTHONPATH would put the archive's first: its huggingface_hub 2.x breaks the
+        # image's transformers at import)
+        for m in huggingface_hub safetensors tqdm yaml; do
+          if python3 -c "import $m" 2>/dev/null; then rm -rf /tmp/devsite/$m /tmp/devsite/${m}-*.dist-info; fi; done
+        [ -d /tmp/devsite/yaml ] || rm -rf /tmp/devsite/_yaml /tmp/devsite/PyYAML-*.dist-info; fi
+      export PYTHONPATH="$PYTHONPATH:/tmp/devsite"
+      [ -d /tmp/trtllm_src ] && export DRAFTSMITH_TRTLLM_SRC=/tmp/trtllm_src
+      echo "TensorRT-LLM excerpts: ${DRAFTSMITH_TRTLLM_SRC:-none (the emitted-forward tests skip)}"
+      pyt="timeout ${TESTS_S:-300} python3 -P -m pytest -q -rs -p no:cacheprovider -p pytest_shard"
+      OMP_NUM_THREADS=2 $pyt -m gpu tests/test_emit_capture_every_adapter.py tests/test_emit_runtime.py \
+        tests/test_emit_dense_arena.py > "$OUT/tests_capture.txt" 2>&1 &
+      OMP_NUM_THREADS=2 $pyt -m gpu tests/test_lowerings.py tests/test_lowering_capture_safe.py \
+        > "$OUT/tests_lowerings.txt" 2>&1 &
+      for i in 0 1 2 3; do
+        OMP_NUM_THREADS=2 PYTEST_SHARD=$i/4 $pyt -m gpu tests/test_triton_window_block.py > "$OUT/tests_kernel_$i.txt" 2>&1 &
+      done
+      wait
+      for f in "$OUT"/tests_*.txt; do echo "--- $(basename "$f")"; grep -E "^(FAILED|ERROR)" "$f" | head -20; tail -2 "$f"; done
+      echo "=== capture-tests done after $(( $(date +%s) - t0 )) s" ;;
+    kinds-bench) # issue 45 point 3: every drafter kind's shape (bench/attention.py KINDS) beside FA4, TensorRT-LLM's
+      # paged pool on 32-token pages; FA4 installed from the parts staged in /tmp/fa4w (this call's and earlier ones)
+      t0=$(date +%s); site=/tmp/fa4site
+      if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import flash_attn.cute.interface" 2>/dev/null; then
+        timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
+        tail -2 "$OUT/fa4_install.txt"; fi
+      for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048 dflash_full dspark_full}; do
+        left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
+        PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 bench/attention.py \
+          --kind $k --only-triton --no-flex --layout trtllm --page 32 --batches "${BATCHES:-1,16,64,256}" \
+          --log "$OUT/kind_$k.jsonl" > "$OUT/kind_$k.txt" 2>&1
+        echo "--- $k: exit $?"; grep -v '^{' "$OUT/kind_$k.txt" | grep -E "^\||batch [0-9]+: triton_window_block .* FlashAttention|^ ?[a-z0-9_]* ?TP" | head -14
+        grep '"error"' "$OUT/kind_$k.txt" | head -3
+      done
+      echo "=== kinds-bench done after $(( $(date +%s) - t0 )) s" ;;
     fa4-stage) mkdir -p /tmp/fa4w; find .whl -type f -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null; ls /tmp/fa4w ;;
     tp-shapes) # issue 35 item 4: per-rank shapes, correct and timed beside FA4, in one call
       t0=$(date +%s); budget=${TP_BUDGET:-530}; shards=${SHARDS:-5}

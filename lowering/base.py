@@ -115,12 +115,17 @@ class PagedKV:
     ``p >= C_n`` can see are always present. A full-attention layer gets
     ``R >= ceil(C_n / P)`` pages, so nothing wraps. ``oldest(n)`` is the first position
     still stored.
+
+    ``scratch_pages`` (optional) ``[N, S]`` int32: pages of the same pool a lowering may
+    overwrite with the block's keys (the engine reserves them, e.g. the sequence's own pages
+    past its context); ``trtllm_gen`` needs ``S >= ceil((P - 1 + B) / P)`` of them.
     """
 
     k_pages: torch.Tensor
     v_pages: torch.Tensor
     block_table: torch.Tensor
     ctx_lens: torch.Tensor
+    scratch_pages: Optional[torch.Tensor] = None
 
     @property
     def page_size(self) -> int:

@@ -43,7 +43,7 @@ from typing import Optional
 import torch
 
 from .page_layout import page_layout, tma_rows
-from .split_merge import merge_splits
+from .split_merge import merge_splits, split_scratch
 
 try:
     import triton
@@ -617,8 +617,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((n, b, hq), dtype=torch.float32, device=q.device) if return_lse else None
     if num_splits > 1:
-        po = torch.empty((n, b, hq, num_splits, d), dtype=torch.float32, device=q.device)
-        plse = torch.empty((n, b, hq, num_splits), dtype=torch.float32, device=q.device)
+        po, plse = split_scratch(n, b, hq, num_splits, d, q.device)
     else:
         po = plse = lse if lse is not None else out  # not written with one split
     consumers = 2 if b * g > TILE else 1

@@ -81,6 +81,22 @@ def merge_splits(po, plse, out, lse=None, d: Optional[int] = None, rows: Optiona
     )
 
 
+_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def split_scratch(n: int, b: int, hq: int, num_splits: int, d_pad: int, device: torch.device):
+    """``(po, plse)``: the split partials' float32 buffers ``[N, B, Hq, S, D_PAD]`` and ``[N, B, Hq, S]``,
+    allocated on the first call for this shape, device and current stream and reused after (the
+    kernels of one stream run in order, so every layer may share them; a CUDA graph captured with
+    them keeps reading the same, never freed, buffers)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream, n, b, hq, num_splits, d_pad)
+    if key not in _SCRATCH:
+        _SCRATCH[key] = (torch.empty((n, b, hq, num_splits, d_pad), dtype=torch.float32, device=device),
+                         torch.empty((n, b, hq, num_splits), dtype=torch.float32, device=device))
+    return _SCRATCH[key]
+
+
 def merge_config(num_rows: int, num_splits: int, device: torch.device) -> tuple[int, int]:
     """``(rows per program, warps)`` of the merge: one row per program while rows are few
     (batch 1: more programs in flight), more once there are several programs per

@@ -19,7 +19,7 @@ BUILTIN_LOWERINGS: tuple[LoweringInfo, ...] = (
         module="window_decode_merge",
         function="window_decode_merge",
         description="causal (window) decode over context + block prefix, merged by LSE "
-        "with the block tail (SM100 structure, torch decode provider)",
+        "with the block tail (SM100 structure, torch decode provider); no host read (CUDA-graph safe)",
         devices=("cpu", "sm90", "sm100"),
     ),
     LoweringInfo(
@@ -27,7 +27,8 @@ BUILTIN_LOWERINGS: tuple[LoweringInfo, ...] = (
         module="trtllm_gen",
         function="trtllm_gen",
         description="window_decode_merge with part A from flashinfer trtllm-gen decode "
-        "(base-2 LSE); SM100/SM103 only, never run in this repository's CI",
+        "(base-2 LSE) over the paged pool read in place, the block's keys in scratch pages appended to "
+        "each sequence's block table; no host read; SM100/SM103 only, never run in this repository's CI",
         devices=("sm100",),
         availability="available",
     ),

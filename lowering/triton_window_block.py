@@ -31,7 +31,8 @@ How it computes it:
   ``ctx_kv_cache[layer][:, 0/1].transpose(1, 2)``, pages of any size) and the VANILLA dense
   arena (``ctx_k_cache[:, layer]``, one page of any length ``max_ctx + block`` per slot).
 - CUDA-graph capturable: no host syncs (``ctx_lens`` is only read on the device), the grid
-  and ``S`` come from tensor shapes and the device's multiprocessor count.
+  and ``S`` come from tensor shapes and the device's multiprocessor count; after the first call
+  of a shape it allocates only its outputs (the split partials: :func:`.split_merge.split_scratch`).
 
 On a CPU tensor it runs only through Triton's interpreter: ``TRITON_INTERPRET=1`` must be
 set before triton is first imported (triton decorates its own library then; this is
@@ -48,7 +49,7 @@ from . import gluon_window_block
 from .base import MaskSpec, PagedKV
 from .jit import check_interpreter, interpret_on, jitted, next_pow2, sm_count
 from .page_layout import page_layout, tma_rows
-from .split_merge import merge_splits
+from .split_merge import merge_splits, split_scratch
 
 try:  # Triton is optional: the lowering registers either way and reports itself unavailable.
     import triton
@@ -458,8 +459,7 @@ def triton_window_block(q, cache: PagedKV, k_blk, v_blk, mask: MaskSpec, scale: 
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((n, b, hq), dtype=torch.float32, device=q.device) if return_lse else None
     if split:
-        po = torch.empty((n, b, hq, cfg.num_splits, d_pad), dtype=torch.float32, device=q.device)
-        plse = torch.empty((n, b, hq, cfg.num_splits), dtype=torch.float32, device=q.device)
+        po, plse = split_scratch(n, b, hq, cfg.num_splits, d_pad, q.device)
     else:
         po = plse = out  # unused by the kernel when SPLIT is off
     lse_arg = lse if lse is not None else out

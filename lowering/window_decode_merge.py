@@ -14,8 +14,11 @@ with ``window_left`` ``W-1`` or ``-1`` (unbounded), ``out`` ``[N, B, Hq, D]`` (a
 dtype) and ``lse`` ``[N, B, Hq]`` float32 in the provider's base (``lse_base``: ``"e"``
 for natural logs, ``2`` for base-2 logs such as trtllm-gen's).
 
-Pools: reads any :class:`PagedKV` (pages of any size) through ``PagedKV.gather``: the
-VANILLA dense arena and the TRTLLM/FA4/XQA paged pools.
+Pools: reads any :class:`PagedKV` (pages of any size) through :mod:`.context_keys` (a gather
+whose size comes from shapes): the VANILLA dense arena and the TRTLLM/FA4/XQA paged pools.
+
+CUDA graphs: no host read and no size taken from a value, so it captures; its torch ops
+allocate their intermediates in the graph's pool.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from typing import Callable
 import torch
 
 from .base import MaskSpec, PagedKV
-from .dense import attend, check_inputs
+from .context_keys import attend, context_keys
+from .dense import check_inputs
 
 DecodeProvider = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -36,24 +40,22 @@ def torch_decode_provider(q, cache: PagedKV, k_blk, v_blk, window_left: int, sca
     (``window_left = -1``: every ``k <= p``) among context and block keys.
 
     Returns ``out`` ``[N, B, Hq, D]`` float32 and ``lse`` ``[N, B, Hq]`` float32, natural log.
-    Raises ``ValueError`` (from ``PagedKV.gather``) if a needed position was recycled.
+    Sizes come from shapes (:mod:`.context_keys`), no host read; a sequence that needs a
+    position the ring already recycled gets NaN rows.
     """
     n_seq, b, hq, d = q.shape
-    out = torch.empty(n_seq, b, hq, d, dtype=torch.float32, device=q.device)
-    lse = torch.empty(n_seq, b, hq, dtype=torch.float32, device=q.device)
-    for n in range(n_seq):
-        c = int(cache.ctx_lens[n])
-        lo = 0 if window_left < 0 else max(0, c - window_left)
-        kc, vc = cache.gather(n, lo, c)
-        k = torch.cat([kc.float(), k_blk[n].float()])
-        v = torch.cat([vc.float(), v_blk[n].float()])
-        p = torch.arange(c, c + b, device=q.device)[:, None]
-        kpos = torch.arange(lo, c + b, device=q.device)[None, :]
-        ok = kpos <= p
-        if window_left >= 0:
-            ok &= p - kpos <= window_left
-        out[n], lse[n] = attend(q[n], k, v, ok, scale)
-    return out, lse
+    mask = MaskSpec(causal=True, window=None if window_left < 0 else window_left + 1)
+    ctx = context_keys(cache, mask)
+    c = cache.ctx_lens.long()[:, None]
+    j = torch.arange(b, device=q.device)[None, :]
+    p = (c + j)[:, :, None]  # [N, B, 1]
+    kpos = torch.cat([ctx.pos, c + j], 1)[:, None, :]
+    valid = torch.cat([ctx.valid, torch.ones(n_seq, b, dtype=torch.bool, device=q.device)], 1)[:, None, :]
+    k = torch.cat([ctx.k.float(), k_blk.float()], 1)
+    v = torch.cat([ctx.v.float(), v_blk.float()], 1)
+    out, lse = attend(q, k, v, valid & mask.allowed(p, kpos), scale)
+    bad = ctx.recycled[:, None, None]
+    return torch.where(bad[..., None], float("nan"), out), torch.where(bad, float("nan"), lse)
 
 
 def block_tail(q, k_blk, v_blk, mask: MaskSpec, scale: float):
@@ -62,14 +64,10 @@ def block_tail(q, k_blk, v_blk, mask: MaskSpec, scale: float):
     Returns float32 ``out`` ``[N, B, Hq, D]`` and natural ``lse`` ``[N, B, Hq]``; rows with no
     key (causal masks, the last query, ``W = 1``) get ``out = 0``, ``lse = -inf``.
     """
-    n_seq, b, hq, d = q.shape
+    n_seq, b = q.shape[:2]
     j = torch.arange(b, device=q.device)
     ok = (j[None, :] > j[:, None]) & mask.allowed(j[:, None], j[None, :])
-    out = torch.empty(n_seq, b, hq, d, dtype=torch.float32, device=q.device)
-    lse = torch.empty(n_seq, b, hq, dtype=torch.float32, device=q.device)
-    for n in range(n_seq):
-        out[n], lse[n] = attend(q[n], k_blk[n], v_blk[n], ok, scale)
-    return out, lse
+    return attend(q, k_blk, v_blk, ok[None].expand(n_seq, -1, -1), scale)
 
 
 def merge_lse(out_a, lse_a, out_b, lse_b):

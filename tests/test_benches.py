@@ -67,6 +67,16 @@ def test_attention_per_rank_shape_on_the_dense_arena():
     assert "TP 2: Hq 2, Hkv 1" in out
 
 
+def test_attention_full_attention_and_block_width():
+    """``--full --block``: the full-attention drafter kinds' rows (``KINDS``), checked against the oracle."""
+    triton_or_skip()
+    out = run("attention.py", "--tiny", "--full", "--block", "5", "--batches", "1", "--only-triton", interpret=True)
+    recs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    rows = [r for r in recs if r.get("method") == "triton_window_block" and "us" in r]
+    assert len(rows) == 1 and rows[0]["rel_err_vs_float64_oracle"] < 1e-2, rows
+    assert "B 5, full attention" in out
+
+
 def test_read_ceiling_tiny_under_the_interpreter():
     triton_or_skip()
     out = run("read_ceiling.py", "--tiny", interpret=True)

@@ -25,7 +25,8 @@ context pool is the rank's, and ``o_proj`` / ``down_proj`` all-reduce inside (RO
 
 CUDA graphs: every buffer (cos/sin table, the position arange, slot / length / page-table
 staging, the lowering list) is built on the first call and reused; later calls allocate no
-buffer of their own (the GEMMs and lowerings still produce their outputs), read no host value
+buffer of their own (the GEMMs and lowerings still produce their outputs; a lowering that needs
+scratch pages, ``trtllm_gen``, gets a small index tensor a layer), read no host value
 and index only by device tensors. Rows past ``b`` (TensorRT-LLM's padded rows, mapped to its
 scratch slot) are computed like any other.
 """
@@ -153,6 +154,8 @@ class BlockDecode:
             else:
                 cache = PagedKV(ctx_k_cache[:, li], ctx_v_cache[:, li], table, ctx)
             write_block(cache, k, v, buf["arange"])
+            if getattr(self.fns[li], "needs_scratch_pages", False):
+                cache.scratch_pages = pages_after_context(cache, blk)
             kp, vp = cache.k_pages, cache.v_pages
             out = self.fns[li](q.to(kp.dtype), cache, k.to(kp.dtype), v.to(vp.dtype), self.masks[li], scale)
             h = attn.o_proj(out.reshape(b * blk, q_size))
@@ -178,6 +181,18 @@ def paged_layer_cache(layer_cache: torch.Tensor, block_table: torch.Tensor, ctx_
                          f"block) with a contiguous last dim; got {tuple(layer_cache.shape)} strides "
                          f"{tuple(layer_cache.stride())}")
     return PagedKV(layer_cache[:, 0].transpose(1, 2), layer_cache[:, 1].transpose(1, 2), block_table, ctx_lens)
+
+
+def pages_after_context(cache: PagedKV, blk: int) -> torch.Tensor:
+    """``[N, S]``: each sequence's own pages from the one holding position ``C_n`` on
+    (``S = ceil((P - 1 + B) / P)``), which :func:`write_block` has just filled with the context tail
+    and the block: the scratch pages a lowering that writes the block into the pool
+    (``needs_scratch_pages``, e.g. ``trtllm_gen``) rewrites with the same values."""
+    p, ring = cache.page_size, cache.ring_pages
+    s = -(-(p - 1 + blk) // p)
+    logical = torch.div(cache.ctx_lens.long(), p, rounding_mode="floor")[:, None] + torch.arange(
+        s, device=cache.block_table.device)[None, :]
+    return cache.block_table.gather(1, logical % ring)
 
 
 def write_block(cache: PagedKV, k: torch.Tensor, v: torch.Tensor, arange: torch.Tensor) -> None:
