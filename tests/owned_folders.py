@@ -36,11 +36,8 @@ def plant_owned(parent: Path, prefix: str, pid: int | None = None, start=None, h
 def snapshot(root: Path) -> dict:
     """Every entry under ``root`` (itself included): relative path -> (kind, mode, bytes or link target)."""
     root = Path(root)
-    out = {}
+    out = {".": ("dir", stat.S_IMODE(os.lstat(root).st_mode), None)}
     for dirpath, dirs, files in os.walk(root):
-        for n in [""] if dirpath == str(root) else []:
-            st = os.lstat(root)
-            out["."] = ("dir", stat.S_IMODE(st.st_mode), None)
         for n in dirs + files:
             p = Path(dirpath) / n
             st = os.lstat(p)

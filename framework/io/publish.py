@@ -228,8 +228,13 @@ def publish(tmp: Path, out: Path, overwrite: bool, protect=(), command: str | No
         remove_temp(wrapper)
         return
     os.rename(out, wrapper / ASIDE)
-    step_point()
-    os.rename(tmp, out)
+    try:
+        step_point()
+        os.rename(tmp, out)
+    except BaseException:  # interrupted between the renames: the old output goes back first
+        if not os.path.lexists(out):
+            os.rename(wrapper / ASIDE, out)
+        raise
     follow_umask(out)
     step_point()
     remove_temp(wrapper)
