@@ -24,7 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_hostile_specs.py", "tests/test_hostile_checkpoints.py", "tests/test_hostile_bounds.py",
          "tests/test_hostile_draft.py", "tests/test_hostile_runs.py", "tests/test_interrupt.py",
-         "tests/test_hostile_outputs.py", "tests/test_determinism.py"]
+         "tests/test_hostile_outputs.py", "tests/test_determinism.py",
+         # issue 46 (H4): ownership of temp/backup/scratch folders, overrides as data, spec YAML bounds
+         "tests/test_hostile_ownership.py", "tests/test_hostile_overrides.py", "tests/test_hostile_yaml.py"]
 AREAS = {
     "specs": "Adapter specs (`draftsmith inspect adapter=... adapter_dir=...`, in-process)",
     "checkpoints": "Checkpoints (`draftsmith convert`, a fresh synthetic tiny MiniMax DSpark checkpoint corrupted at random)",
@@ -36,6 +38,12 @@ AREAS = {
                "`emit`, `eval`; Hugging Face revisions, eval prompts, config sizes, `threads`; killed runs' scratch; "
                "hostile tensor names)",
     "determinism": "Determinism",
+    # issue 46 (H4)
+    "ownership": "Only what draftsmith made (issue 46: folders named like draftsmith's temps, backups and scratch; "
+                 "interrupted replaces; deep old outputs)",
+    "overrides": "Overrides are data (issue 46/47: instantiation keys, list steps, bounds, values a spec cannot hold, "
+                 "overrides that change nothing, `docs` serving snippets)",
+    "yaml": "Spec YAML bounds (issue 46: aliases, bytes expanded through aliases, key length)",
 }
 DEMANDS = {
     "specs": "exit 2; every stderr line `error: <spec file>[:line]: <key path>: ...`; no traceback; "
@@ -52,6 +60,16 @@ DEMANDS = {
                  "intact or the complete new one when replacing; the next run succeeds, byte-identical to an "
                  "uninterrupted run, and leaves only `out`.",
     "determinism": "byte-identical outputs.",
+    "ownership": "a planted folder without draftsmith's owner record (every name pattern draftsmith uses: `.<out>.tmp-*`, "
+                 "`.<out>.old-*`, `draftsmith-scratch-*`, `.draftsmith-export-*`, a copied or renamed record) is "
+                 "snapshotted (path, bytes, mode of every entry) before and after every writing command and is "
+                 "unchanged; nothing of ours is left beside `out=` after a signalled run or after the run that follows "
+                 "a SIGKILL; `out=` holds the old or the new output.",
+    "overrides": "exit 2 with one line `command line: <the argument>: ...` saying what is wrong (never Hydra's `Error "
+                 "merging override`, never a traceback), in milliseconds for a bound; every bound tested just under "
+                 "(accepted) and just over (refused).",
+    "yaml": "exit 2 (or `ValueError` from the loader) with one line naming the file and line before anything copies "
+            "the data; every bound tested just under (loaded) and just over (refused).",
     "outputs": "exit 2 with one `error:` line per problem naming the key or file, names escaped (no raw newline, "
                "ANSI escape, bidi mark or lone surrogate), no traceback; no file outside draftsmith's own outputs "
                "changes (a planted folder is snapshotted before and after every test); no temp file left; a "
@@ -97,8 +115,15 @@ def main() -> int:
                 for k, r, n in items]
         out += [f"| **total** | **{sum(n for _, _, n in items)}** | | |", ""]
     out += ["## Limits and policies these tests hold the code to", "",
-            "- Spec YAML: safe loader only (no Python tags); at most 1 MiB and 100,000 nodes after alias "
-            "expansion; recursive aliases, duplicate keys and non-UTF-8 files refused.",
+            "- Spec YAML: safe loader only (no Python tags); at most 1 MiB, 100,000 nodes and 4 MiB of scalar text "
+            "after alias expansion (bytes counted once per path through aliases), 1,000 aliases, keys of at most "
+            "1,024 characters; recursive aliases, duplicate keys and non-UTF-8 files refused.",
+            "- Overrides: checked as data before Hydra or the library parses them: keys at most 256 characters and 32 "
+            "steps, values at most 65,536 characters, numbers at most 64 digits, integers within 2^63-1, floats "
+            "finite; list steps plain ASCII indices within the list (`+` adds exactly one, at the end); an instantiation "
+            "key (`_target_`, `_args_`, `_partial_`, `_recursive_`, `_convert_`) or `${` refused in a key, a value, a "
+            "mapping or a list item; a value a spec cannot hold (a date, a set, bytes) refused; an override that "
+            "changes nothing (`config.default_dtype` on a config.json that names its dtype) refused.",
             "- Spec code: `_target_` keys and every `${` (no interpolation of any kind: references, resolvers, "
             "nested tricks such as `${oc.${x}:HOME}`) refused anywhere in a spec, keys included, and again on the "
             "final composed tree of the command line (Hydra composes with `resolve=False`).",
@@ -117,8 +142,11 @@ def main() -> int:
             "loads a checkpoint.",
             "- `draft`: memory estimated before allocating (refused past the device's free memory); non-finite "
             "logits stop the run naming the first non-finite layer.",
-            "- Temp dirs: `.<out>.tmp-<pid>-*` holding an owner file (pid, start time); removed by another run "
-            "only when that owner is gone; found by exact name comparison, never a glob of the output name. "
+            "- Temp dirs: `.<out>.tmp-<pid>-<token>/` holding draftsmith's owner record (its own name and token, pid, "
+            "start time, host); the output is built in its `build/` and a replaced output moves into it (never beside "
+            "`out=`); removed by another run only when the record is intact and its owner gone (same host); a folder "
+            "without the record is never read, moved or removed, whatever its name; removal walks any depth "
+            "iteratively; found by exact name comparison, never a glob of the output name. "
             "SIGTERM/SIGHUP clean up like Ctrl-C; cleanup runs with those signals blocked.",
             "- Checkpoints: safetensors headers are checked against the file before any data is read (sizes, "
             "dtypes, offsets that must tile the data exactly); duplicate names across shards, index entries "
@@ -138,11 +166,13 @@ def main() -> int:
             "memory estimate; every integer key <= 2^31-1 and at most 64 digits; `threads` <= the CPUs this "
             "process may use.",
             "- Scratch: `draft`/`eval` conversions and `convert to=`'s export copy live in owned folders "
-            "(`draftsmith-scratch-<pid>-*`, `.draftsmith-export-<pid>-*`) removed on exit and, after a SIGKILL, "
-            "by the next run.",
+            "(`draftsmith-scratch-<pid>-<token>`, `.draftsmith-export-<pid>-<token>`, each holding the owner record) "
+            "removed on exit and, after a SIGKILL, by the next run; a folder of another program with a matching "
+            "name is never touched.",
             "- Output: written into `.<out>.tmp-<pid>-*` beside the destination and renamed into place; an "
             "existing destination is replaced only with `overwrite=true`, by an atomic exchange "
-            "(`renameat2(RENAME_EXCHANGE)`; elsewhere a move-aside that the next run undoes). The interruption tests install "
+            "(`renameat2(RENAME_EXCHANGE)`; elsewhere a move of the old output into the owned temp folder, undone on "
+            "a signal at once and after a SIGKILL by the next run). The interruption tests install "
             "a step hook (`framework/io/publish.py`, `set_step_hook`) that SIGKILLs at the N-th step point.",
             ""]
     if p.returncode != 0:
