@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_hostile_specs.py", "tests/test_hostile_checkpoints.py", "tests/test_hostile_bounds.py",
          "tests/test_hostile_draft.py", "tests/test_hostile_runs.py", "tests/test_interrupt.py",
          "tests/test_hostile_outputs.py", "tests/test_determinism.py", "tests/test_hostile_allocation.py",
-         "tests/test_hostile_inputs4.py", "tests/test_published_configs.py"]
+         "tests/test_hostile_inputs4.py", "tests/test_published_configs.py",
+         "tests/test_hostile_ownership.py", "tests/test_hostile_overrides.py", "tests/test_hostile_yaml.py"]
 AREAS = {
     "specs": "Adapter specs (`draftsmith inspect adapter=... adapter_dir=...`, in-process)",
     "checkpoints": "Checkpoints (`draftsmith convert`, a fresh synthetic tiny MiniMax DSpark checkpoint corrupted at random)",
@@ -40,6 +41,11 @@ AREAS = {
     "round4": "Allocations bounded first, one line, published configs (issue 46: DFlash 2 selector and "
               "convolution, eval context and tokens, convert memory and disk, index shards, symlinked shards, "
               "JSON Lines prompts, emit's package data, FIFOs in cached revisions, published configs)",
+    "ownership": "Only what draftsmith made (issue 46: folders named like draftsmith's temps, backups and scratch; "
+                 "interrupted replaces; deep old outputs)",
+    "overrides": "Overrides are data (issue 46/47: instantiation keys, list steps, bounds, values a spec cannot hold, "
+                 "overrides that change nothing, `docs` serving snippets)",
+    "yaml": "Spec YAML bounds (issue 46: aliases, bytes expanded through aliases, key length)",
 }
 DEMANDS = {
     "specs": "exit 2; every stderr line `error: <spec file>[:line]: <key path>: ...`; no traceback; "
@@ -60,6 +66,16 @@ DEMANDS = {
               "accepted, and one byte or one unit past it, refused); a refusal is exit 2 with one `error:` line "
               "naming the file, key, tensor or argument, nothing written and nothing of a linked file's bytes "
               "shown; valid input (published configs, Unicode in JSON strings, taps past the block) is accepted.",
+    "ownership": "a planted folder without draftsmith's owner record (every name pattern draftsmith uses: `.<out>.tmp-*`, "
+                 "`.<out>.old-*`, `draftsmith-scratch-*`, `.draftsmith-export-*`, a copied or renamed record) is "
+                 "snapshotted (path, bytes, mode of every entry) before and after every writing command and is "
+                 "unchanged; nothing of ours is left beside `out=` after a signalled run or after the run that follows "
+                 "a SIGKILL; `out=` holds the old or the new output.",
+    "overrides": "exit 2 with one line `command line: <the argument>: ...` saying what is wrong (never Hydra's `Error "
+                 "merging override`, never a traceback), in milliseconds for a bound; every bound tested just under "
+                 "(accepted) and just over (refused).",
+    "yaml": "exit 2 (or `ValueError` from the loader) with one line naming the file and line before anything copies "
+            "the data; every bound tested just under (loaded) and just over (refused).",
     "outputs": "exit 2 with one `error:` line per problem naming the key or file, names escaped (no raw newline, "
                "ANSI escape, bidi mark or lone surrogate), no traceback; no file outside draftsmith's own outputs "
                "changes (a planted folder is snapshotted before and after every test); no temp file left; a "
@@ -138,8 +154,15 @@ def main() -> int:
                 for k, r, n in items]
         out += [f"| **total** | **{sum(n for _, _, n in items)}** | | |", ""]
     out += ["## Limits and policies these tests hold the code to", "",
-            "- Spec YAML: safe loader only (no Python tags); at most 1 MiB and 100,000 nodes after alias "
-            "expansion; recursive aliases, duplicate keys and non-UTF-8 files refused.",
+            "- Spec YAML: safe loader only (no Python tags); at most 1 MiB, 100,000 nodes and 4 MiB of scalar text "
+            "after alias expansion (bytes counted once per path through aliases), 1,000 aliases, keys of at most "
+            "1,024 characters; recursive aliases, duplicate keys and non-UTF-8 files refused.",
+            "- Overrides: checked as data before Hydra or the library parses them: keys at most 256 characters and 32 "
+            "steps, values at most 65,536 characters, numbers at most 64 digits, integers within 2^63-1, floats "
+            "finite; list steps plain ASCII indices within the list (`+` adds exactly one, at the end); an instantiation "
+            "key (`_target_`, `_args_`, `_partial_`, `_recursive_`, `_convert_`) or `${` refused in a key, a value, a "
+            "mapping or a list item; a value a spec cannot hold (a date, a set, bytes) refused; an override that "
+            "changes nothing (`config.default_dtype` on a config.json that names its dtype) refused.",
             "- Spec code: `_target_` keys and every `${` (no interpolation of any kind: references, resolvers, "
             "nested tricks such as `${oc.${x}:HOME}`) refused anywhere in a spec, keys included, and again on the "
             "final composed tree of the command line (Hydra composes with `resolve=False`).",
@@ -158,8 +181,11 @@ def main() -> int:
             "loads a checkpoint.",
             "- `draft`: memory estimated before allocating (refused past the device's free memory); non-finite "
             "logits stop the run naming the first non-finite layer.",
-            "- Temp dirs: `.<out>.tmp-<pid>-*` holding an owner file (pid, start time); removed by another run "
-            "only when that owner is gone; found by exact name comparison, never a glob of the output name. "
+            "- Temp dirs: `.<out>.tmp-<pid>-<token>/` holding draftsmith's owner record (its own name and token, pid, "
+            "start time, host); the output is built in its `build/` and a replaced output moves into it (never beside "
+            "`out=`); removed by another run only when the record is intact and its owner gone (same host); a folder "
+            "without the record is never read, moved or removed, whatever its name; removal walks any depth "
+            "iteratively; found by exact name comparison, never a glob of the output name. "
             "SIGTERM/SIGHUP clean up like Ctrl-C; cleanup runs with those signals blocked.",
             "- Checkpoints: safetensors headers are checked against the file before any data is read (sizes, "
             "dtypes, offsets that must tile the data exactly); duplicate names across shards, index entries "
@@ -187,11 +213,13 @@ def main() -> int:
             "(4 MiB) on both sides of `emit`; a cached revision walked by `stat` (at most 100 000 entries, 32 "
             "levels), FIFOs, devices and sockets refused.",
             "- Scratch: `draft`/`eval` conversions and `convert to=`'s export copy live in owned folders "
-            "(`draftsmith-scratch-<pid>-*`, `.draftsmith-export-<pid>-*`) removed on exit and, after a SIGKILL, "
-            "by the next run.",
+            "(`draftsmith-scratch-<pid>-<token>`, `.draftsmith-export-<pid>-<token>`, each holding the owner record) "
+            "removed on exit and, after a SIGKILL, by the next run; a folder of another program with a matching "
+            "name is never touched.",
             "- Output: written into `.<out>.tmp-<pid>-*` beside the destination and renamed into place; an "
             "existing destination is replaced only with `overwrite=true`, by an atomic exchange "
-            "(`renameat2(RENAME_EXCHANGE)`; elsewhere a move-aside that the next run undoes). The interruption tests install "
+            "(`renameat2(RENAME_EXCHANGE)`; elsewhere a move of the old output into the owned temp folder, undone on "
+            "a signal at once and after a SIGKILL by the next run). The interruption tests install "
             "a step hook (`framework/io/publish.py`, `set_step_hook`) that SIGKILLs at the N-th step point.",
             ""]
     if p.returncode != 0:

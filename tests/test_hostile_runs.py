@@ -21,6 +21,7 @@ from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.io.publish import OWNER, atomic_dir, clean_stale_temps, remove_temp
+from owned_folders import plant_owned
 from reliability_log import record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,16 +47,13 @@ def test_prefix_or_glob_output_spares_live_temp(name, source, tmp_path):
     d = tmp_path / "dir"
     d.mkdir()
     live = atomic_dir(d / "run1", False, "convert")
-    dead_other = d / f".run1.tmp-{_dead_pid()}-x"
-    dead_other.mkdir()
-    dead_mine = d / f".{name}.tmp-{_dead_pid()}-y"
-    dead_mine.mkdir()
-    (dead_mine / OWNER).write_text(json.dumps({"pid": _dead_pid(), "start": None}))
+    dead_other = plant_owned(d, ".run1.tmp-")
+    dead_mine = plant_owned(d, f".{name}.tmp-")
     o, e = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
         rc = main(["convert", "adapter=minimax_dspark", f"source={source}", f"out={d / name}"])
     assert rc == 0, e.getvalue()
-    assert live.is_dir() and (live / OWNER).is_file(), "a live run's temp dir was removed"
+    assert live.is_dir() and (live.parent / OWNER).is_file(), "a live run's temp dir was removed"
     assert dead_other.is_dir(), "another output's temp was tidied by a run to a different name"
     assert not dead_mine.exists(), "this output's stale temp was left"
     assert not (d / name / OWNER).exists(), "the owner file was published"
@@ -67,9 +65,7 @@ def test_prefix_or_glob_output_spares_live_temp(name, source, tmp_path):
 def test_pid_reuse_is_not_ownership(tmp_path):
     """A temp whose recorded owner pid is alive but started at another time is stale."""
     out = tmp_path / "o"
-    t = tmp_path / f".o.tmp-{os.getpid()}-z"
-    t.mkdir()
-    (t / OWNER).write_text(json.dumps({"pid": os.getpid(), "start": -1}))
+    t = plant_owned(tmp_path, ".o.tmp-", pid=os.getpid(), start=-1)
     clean_stale_temps(out)
     assert not t.exists()
     record("runs", "temp whose owner pid was reused", "tidied")

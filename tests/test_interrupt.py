@@ -259,32 +259,36 @@ def _dead_pid() -> int:
 
 
 def test_fallback_swap_is_undone(tmp_path, monkeypatch):
-    """Without renameat2: a run killed between moving the old output aside and renaming the
-    new one in leaves ``.out.old-<pid>``; the next run puts it back (or drops it if a new
-    output made it), never losing the only complete copy."""
+    """Without renameat2: a run killed between moving the old output aside (into its owned
+    temp folder) and renaming the new one in leaves that folder; the next run puts the old
+    output back (or drops it if a new output made it), never losing the only complete copy."""
     from draftsmith.framework.io import publish as C
     from draftsmith.framework.io.ownership import MARKER, write_marker
+    from owned_folders import plant_owned
 
     rng = random.Random(SEED)
     out = tmp_path / "out"
     payload = os.urandom(rng.randrange(1, 4096))
-    old = tmp_path / f".out.old-{_dead_pid()}"
-    old.mkdir()
-    (old / "model.safetensors").write_bytes(payload)
-    write_marker(old, "convert")  # a draftsmith output, so overwrite=true may replace it
-    stale_tmp = tmp_path / f".out.tmp-{_dead_pid()}-x"
-    stale_tmp.mkdir()
+
+    def killed_swap():
+        w = plant_owned(tmp_path, ".out.tmp-")
+        (w / C.ASIDE).mkdir()
+        (w / C.ASIDE / "model.safetensors").write_bytes(payload)
+        write_marker(w / C.ASIDE, "convert")  # a draftsmith output, so overwrite=true may replace it
+        (w / C.BUILD).mkdir()
+        return w
+
+    killed_swap()
     C.clean_stale_temps(out)
     assert (out / "model.safetensors").read_bytes() == payload and sorted(os.listdir(tmp_path)) == ["out"]
     assert (out / MARKER).is_file()
     # with out present, a leftover old copy is dropped
-    old.mkdir()
+    killed_swap()
     C.clean_stale_temps(out)
     assert sorted(os.listdir(tmp_path)) == ["out"]
     # the fallback publish itself replaces only with overwrite=true
     monkeypatch.setattr(C, "_renameat2", lambda *a: False)
-    new = tmp_path / ".out.tmp-new"
-    new.mkdir()
+    new = C.atomic_dir(out, True, "convert")
     (new / "model.safetensors").write_bytes(payload[::-1])
     with pytest.raises(C.UserError):
         C.publish(new, out, overwrite=False)

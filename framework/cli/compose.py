@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from ..spec.loading import (_known_keys, _where, check_name_kept, check_no_interpolation, find_adapter, key_path,
                             read_spec_data, validate_spec, validation_problems)
+from ..spec.override_args import check_argument, check_composed, is_index, short, split_argument
 from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, reach, resolve_steps
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
@@ -66,15 +67,19 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
     # validate the file alone first (errors carry its line numbers), then store it with
     # every default filled in, so that overrides can reach any field of the schema
     full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
+    # every argument checked as data first (bounded, linear, lists addressed by plain indices);
     # Hydra's keys cannot hold a dot: overrides that name a dotted key (``config.fields`` and
-    # ``synth.tiny`` are keyed by dotted config keys) are applied by the library, first
-    dotted = [o for o in overrides if addresses_dotted_key(full, o.lstrip("+~").split("=", 1)[0], f"command line: {o}")]
-    if dotted:
-        full = apply_overrides(full, dotted, origin="command line")
-        check_no_interpolation(full, "command line")  # before Hydra's store parses any `${`
+    # ``synth.tiny`` are keyed by dotted config keys) or step into a list are applied by the
+    # library, first (Hydra's list merging has no one-line errors and no append)
+    crosses = {o: check_argument(o, full) for o in overrides}
+    library = [o for o in overrides if crosses[o] or
+               addresses_dotted_key(full, split_argument(o)[1], f"command line: {short(o)}")]
+    if library:
+        full = apply_overrides(full, library, origin="command line")
+        check_composed(full, library, lambda o: _override_path(o, full))  # before Hydra's store parses any `${`
     cs.store(group="adapter", name=chosen, node=full)
     cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": chosen}, "_self_"]})
-    quoted = [quote_override(o) for o in overrides if o not in dotted]
+    quoted = [quote_override(o) for o in overrides if o not in library]
     GlobalHydra.instance().clear()
     try:
         with initialize(version_base=None, config_path=None):
@@ -84,7 +89,7 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
         raise UserError(_hydra_message(e, overrides, data, path, lines, full)) from None
     finally:
         GlobalHydra.instance().clear()
-    check_no_interpolation(container, "command line")
+    check_composed(container.get("adapter"), overrides, lambda o: _override_path(o, full))
     spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides, full)
     check_name_kept(spec, path)
     opts["adapter"] = chosen
@@ -106,8 +111,8 @@ def quote_override(arg: str) -> str:
 
 
 def _override_path(arg: str, full: dict) -> tuple:
-    key = arg.lstrip("+~").split("=", 1)[0]
-    return tuple(resolve_steps(full, _steps(key), f"command line: {arg}"))
+    key = split_argument(arg)[1]
+    return tuple(resolve_steps(full, _steps(key), f"command line: {short(arg)}"))
 
 
 def _validate_overridden(spec_data, path, lines, overrides: list[str], full: dict) -> AdapterSpec:
@@ -141,17 +146,21 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
     full_key = str(getattr(e, "full_key", None) or "")
     if full_key.startswith("adapter.") and path is not None:
         # an interpolation that failed to resolve: in the spec file, or from the command line
-        parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", full_key[8:]) if p)
+        parts = tuple(int(p) if is_index(p) else p for p in re.split(r"[.\[\]]+", full_key[8:]) if p)
         value, _ = _lookup(data, parts)
         if isinstance(value, str) and "${" in value:
             return f"{_where(path, lines or {}, parts)}: {key_path(parts)}: {text}"
         return f"command line: {full_key}: {text}"
     m = re.match(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'", text) or \
         re.match(r"Key '([^']+)' is not in struct", text)
+    long_name = isinstance(e, OSError) or "File name too long" in text  # Hydra looked the key up as a config group
+    if long_name and not m:
+        hit = next((a for a in args if split_argument(a)[1] in text), None)
+        m = re.match(r"(.*)", split_argument(hit)[1]) if hit is not None else None
     if m:
         key = m.group(1).lstrip("+~")
         arg = next((a for a in args if a.lstrip("+~").split("=", 1)[0] == key), key)
-        parts = tuple(int(p) if p.isdigit() else p for p in key.split(".")[1:])
+        parts = tuple(int(p) if is_index(p) else p for p in key.split(".")[1:])
         _, found = _lookup(full, parts)
         parent, _ = _lookup(full, parts[:found])
         if isinstance(parent, list):
@@ -167,4 +176,12 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
     if "mismatched input" in text or "no viable alternative" in text or "token recognition" in text:
         return (f"command line: cannot parse {' '.join(args)!r} as Hydra overrides ({text}); quote the value "
                 f"inside the argument, e.g. 'adapter.KEY=\"a value\"'")
-    return f"command line: {text}"
+    merging = re.match(r"Error merging override (.+)$", text)
+    if merging:  # Hydra's wrapper: say which argument and what was wrong with it (the cause)
+        arg = next((a for a in args if quote_override(a) == merging.group(1) or a == merging.group(1)),
+                   merging.group(1))
+        cause = e.__cause__ if e.__cause__ is not None else e.__context__
+        why = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else "cannot be applied"
+        return f"command line: {short(arg)}: {why}"
+    arg = next((a for a in args if a in text or split_argument(a)[1] in text), None)
+    return f"command line: {short(arg) + ': ' if arg else ''}{text}"

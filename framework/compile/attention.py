@@ -18,8 +18,10 @@ from .dotted import get_dotted
 from .resolved import LayerPlan
 
 
-def resolve_layers(att: AttentionSpec, cfg: dict[str, Any], where: str = "config") -> list[LayerPlan]:
-    """Each layer's mask and lowering per device class (see the module docstring)."""
+def resolve_layers(att: AttentionSpec, cfg: dict[str, Any], where: str = "config",
+                   blame=None) -> list[LayerPlan]:
+    """Each layer's mask and lowering per device class (see the module docstring); ``blame(i)``:
+    who set ``attention.layers.<i>`` (a command-line argument is named instead of ``where``)."""
     n = cfg["num_hidden_layers"]
     layer_types = cfg.get("layer_types")
     use_swa = get_dotted(cfg, "dflash_config.use_swa")
@@ -52,7 +54,9 @@ def resolve_layers(att: AttentionSpec, cfg: dict[str, Any], where: str = "config
     windows: list[Optional[int]] = [window if w else None for w in windowed]
     for i, o in att.layers.items():
         if not 0 <= i < n:
-            raise UserError(f"{where}: attention.layers.{i}: no such layer (the drafter has {n})")
+            who = blame(i) if blame is not None else ""
+            who = who if who.startswith("command line: ") else where
+            raise UserError(f"{who}: attention.layers.{i}: no such layer (the drafter has {n}, per {where})")
         if o.window is not None:
             windows[i] = None if o.window == "full" else o.window
         if o.causal is not None:

@@ -75,7 +75,7 @@ class Adapter:
         adapter.K=V`` when an override reaches it (at, above or below it), else the file."""
         for arg in self.overrides:
             name = arg.lstrip("+~").split("=", 1)[0].removeprefix("adapter.")
-            path = tuple(int(p) if p.isdigit() else p for p in name.split("."))
+            path = tuple(int(p) if p.isascii() and p.isdigit() else p for p in name.split("."))
             n = min(len(path), len(key))
             if path[:n] == tuple(key[:n]):
                 return f"command line: {arg}"

@@ -86,6 +86,11 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
     # dtype
     dtype_key = next((k for k in cs.dtype_keys if merged.get(k) is not None), None)
     dtype = merged[dtype_key] if dtype_key else cs.default_dtype
+    if dtype_key and adapter.blame("config", "default_dtype").startswith("command line: "):
+        # config.default_dtype applies only to a config.json without a dtype key: overriding it here changes nothing
+        raise UserError(f"{adapter.blame('config', 'default_dtype')}: changes nothing: {where} sets "
+                        f"{spelled_key(raw, cs.sections, dtype_key)}={merged[dtype_key]} (config.default_dtype is "
+                        "used only when config.json names no dtype; the converted dtype is the checkpoint's)")
     sources["torch_dtype"] = (f"config.json: {spelled_key(raw, cs.sections, dtype_key)}" if dtype_key
                               else f"{SPEC_DEFAULT} (config.default_dtype)")
     for k in cs.dtype_keys:
@@ -114,7 +119,7 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
     if spec.target_layer_ids == "input":
         ids = [i - 1 for i in ids]
     dc["target_layer_ids"] = ids
-    layers = resolve_layers(spec.attention, out, where)
+    layers = resolve_layers(spec.attention, out, where, blame=lambda i: adapter.blame("attention", "layers", i))
     write_back(out, layers)
 
     adapter.family.mirror(out)

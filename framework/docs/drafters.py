@@ -13,6 +13,7 @@ from ..compile.engine import load_adapter
 from ..compile.resolved import ResolvedDrafter
 from ..compile.trtllm_limits import trtllm_problems
 from ..convert.synth import source_config
+from ..emit.snippet import speculative_config
 from ..spec.loading import adapter_files
 from .markdown import (DEVICES, GUIDE_FILE, SCHEMA_FILE, SPEC_FILE, SUPPORTED_FILE, TRTLLM_STATUS, _banner, _code,
                        _table, _yaml, per_layer)
@@ -103,8 +104,11 @@ def serving_config(d: Drafter) -> dict[str, Any]:
     ``decoding_type``: from ``docs.serving`` (else DSpark when the drafter has a Markov
     head, else DFlash); ``speculative_model``: ``docs.serving`` or ``<checkpoint>`` plus
     the drafter folder named in ``docs.example_checkpoint`` ("(the dspark/ folder)");
-    ``max_draft_len``: from the flattened config, never from the spec's prose.
+    ``max_draft_len``: from the flattened config, never from the spec's prose. The
+    ``docs.serving`` keys pass the check ``emit`` makes (:func:`~..emit.snippet.speculative_config`):
+    a snippet the docs show is one ``emit`` would write.
     """
+    speculative_config(d.resolved, CONVERTED, dict(d.spec.docs.serving), where=str(d.adapter.path))
     serving = dict(d.spec.docs.serving)
     decoding = serving.pop("decoding_type", None)
     if decoding is None:

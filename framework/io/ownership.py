@@ -11,12 +11,23 @@ destination only when
 - it is not and does not contain the current directory or the home directory.
 
 Everything else is refused with one line naming the destination and the reason.
+
+Temporary folders (the temp dir an output is built in, ``draft``'s and ``convert to=``'s
+scratch) carry an **owner record** (:data:`OWNER`, written by :func:`make_owned_dir`): draftsmith's
+signature, the folder's own name, the writing process's pid, start time and host, and a random
+token that is also the tail of the folder's name. Cleanup and stale-folder recovery touch a
+folder only when :func:`read_owner` finds such a record (a copy or a rename of the folder, or
+a user's folder whose name merely looks like ours, does not match); a record from another host
+is never judged stale.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
+import stat
 from pathlib import Path
 from typing import Iterable
 
@@ -110,3 +121,109 @@ def check_replaceable(out: Path, protect: Iterable[Path] = (), command: str | No
             "overwrite=true replaces only folders draftsmith wrote, or empty ones: choose another out="
         )
 
+
+
+#: the owner record inside a temporary folder draftsmith made (see the module docstring)
+OWNER = ".draftsmith-owner.json"
+#: largest owner record read
+OWNER_BYTES = 4096
+
+
+def start_time(pid: int):
+    """Process ``pid``'s start time (clock ticks since boot, from /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read(4096).decode(errors="replace")
+        return int(text.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _host() -> str:
+    return socket.gethostname()
+
+
+def make_owned_dir(parent: Path, prefix: str, kind: str) -> Path:
+    """A new private folder ``<parent>/<prefix><pid>-<token>`` holding its owner record
+    (``kind``: what it is for, e.g. ``temp`` or ``scratch``). The name is new (``O_EXCL``
+    semantics of ``mkdir``): an existing folder of any name is never reused."""
+    parent, pid = Path(parent), os.getpid()
+    for _ in range(100):
+        token = secrets.token_hex(8)
+        d = parent / f"{prefix}{pid}-{token}"
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            continue
+        record = {"written_by": "draftsmith", "kind": kind, "name": d.name, "pid": pid, "start": start_time(pid),
+                  "host": _host(), "token": token}
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(d / OWNER, flags, 0o600)
+        with open(fd, "w") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        return d
+    raise FileExistsError(f"{parent}: no free name for a temporary folder {prefix}{pid}-*")
+
+
+def read_owner(folder: Path) -> dict | None:
+    """``folder``'s owner record when it is a real folder of this user holding a record
+    draftsmith wrote for exactly this folder (its name, its token); None otherwise."""
+    folder = Path(folder)
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        fd = os.open(folder / OWNER, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, OWNER_BYTES + 1)
+        if len(raw) > OWNER_BYTES:
+            return None
+        data = json.loads(raw or b"null")
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or data.get("written_by") != "draftsmith":
+        return None
+    pid, token, host = data.get("pid"), data.get("token"), data.get("host")
+    if not (type(pid) is int and isinstance(token, str) and len(token) >= 16 and isinstance(host, str)):
+        return None
+    if data.get("name") != folder.name or not folder.name.endswith(f"{pid}-{token}"):
+        return None
+    return data
+
+
+def owner_gone(record: dict) -> bool:
+    """The process that wrote ``record`` is known to have ended: same host, and its pid is
+    dead or now another process (a different start time). Another host's record: never."""
+    if record.get("host") != _host():
+        return False
+    pid = record["pid"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass  # alive, another user's
+    start = record.get("start")
+    return start is not None and start_time(pid) not in (None, start)
+
+
+def stale_owned(folder: Path, prefix: str) -> bool:
+    """``folder`` (named ``prefix...``) carries draftsmith's owner record and its owner is gone."""
+    if not Path(folder).name.startswith(prefix):
+        return False
+    record = read_owner(folder)
+    return record is not None and owner_gone(record)
+
+
+def is_own_live(folder: Path) -> bool:
+    """``folder`` carries an owner record of this very process."""
+    record = read_owner(folder)
+    return record is not None and record["pid"] == os.getpid() and record.get("host") == _host() \
+        and record.get("start") == start_time(os.getpid())

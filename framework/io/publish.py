@@ -1,41 +1,51 @@
-"""Atomic publishing: an output folder is written in a temp dir beside it and renamed into
+"""Atomic publishing: an output folder is built in a temp dir beside it and renamed into
 place (``renameat2`` NOREPLACE / EXCHANGE on Linux, plain renames elsewhere), so a killed
 run leaves nothing half-written at the destination; :func:`clean_stale_temps` tidies up
 after one.
 
-Ownership of temp dirs: each is named ``.<out>.tmp-<pid>-<unique>`` and holds an owner file
-(:data:`OWNER`: the pid and that process's start time). Only its owner removes a live
-one; a later run removes it only when the owner is gone (pid dead, or reused by another
-process). Stale temps are found by listing the parent and comparing names exactly (an
-output named ``r*`` never matches ``run1``'s temps).
+Ownership of temp dirs: the output is built in ``.<out>.tmp-<pid>-<token>/`` + :data:`BUILD`;
+the outer folder (the *wrapper*) holds the owner record (:func:`~.ownership.make_owned_dir`)
+from its creation until it is removed, and everything a replace moves away (the old output,
+swapped out by the exchange or moved aside without ``renameat2``) moves *into* the wrapper,
+never beside ``out``. So at every instant each folder beside ``out`` that draftsmith made
+carries its record, the published output carries none, and a later run removes a wrapper
+only when its record is intact and its owner gone (:func:`~.ownership.stale_owned`). A
+folder whose name merely looks like a temp dir (``.o.tmp-notes``) or an old backup
+(``.o.old-20250101``) is never read, moved or removed. Stale temps are found by listing the
+parent and comparing names exactly (an output named ``r*`` never matches ``run1``'s temps).
 
 Signals: :func:`install_signal_handlers` turns SIGTERM and SIGHUP into the same
 ``KeyboardInterrupt`` as Ctrl-C, so every command's cleanup runs; the cleanup itself
 (:func:`remove_temp`) runs with those signals blocked, so a second Ctrl-C cannot leave a
-half-removed temp dir.
+half-removed temp dir. Removal is :func:`~.remove_tree.remove_tree` (any depth).
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
-import shutil
 import signal
-import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import UserError
-from .ownership import check_replaceable, marker_command, write_marker
+from .ownership import (OWNER, check_replaceable, is_own_live, make_owned_dir, marker_command, stale_owned,
+                        write_marker)
+from .remove_tree import remove_tree
+
+#: the folder inside a wrapper where the output is built (what :func:`atomic_dir` returns)
+BUILD = "build"
+#: where the fallback swap (no ``renameat2``) moves the old output: inside the wrapper
+ASIDE = "old"
 
 
 def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
-    """A temp dir beside ``out``, carrying draftsmith's ownership marker (written by
-    ``command``); :func:`publish` renames it into place. An existing ``out`` is refused
-    unless ``overwrite`` and :func:`~.ownership.check_replaceable` allow replacing it;
-    ``protect`` lists the paths the command reads (never replaced, nor their ancestors)."""
+    """A folder to build ``out`` in (``<wrapper>/build``, the wrapper beside ``out`` carrying
+    the owner record), marked as written by ``command``; :func:`publish` renames it into place.
+    An existing ``out`` is refused unless ``overwrite`` and
+    :func:`~.ownership.check_replaceable` allow replacing it; ``protect`` lists the paths the
+    command reads (never replaced, nor their ancestors)."""
     out = Path(out)
     if os.path.lexists(out):
         check_replaceable(out, protect, command)  # what overwrite=true could not replace, said first
@@ -46,86 +56,57 @@ def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
     except OSError as e:
         raise UserError(f"out={out}: cannot create its parent folder ({e.strerror})") from None
     clean_stale_temps(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{_tmp_prefix(out)}{os.getpid()}-", dir=out.parent))
-    (tmp / OWNER).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}) + "\n")
+    wrapper = make_owned_dir(out.parent, _tmp_prefix(out), "temp")
+    tmp = wrapper / BUILD
+    os.mkdir(tmp, 0o700)
     write_marker(tmp, command)
     return tmp
-
-
-#: the owner file inside a temp dir: ``{"pid": N, "start": <process start time or null>}``
-OWNER = ".draftsmith-owner.json"
 
 
 def _tmp_prefix(out: Path) -> str:
     return f".{out.name}.tmp-"
 
 
-def _start_time(pid: int):
-    """Process ``pid``'s start time (clock ticks since boot, from /proc), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read(4096).decode(errors="replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _owner_alive(tmp: Path, pid_in_name: str) -> bool:
-    """The process that made ``tmp`` is still running (same pid and start time)."""
-    try:
-        with open(tmp / OWNER, "rb") as f:
-            owner = json.loads(f.read(4096))
-        pid, start = int(owner["pid"]), owner.get("start")
-    except (OSError, ValueError, KeyError, TypeError):
-        if not pid_in_name.isdigit():
-            return False
-        pid, start = int(pid_in_name), None  # no owner file (yet): the name's pid decides
-    if not _alive(pid):
-        return False
-    return start is None or _start_time(pid) in (None, start)
+def _wrapper(tmp: Path) -> Path | None:
+    """The owned wrapper of this process around ``tmp`` (an :func:`atomic_dir` folder), or None."""
+    tmp = Path(tmp)
+    return tmp.parent if tmp.name == BUILD and is_own_live(tmp.parent) else None
 
 
 def remove_temp(tmp: Path) -> None:
-    """Remove this process's temp dir with SIGINT/SIGTERM/SIGHUP blocked (a repeated Ctrl-C
-    cannot leave it half-removed); the signals are delivered afterwards."""
+    """Remove this process's temp dir (with its wrapper, for an :func:`atomic_dir` folder),
+    scratch folder or temp file, with SIGINT/SIGTERM/SIGHUP blocked (a repeated Ctrl-C cannot
+    leave it half-removed); the signals are delivered afterwards."""
     sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     try:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     except (AttributeError, ValueError, OSError):
         old = None
     try:
-        _remove(Path(tmp))
+        _remove(_wrapper(tmp) or Path(tmp))
     finally:
         if old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def clean_stale_temps(out: Path) -> None:
-    """Tidy what an earlier, killed run left beside ``out``: its temp dirs (owner gone) are
-    removed; an old output it had moved aside is put back if ``out`` is gone, else removed.
-    Names are compared exactly (no glob: ``out`` may hold ``*``, ``?`` or ``[``)."""
-    tmp_prefix, old_prefix = _tmp_prefix(out), f".{out.name}.old-"
+    """Tidy what an earlier, killed run left beside ``out``: its wrappers (owner record intact,
+    owner gone) are removed, after putting back an old output a fallback swap had moved into
+    one when ``out`` is gone. Nothing without draftsmith's owner record is touched. Names are
+    compared exactly (no glob: ``out`` may hold ``*``, ``?`` or ``[``)."""
+    prefix = _tmp_prefix(out)
     try:
         entries = sorted(os.listdir(out.parent))
     except OSError:
         return
     for name in entries:
-        if name.startswith(tmp_prefix):
-            p = out.parent / name
-            if not _owner_alive(p, name[len(tmp_prefix):].split("-")[0]):
-                _remove(p)
-    for name in entries:
-        if not name.startswith(old_prefix):
+        p = out.parent / name
+        if not name.startswith(prefix) or not stale_owned(p, prefix):
             continue
-        p, pid = out.parent / name, name[len(old_prefix):]
-        if not pid.isdigit():
-            continue  # not ours: ours end in the pid alone
-        if _alive(int(pid)):
-            continue
-        if not os.path.lexists(out):
-            os.rename(p, out)  # killed between moving the old output aside and publishing
-        else:
-            _remove(p)
+        aside = p / ASIDE
+        if os.path.isdir(aside) and not os.path.islink(aside) and not os.path.lexists(out):
+            os.rename(aside, out)  # killed between moving the old output aside and publishing the new
+        _remove(p)
 
 
 class Terminated(KeyboardInterrupt):
@@ -153,10 +134,14 @@ def install_signal_handlers() -> None:
 
 
 def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
+    """Remove ``p`` (a folder of any depth, or a file); best effort: what cannot be removed
+    stays inside a folder that carries the owner record, for a later run."""
+    try:
+        remove_tree(p)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass
 
 
 def _alive(pid: int) -> bool:
@@ -204,13 +189,17 @@ def step_point() -> None:
 
 
 def publish(tmp: Path, out: Path, overwrite: bool, protect=(), command: str | None = None) -> None:
-    """Put the finished ``tmp`` at ``out``. An existing ``out`` is replaced only with
-    ``overwrite`` and only when its marker names the same kind of output as ``tmp``'s
-    (``command``, default: the one :func:`atomic_dir` wrote into ``tmp``), by an atomic
-    exchange where the OS has one (else: moved aside, the new output renamed in, the old
-    removed; :func:`clean_stale_temps` undoes a half-done swap)."""
+    """Put the finished ``tmp`` (from :func:`atomic_dir`) at ``out``. An existing ``out`` is
+    replaced only with ``overwrite`` and only when its marker names the same kind of output as
+    ``tmp``'s (``command``, default: the one :func:`atomic_dir` wrote into ``tmp``), by an
+    atomic exchange where the OS has one (the old output lands in the owned wrapper); else the
+    old output is moved into the wrapper, the new one renamed in (:func:`clean_stale_temps`
+    undoes a half-done swap). The wrapper, with whatever it holds, is removed last."""
+    tmp = Path(tmp)
     command = command if command is not None else marker_command(tmp)
-    (tmp / OWNER).unlink(missing_ok=True)  # the pid in the name keeps it ours until renamed
+    wrapper = _wrapper(tmp)
+    if wrapper is None:
+        raise AssertionError(f"publish: {tmp} is not a folder atomic_dir made in this process")
     for f in sorted(tmp.rglob("*")):
         if not f.is_file():
             continue
@@ -221,28 +210,34 @@ def publish(tmp: Path, out: Path, overwrite: bool, protect=(), command: str | No
         try:
             if _renameat2(tmp, out, _RENAME_NOREPLACE):
                 follow_umask(out)
+                remove_temp(wrapper)
                 return
         except FileExistsError:
             pass  # appeared meanwhile: handled below
         else:
             os.rename(tmp, out)
             follow_umask(out)
+            remove_temp(wrapper)
             return
     if not overwrite:
         raise UserError(f"out={out}: already exists (pass overwrite=true to replace it)")
     check_replaceable(out, protect, command)  # again: it may have appeared or changed since atomic_dir
-    if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; tmp holds the old
+    if _renameat2(tmp, out, _RENAME_EXCHANGE):  # out is the new output at once; the wrapper holds the old
         follow_umask(out)
         step_point()
-        remove_temp(tmp)
+        remove_temp(wrapper)
         return
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    os.rename(out, old)
-    step_point()
-    os.rename(tmp, out)
+    os.rename(out, wrapper / ASIDE)
+    try:
+        step_point()
+        os.rename(tmp, out)
+    except BaseException:  # interrupted between the renames: the old output goes back first
+        if not os.path.lexists(out):
+            os.rename(wrapper / ASIDE, out)
+        raise
     follow_umask(out)
     step_point()
-    _remove(old)
+    remove_temp(wrapper)
 
 
 def current_umask() -> int:

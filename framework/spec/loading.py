@@ -28,7 +28,8 @@ from pydantic import BaseModel, ValidationError
 from ...adapters import ADAPTER_DIR
 from ..errors import UserError
 from .schema import AdapterSpec
-from .overrides import apply_overrides
+from .override_args import INSTANTIATION_KEYS, check_composed, split_argument
+from .overrides import _steps, apply_overrides, resolve_steps
 from .yaml_lines import line_of, load_yaml
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -82,8 +83,8 @@ def check_data_only(data: Any, file: Path, lines: dict) -> None:
     """Refuse anything in a spec that could make a loader run code."""
     problems = []
     for path, value in _walk(data):
-        if value == "_target_":
-            problems.append(f"{_where(file, lines, path)}: {key_path(path)}: `_target_` is refused (a spec is data)")
+        if isinstance(value, str) and value in INSTANTIATION_KEYS:
+            problems.append(f"{_where(file, lines, path)}: {key_path(path)}: `{value}` is refused (a spec is data)")
         elif isinstance(value, str) and INTERPOLATION in value:
             problems.append(f"{_where(file, lines, path)}: {key_path(path)}: {INTERPOLATION_REFUSED}")
     if problems:
@@ -240,8 +241,10 @@ def load_spec(adapter: str, overrides: Iterable[str] = (), adapter_dir: str | Pa
     # the file alone first (errors carry its line numbers), then every default filled in so
     # that overrides can reach any field of the schema
     full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
+    overrides = list(overrides)
     full = apply_overrides(full, overrides, path)
-    check_no_interpolation(full, f"{path}: override")
+    check_composed(full, overrides, lambda o: tuple(resolve_steps(full, _steps(split_argument(o)[1]), str(path))),
+                   f"{path}: override")
     spec = validate_spec(full, path, lines)
     check_name_kept(spec, path)
     return spec, path

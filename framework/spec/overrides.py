@@ -26,6 +26,7 @@ from typing import Any, Iterable
 import yaml
 
 from ..errors import UserError
+from .override_args import check_argument, check_value, is_index, short
 
 
 class _Bracketed(str):
@@ -43,7 +44,7 @@ def _steps(key: str, where: str = "override") -> list:
         if m.group(1) is not None:
             out.append(_Bracketed(m.group(1)))
         elif m.group(2) is not None:
-            out.append(int(m.group(2)) if m.group(2).isdigit() else m.group(2))
+            out.append(int(m.group(2)) if is_index(m.group(2)) else m.group(2))
         elif m.group(4) is not None:
             raise UserError(f"{where}: unbalanced brackets in the key {key!r}")
     return out
@@ -141,9 +142,10 @@ def apply_overrides(data: dict, overrides: Iterable[str], path: Path | None = No
     name ``path`` (a spec file's overrides) or ``origin`` (e.g. ``command line``)."""
     out = copy.deepcopy(data)
     for o in overrides:
+        where = f"{origin}: {short(o)}" if origin else f"{path}: override {short(o)}" if path else f"override {short(o)}"
+        check_argument(o, out, origin or (f"{path}: override" if path else "override"))
         sigil = o[: len(o) - len(o.lstrip("+~"))]
         key, eq, text = o[len(sigil):].partition("=")
-        where = f"{origin}: {o}" if origin else f"{path}: override {o}" if path else f"override {o}"
         steps = resolve_steps(out, _steps(key, where), where)
         if not steps or (sigil != "~" and not eq):
             raise UserError(f"{where}: expected key=value, +key=value or ~key")
@@ -159,6 +161,9 @@ def apply_overrides(data: dict, overrides: Iterable[str], path: Path | None = No
             value = yaml.safe_load(text) if text != "" else ""
         except yaml.YAMLError as e:
             raise UserError(f"{where}: value is not YAML ({str(e).splitlines()[0]})") from None
+        except ValueError as e:  # e.g. an integer past Python's digit limit inside a YAML value
+            raise UserError(f"{where}: value cannot be read ({e})") from None
+        check_value(value, where)
         if sigil == "" and not present:
             known = sorted(map(str, parent)) if isinstance(parent, dict) else []
             close = difflib.get_close_matches(str(last), known, n=1)
@@ -168,5 +173,8 @@ def apply_overrides(data: dict, overrides: Iterable[str], path: Path | None = No
             raise UserError(f"{where}: {key} is already set; use {key}=value to replace it")
         if not isinstance(parent, (dict, list)):
             raise UserError(f"{where}: {'.'.join(map(str, steps[:-1]))} is not a mapping")
-        parent[last] = value
+        if isinstance(parent, list) and last == len(parent):
+            parent.append(value)  # +list.N=VALUE with N the list's length (check_argument allowed it)
+        else:
+            parent[last] = value
     return out

@@ -14,6 +14,13 @@ from ..io.safe_read import read_limited
 #: (an alias bomb or a recursive alias is refused before anything walks the data).
 MAX_YAML_BYTES = 1 << 20
 MAX_YAML_NODES = 100_000
+#: Most bytes (UTF-8) of scalars the document expands to, each scalar counted once per path
+#: that reaches it through aliases: a 300 KB string referenced 3,000 times is 900 MB of output
+#: for whatever copies it (docs, JSON dumps), though it is 3,001 nodes
+MAX_YAML_EXPANDED_BYTES = 4 << 20
+#: Most aliases (``*name``) in one document, and longest mapping key (characters)
+MAX_YAML_ALIASES = 1000
+MAX_YAML_KEY_CHARS = 1024
 
 
 #: The safe loader, on libyaml's C parser where PyYAML has it (same constructor and resolver).
@@ -23,32 +30,53 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader) if yaml.__with_libya
 def _check_event_count(path: Path, text: str) -> None:
     """Refuse a file whose parse events (nodes as written, aliases not expanded) exceed
     :data:`MAX_YAML_NODES`, streaming (no tree built)."""
+    aliases = 0
     for n, event in enumerate(yaml.parse(text, Loader=SAFE_LOADER)):
+        line = event.start_mark.line + 1 if event.start_mark else "?"
         if n > 2 * MAX_YAML_NODES:
-            line = event.start_mark.line + 1 if event.start_mark else "?"
             raise ValueError(f"{path}:{line}: malformed YAML: more than {MAX_YAML_NODES} nodes")
+        if isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_YAML_ALIASES:
+                raise ValueError(f"{path}:{line}: malformed YAML: more than {MAX_YAML_ALIASES} aliases")
 
 
 def _check_expansion(path: Path, root) -> None:
-    sizes: dict[int, int] = {}
+    """Refuse a document whose expansion (aliases followed) exceeds :data:`MAX_YAML_NODES`
+    nodes or :data:`MAX_YAML_EXPANDED_BYTES` bytes of scalars, or holds a recursive alias or a
+    mapping key longer than :data:`MAX_YAML_KEY_CHARS`; sizes are memoized per node (linear)."""
+    sizes: dict[int, tuple[int, int]] = {}
     on_stack: set[int] = set()
 
-    def size(n) -> int:
+    def size(n) -> tuple[int, int]:
         if id(n) in sizes:
             return sizes[id(n)]
         if id(n) in on_stack:
             raise ValueError(f"{path}:{n.start_mark.line + 1}: malformed YAML: recursive alias")
         on_stack.add(id(n))
-        total = 1
-        if isinstance(n, yaml.MappingNode):
-            total += sum(size(k) + size(v) for k, v in n.value)
+        nodes, nbytes = 1, 0
+        if isinstance(n, yaml.ScalarNode):
+            nbytes = len(n.value.encode("utf-8", "surrogatepass"))
+        elif isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and len(k.value) > MAX_YAML_KEY_CHARS:
+                    raise ValueError(f"{path}:{k.start_mark.line + 1}: malformed YAML: a key of {len(k.value)} "
+                                     f"characters (at most {MAX_YAML_KEY_CHARS})")
+                for c in (k, v):
+                    a, b = size(c)
+                    nodes, nbytes = nodes + a, nbytes + b
         elif isinstance(n, yaml.SequenceNode):
-            total += sum(size(v) for v in n.value)
+            for v in n.value:
+                a, b = size(v)
+                nodes, nbytes = nodes + a, nbytes + b
         on_stack.discard(id(n))
-        if total > MAX_YAML_NODES:
+        if nodes > MAX_YAML_NODES:
             raise ValueError(f"{path}:{n.start_mark.line + 1}: malformed YAML: aliases expand to more than {MAX_YAML_NODES} nodes")
-        sizes[id(n)] = total
-        return total
+        if nbytes > MAX_YAML_EXPANDED_BYTES:
+            raise ValueError(f"{path}:{n.start_mark.line + 1}: malformed YAML: aliases expand to more than "
+                             f"{MAX_YAML_EXPANDED_BYTES} bytes of text")
+        sizes[id(n)] = (nodes, nbytes)
+        return nodes, nbytes
 
     try:
         size(root)
