@@ -23,6 +23,7 @@ Usage (from the repository root, with the project's venv active)::
     python tests/planted/plant.py --stage emit      # the defects of one stage
     python tests/planted/plant.py --baseline        # the selections first pass unplanted
     python tests/planted/plant.py --results tests/planted/RESULTS.md   # write the table
+    python tests/planted/plant.py --jobs 3      # three defects at once, each in its own copy
 
 ``DRAFTSMITH_READERS_SRC`` and ``DRAFTSMITH_TRTLLM_SRC`` are passed through when set. The file is
 not named ``test_*.py`` and ``tests/planted`` holds no tests, so pytest never collects it;
@@ -35,11 +36,13 @@ import argparse
 import dataclasses
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stage", action="append", default=[], choices=STAGES, help="run only this stage's defects")
     ap.add_argument("--baseline", action="store_true", help="first check each selection passes unplanted")
     ap.add_argument("--tests", nargs="+", metavar="NODE", help="run these instead of the entry's selection (to explore)")
+    ap.add_argument("--jobs", type=int, default=1, help="defects planted at once, each in its own copy")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per selection run")
     ap.add_argument("--json", type=Path, help="write the outcomes as JSON here")
     ap.add_argument("--results", type=Path, help="write the results table (markdown) here")
@@ -245,17 +249,31 @@ def main(argv: list[str] | None = None) -> int:
                            capture_output=True, text=True).stdout.strip()
     if dirty:
         commit += " (with uncommitted changes)"
-    outcomes: list[Outcome] = []
+    if a.tests:
+        chosen = [dataclasses.replace(d, tests=tuple(a.tests)) for d in chosen]
+    jobs = max(1, min(a.jobs, len(chosen)))
+    results: dict[str, Outcome] = {}
     with tempfile.TemporaryDirectory(prefix="draftsmith-planted-") as tmp:
-        copy = Path(tmp) / "checkout"
-        copy_checkout(a.source, copy)
-        for d in chosen:
-            if a.tests:
-                d = dataclasses.replace(d, tests=tuple(a.tests))
-            o = plant_and_run(d, copy, a.timeout, a.baseline)
-            outcomes.append(o)
+        copies: queue.Queue[Path] = queue.Queue()
+        for j in range(jobs):  # one copy per worker: a worker plants one defect at a time in its own
+            copy = Path(tmp) / f"checkout{j}"
+            copy_checkout(a.source, copy)
+            copies.put(copy)
+
+        def work(d: Defect) -> Outcome:
+            copy = copies.get()
+            try:
+                o = plant_and_run(d, copy, a.timeout, a.baseline)
+            finally:
+                copies.put(copy)
             extra = f" ({o.failed[0]})" if o.failed else (f" ({o.detail})" if o.detail else "")
             print(f"{o.status:13} {o.seconds:6.1f}s {d.id}{extra}", flush=True)
+            return o
+
+        with ThreadPoolExecutor(jobs) as pool:
+            for o in pool.map(work, chosen):
+                results[o.id] = o
+    outcomes = [results[d.id] for d in chosen]
     n = {s: sum(o.status == s for o in outcomes) for s in ("caught", "missed", "planter-error", "timeout")}
     print(f"{len(outcomes)} defects: " + ", ".join(f"{v} {k}" for k, v in n.items()))
     if a.json:
