@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the outcomes as JSON here")
     ap.add_argument("--results", type=Path, help="write the results table (markdown) here")
     ap.add_argument("--source", type=Path, default=REPO, help="the checkout to copy (default: this one)")
+    ap.add_argument("--render", type=Path, nargs="+", metavar="JSON",
+                    help="plant nothing: write --results from saved --json outcomes (a later file wins per id)")
     a = ap.parse_args(argv)
 
     defects = load_catalogue(a.catalogue)
@@ -241,6 +243,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{i}: {w}")
         print(f"{len(defects) - len(bad)}/{len(defects)} defects apply")
         return 1 if bad else 0
+
+    if a.render:
+        saved: dict[str, Outcome] = {}
+        for f in a.render:
+            for o in json.loads(f.read_text()):
+                saved[o["id"]] = Outcome(**o)
+        missing = [d.id for d in defects if d.id not in saved]
+        if missing or not a.results:
+            print(f"--render needs --results and an outcome for every defect; none for: {', '.join(missing)}",
+                  file=sys.stderr)
+            return 2
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=a.source, capture_output=True,
+                                text=True).stdout.strip()
+        a.results.write_text(results_markdown([saved[d.id] for d in defects], by_id, commit))
+        return 0
 
     chosen = [d for d in defects if (not a.only or d.id in a.only) and (not a.stage or d.stage in a.stage)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=a.source, capture_output=True,
