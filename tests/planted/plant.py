@@ -11,7 +11,7 @@ per defect one outcome:
 - ``caught``: the selection failed (pytest exit 1, or 2 when the planted code breaks collection);
 - ``missed``: the selection passed with the defect in place (a finding: the suite lost a check);
 - ``planter-error``: the entry does not apply (``old`` missing or not unique, file missing), or
-  pytest ran nothing / was misused (exit 3, 4, 5), or ``--baseline`` found the selection failing
+  pytest ran nothing / was misused (exit 3, 4, 5), or every selected test skipped, or ``--baseline`` found the selection failing
   on the clean copy;
 - ``timeout``: the selection ran past ``--timeout`` seconds.
 
@@ -37,6 +37,7 @@ import dataclasses
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -183,6 +184,8 @@ def plant_and_run(d: Defect, copy: Path, timeout: float, baseline: bool) -> Outc
         return Outcome(d.id, "timeout", secs, f"ran past {timeout:.0f} s")
     if rc in (1, 2):
         return Outcome(d.id, "caught", secs, f"exit {rc}", _failed(out))
+    if rc == 0 and not re.search(r"\b\d+ passed\b", out):  # all skipped: no test looked at the defect
+        return Outcome(d.id, "planter-error", secs, "the selection ran no test (all skipped)")
     if rc == 0:
         return Outcome(d.id, "missed", secs, "selection passed with the defect planted")
     return Outcome(d.id, "planter-error", secs, f"pytest exit {rc}: {out.strip().splitlines()[-1] if out.strip() else ''}")
