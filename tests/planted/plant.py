@@ -11,8 +11,8 @@ per defect one outcome:
 - ``caught``: the selection failed (pytest exit 1, or 2 when the planted code breaks collection);
 - ``missed``: the selection passed with the defect in place (a finding: the suite lost a check);
 - ``planter-error``: the entry does not apply (``old`` missing or not unique, file missing), or
-  pytest ran nothing / was misused (exit 3, 4, 5), or every selected test skipped, or ``--baseline`` found the selection failing
-  on the clean copy;
+  pytest ran nothing / was misused (exit 3, 4, 5), or every selected test skipped, or
+  ``--baseline`` found the selection failing on the clean copy;
 - ``timeout``: the selection ran past ``--timeout`` seconds.
 
 Usage (from the repository root, with the project's venv active)::
@@ -23,7 +23,9 @@ Usage (from the repository root, with the project's venv active)::
     python tests/planted/plant.py --stage emit      # the defects of one stage
     python tests/planted/plant.py --baseline        # the selections first pass unplanted
     python tests/planted/plant.py --results tests/planted/RESULTS.md   # write the table
-    python tests/planted/plant.py --jobs 3      # three defects at once, each in its own copy
+    python tests/planted/plant.py --jobs 3          # three defects at once, each in its own copy
+    python tests/planted/plant.py --json run.json   # the outcomes, to re-render later:
+    python tests/planted/plant.py --render run.json rerun.json --results tests/planted/RESULTS.md
 
 ``DRAFTSMITH_READERS_SRC`` and ``DRAFTSMITH_TRTLLM_SRC`` are passed through when set. The file is
 not named ``test_*.py`` and ``tests/planted`` holds no tests, so pytest never collects it;
