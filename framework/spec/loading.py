@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from ...adapters import ADAPTER_DIR
 from ..errors import UserError
 from .schema import AdapterSpec
-from .override_args import INSTANTIATION_KEYS, check_composed, split_argument
+from .override_args import INSTANTIATION_KEYS, check_composed, key_path, split_argument
 from .overrides import _steps, apply_overrides, resolve_steps
 from .yaml_lines import line_of, load_yaml
 
@@ -64,14 +64,6 @@ def _walk(data: Any, path: tuple = ()):
     elif isinstance(data, list):
         for i, v in enumerate(data):
             yield from _walk(v, path + (i,))
-
-
-def key_path(path: Iterable) -> str:
-    """A spec key path as users write it: ``attention.layers[2].causal``."""
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "<top>"
 
 
 def _where(file: Path, lines: dict, path: tuple) -> str:

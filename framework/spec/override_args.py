@@ -42,6 +42,14 @@ _LONG_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_DIGITS + 1))
 _SCALARS = (str, int, float, bool, type(None))
 
 
+def key_path(path: Iterable) -> str:
+    """A spec key path as users write it: ``attention.layers[2].causal``."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<top>"
+
+
 def short(arg: str, limit: int = 120) -> str:
     """``arg`` as named in a message: at most ``limit`` characters, with the full length said."""
     return arg if len(arg) <= limit else f"{arg[:limit]}... ({len(arg)} characters)"
@@ -57,59 +65,6 @@ def split_argument(arg: str) -> tuple[str, str, bool, str]:
     sigil = "++" if arg.startswith("++") else arg[:1] if arg[:1] in "+~" else ""
     key, eq, value = arg[len(sigil):].partition("=")
     return sigil, key, bool(eq), value
-
-
-def check_argument(arg: str, data: Any, origin: str = "command line") -> bool:
-    """Refuse a malformed or unbounded override ``arg`` against the spec ``data`` (every field
-    filled in) in one line; return whether its path steps into a list."""
-    from .overrides import _Bracketed, _steps, resolve_steps
-
-    where = f"{origin}: {short(arg)}"
-    sigil, key, _, value = split_argument(arg)
-    if len(key) > MAX_KEY_CHARS:
-        raise UserError(f"{where}: the key has {len(key)} characters; at most {MAX_KEY_CHARS}")
-    if len(value) > MAX_VALUE_CHARS:
-        raise UserError(f"{where}: the value has {len(value)} characters; at most {MAX_VALUE_CHARS}")
-    if _LONG_NUMBER.search(value):
-        raise UserError(f"{where}: the value holds a number of more than {MAX_DIGITS} digits")
-    bare = key.removeprefix("adapter.")
-    if INTERPOLATION in key:
-        raise UserError(f"{where}: `${{` is refused in a key (no interpolation: overrides are data)")
-    if re.search(r"(^|\.)\.|\.$|^$", re.sub(r"\[[^\[\]]*\]", "[]", bare)):
-        raise UserError(f"{where}: the key has an empty step ({key!r})")
-    steps = _steps(key, where)
-    if len(steps) > MAX_KEY_STEPS:
-        raise UserError(f"{where}: the key has {len(steps)} steps; at most {MAX_KEY_STEPS}")
-    for p in steps:
-        if isinstance(p, str) and p in INSTANTIATION_KEYS:
-            raise UserError(f"{where}: `{p}` is refused (overrides are data: no instantiation keys)")
-        if isinstance(p, str) and not isinstance(p, _Bracketed) and p.isdigit() and not is_index(p):
-            raise UserError(f"{where}: step {p!r} is not a number in ASCII digits 0-9")
-    steps = resolve_steps(data, steps, where)
-    cur, crosses = data, False
-    for i, p in enumerate(steps):
-        here = ".".join(map(str, steps[:i])) or "adapter"
-        if isinstance(cur, list):
-            crosses = True
-            if isinstance(p, _Bracketed) or not isinstance(p, int):
-                raise UserError(f"{where}: {here} is a list of {len(cur)} item(s): its items are {here}.0, "
-                                f"{here}.1, ... (a non-negative integer in ASCII digits; brackets name a mapping key), "
-                                f"not {'[' + str(p) + ']' if isinstance(p, _Bracketed) else repr(p)}")
-            if p < len(cur):
-                cur = cur[p]
-                continue
-            if p == len(cur) and sigil == "+" and i == len(steps) - 1:
-                break  # +list.N=VALUE appends one item
-            add = f"; +{here}.{len(cur)}=VALUE adds one at the end" if i == len(steps) - 1 else ""
-            raise UserError(f"{where}: {here} has {len(cur)} item(s), no item {p}{add}")
-        if isinstance(cur, dict):
-            k = p if p in cur else str(p) if str(p) in cur else None
-            if k is None:
-                break
-            cur = cur[k]
-        else:
-            break
-    return crosses
 
 
 def _problems(value: Any, path: tuple = ()) -> Iterable[tuple[tuple, str]]:
@@ -151,8 +106,6 @@ def _problems(value: Any, path: tuple = ()) -> Iterable[tuple[tuple, str]]:
 
 def check_value(value: Any, where: str) -> None:
     """Refuse an override's parsed ``value`` that a spec cannot hold, in one line per problem."""
-    from .loading import key_path
-
     problems = [f"{where}: {'value' if not p else 'value ' + key_path(p)}: {msg}" for p, msg in _problems(value)]
     if problems:
         raise UserError(*problems)
@@ -161,8 +114,6 @@ def check_value(value: Any, where: str) -> None:
 def check_composed(tree: Any, overrides: list[str], steps_of, origin: str = "command line") -> None:
     """The final composed tree holds nothing refused; each problem names the argument whose path
     reaches it (``steps_of(arg)``: the argument's resolved key path), else ``origin``."""
-    from .loading import key_path
-
     problems = []
     for p, msg in _problems(tree):
         arg = next((o for o in overrides if not o.startswith("~") and _overlaps(steps_of(o), p)), None)

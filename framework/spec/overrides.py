@@ -26,7 +26,8 @@ from typing import Any, Iterable
 import yaml
 
 from ..errors import UserError
-from .override_args import check_argument, check_value, is_index, short
+from .override_args import (INSTANTIATION_KEYS, INTERPOLATION, MAX_DIGITS, MAX_KEY_CHARS, MAX_KEY_STEPS,
+                            MAX_VALUE_CHARS, _LONG_NUMBER, check_value, is_index, short, split_argument)
 
 
 class _Bracketed(str):
@@ -80,6 +81,57 @@ def resolve_steps(data: Any, steps: list, where: str) -> list:
         else:
             cur = None
     return out
+
+
+def check_argument(arg: str, data: Any, origin: str = "command line") -> bool:
+    """Refuse a malformed or unbounded override ``arg`` against the spec ``data`` (every field
+    filled in) in one line; return whether its path steps into a list."""
+    where = f"{origin}: {short(arg)}"
+    sigil, key, _, value = split_argument(arg)
+    if len(key) > MAX_KEY_CHARS:
+        raise UserError(f"{where}: the key has {len(key)} characters; at most {MAX_KEY_CHARS}")
+    if len(value) > MAX_VALUE_CHARS:
+        raise UserError(f"{where}: the value has {len(value)} characters; at most {MAX_VALUE_CHARS}")
+    if _LONG_NUMBER.search(value):
+        raise UserError(f"{where}: the value holds a number of more than {MAX_DIGITS} digits")
+    bare = key.removeprefix("adapter.")
+    if INTERPOLATION in key:
+        raise UserError(f"{where}: `${{` is refused in a key (no interpolation: overrides are data)")
+    if re.search(r"(^|\.)\.|\.$|^$", re.sub(r"\[[^\[\]]*\]", "[]", bare)):
+        raise UserError(f"{where}: the key has an empty step ({key!r})")
+    steps = _steps(key, where)
+    if len(steps) > MAX_KEY_STEPS:
+        raise UserError(f"{where}: the key has {len(steps)} steps; at most {MAX_KEY_STEPS}")
+    for p in steps:
+        if isinstance(p, str) and p in INSTANTIATION_KEYS:
+            raise UserError(f"{where}: `{p}` is refused (overrides are data: no instantiation keys)")
+        if isinstance(p, str) and not isinstance(p, _Bracketed) and p.isdigit() and not is_index(p):
+            raise UserError(f"{where}: step {p!r} is not a number in ASCII digits 0-9")
+    steps = resolve_steps(data, steps, where)
+    cur, crosses = data, False
+    for i, p in enumerate(steps):
+        here = ".".join(map(str, steps[:i])) or "adapter"
+        if isinstance(cur, list):
+            crosses = True
+            if isinstance(p, _Bracketed) or not isinstance(p, int):
+                raise UserError(f"{where}: {here} is a list of {len(cur)} item(s): its items are {here}.0, "
+                                f"{here}.1, ... (a non-negative integer in ASCII digits; brackets name a mapping key), "
+                                f"not {'[' + str(p) + ']' if isinstance(p, _Bracketed) else repr(p)}")
+            if p < len(cur):
+                cur = cur[p]
+                continue
+            if p == len(cur) and sigil == "+" and i == len(steps) - 1:
+                break  # +list.N=VALUE appends one item
+            add = f"; +{here}.{len(cur)}=VALUE adds one at the end" if i == len(steps) - 1 else ""
+            raise UserError(f"{where}: {here} has {len(cur)} item(s), no item {p}{add}")
+        if isinstance(cur, dict):
+            k = p if p in cur else str(p) if str(p) in cur else None
+            if k is None:
+                break
+            cur = cur[k]
+        else:
+            break
+    return crosses
 
 
 def reach(data: Any, steps) -> tuple[Any, int]:
