@@ -26,6 +26,7 @@ import torch
 
 import excerpts
 
+from shards import rank_slices
 from harness import KIND_REPRESENTATIVES, SERVED as ADAPTERS, HERE, assert_matches_oracle, get_wide_case
 
 TP_SIZES = (1, 2, 4, 8)
@@ -81,7 +82,11 @@ def pools(tmp_path_factory):
                 for r in range(tp):
                     f = Path(run["result"] + f".rank{r}")
                     assert f.is_file(), f"tp {tp} rank {r} died: {errs[r]}"
-                    ranks.append(json.loads(f.read_text()))
+                    res = json.loads(f.read_text())
+                    load = Path(run["result"] + f".load.rank{r}")
+                    res["verbatim_load"] = json.loads(load.read_text()) if load.is_file() else {"fatal": errs[r]}
+                    res["verbatim_params"] = run["result"] + f".params.rank{r}.pt"
+                    ranks.append(res)
                 out[(tp, run["attention_dp"])][name] = ranks
     return out
 
@@ -114,6 +119,36 @@ def test_every_rank_drafts_the_tp1_and_oracle_tokens(wide, pools, tp, dp):
             f"{case.adapter} tp {tp} rank {r}: logits differ from TP 1 by {float((got - want).abs().max()):.3g}"
 
 
+def _verbatim(res, where):
+    load = res["verbatim_load"]
+    excerpts.skip_if_driver_lacked_them(load)
+    assert "fatal" not in load, f"{where}: {load['fatal']}"
+    assert "load" not in load, f"{where}: TensorRT-LLM's loader refused: {load['load']['error']}\n{load['load']['trace']}"
+    return load
+
+
+@pytest.mark.parametrize("tp,dp", POOLS, ids=[f"tp{t}{'-attention_dp' if d else ''}" for t, d in POOLS])
+def test_every_rank_loads_the_checkpoint_through_tensorrt_llms_loader(wide, pools, tp, dp):
+    """Issue 45 point 1: ``DFlashForCausalLM.load_weights`` -> ``DecoderModelForCausalLM.load_weights``
+    (``allow_partial_loading=True``) -> ``_load_weights_impl`` -> ``Linear.load_weights``, all verbatim
+    (``verbatim_load.py``), on every rank; each rank's tensors equal, bit for bit and in dtype, the slice
+    this test computes from the converted safetensors; nothing of the checkpoint is left out and nothing
+    of the drafter's own modules is left unloaded (the target-shared ``embed_tokens`` / ``lm_head`` aside)."""
+    case = wide
+    for r, res in enumerate(pools[(tp, dp)][case.adapter]):
+        where = f"{case.adapter} tp {tp}{' attention DP' if dp else ''} rank {r}"
+        load = _verbatim(res, where)
+        assert load["drafter_mro"][0].startswith(case.package().name + "."), f"{where}: built {load['drafter_mro'][0]}"
+        got = {k: v for k, v in torch.load(res["verbatim_params"]).items()
+               if "embed_tokens" not in k and "lm_head" not in k}
+        want = rank_slices(case.weights, case.config, tp, r, dp)
+        assert sorted(got) == sorted(want), (f"{where}: loaded {sorted(set(got) - set(want))} beyond the checkpoint, "
+                                             f"missing {sorted(set(want) - set(got))}")
+        bad = [f"{k} {tuple(got[k].shape)} {got[k].dtype} vs {tuple(want[k].shape)} {want[k].dtype}"
+               for k in want if got[k].dtype != want[k].dtype or got[k].shape != want[k].shape or not torch.equal(got[k], want[k])]
+        assert not bad, f"{where}: differs from the checkpoint's slice: " + "; ".join(bad)
+
+
 @pytest.mark.parametrize("tp,dp", POOLS, ids=[f"tp{t}{'-attention_dp' if d else ''}" for t, d in POOLS])
 def test_each_rank_holds_tensorrt_llms_shard(wide, pools, tp, dp):
     case = wide
@@ -124,8 +159,6 @@ def test_each_rank_holds_tensorrt_llms_shard(wide, pools, tp, dp):
     want = {"num_heads": heads, "num_kv_heads": kv, "qkv_rows": (heads + 2 * kv) * d["head_dim"],
             "o_proj_cols": heads * d["head_dim"], "mlp_rows": 2 * d["intermediate"] // attn_tp}
     for r, res in enumerate(pools[(tp, dp)][case.adapter]):
-        out = _vanilla(res)
-        assert "build" not in out and "load" not in out, \
-            f"{case.adapter} tp {tp} rank {r}: {(out.get('build') or out.get('load'))['error']}"
+        out = _verbatim(res, f"{case.adapter} tp {tp} rank {r}")
         assert out["rank_layout"] == want, (f"{case.adapter} tp {tp}{' attention DP' if dp else ''} rank {r}: "
                                             f"holds {out['rank_layout']}, TensorRT-LLM's modules hold {want}")
