@@ -111,6 +111,7 @@ def main(args: dict, mapping: dict) -> dict:
     # which TensorRT-LLM takes under this variable, is the same per-module call
     os.environ["TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL"] = "1"
     pkg = Path(args["package_dir"])
+    purge(pkg.name)  # whatever this process imported before (the stand-in, the package) is not seen
     ld = deep_loader()
     shim = ld.install()
     out: dict = {}

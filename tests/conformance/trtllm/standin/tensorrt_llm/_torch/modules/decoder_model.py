@@ -20,9 +20,10 @@ class DecoderModel(nn.Module):
         self.model_config = model_config
 
 
-def _excerpt_namespace():
-    """``deep/modeling_utils_excerpt.py`` executed in a private namespace (its registries are not used
-    here: the stand-in ``modeling_utils`` keeps the per-process registries and the old-release gate).
+def _excerpt_namespace(name="_deep_modeling_utils", arch_to_module=None):
+    """``deep/modeling_utils_excerpt.py`` executed in a fresh namespace named ``name`` (here for its
+    ``load_weights`` / ``_load_weights_impl``; ``models/modeling_utils.py`` executes it again as the
+    module whose registries the process uses, with ``arch_to_module`` its ``MODEL_ARCH_TO_MODULE``).
     Names it imports, as ``deep/loader.py`` supplies them: the stand-in ``ModelConfig`` (what
     ``_load_weights_impl``'s ``isinstance`` check must accept), the loader's ``torch_proxy``
     (``torch.cuda.set_device`` a no-op), ``local_mpi_rank`` 0, and stubs for what an unquantized,
@@ -49,14 +50,14 @@ def _excerpt_namespace():
         return f
 
     return run("modeling_utils_excerpt.py", dict(
-        __name__="_deep_modeling_utils", torch=ld.torch_proxy(), nn=nn, os=os, inspect=inspect, importlib=importlib,
+        __name__=name, torch=ld.torch_proxy(), nn=nn, os=os, inspect=inspect, importlib=importlib,
         Any=typing.Any, Callable=typing.Callable, Dict=typing.Dict, Generic=typing.Generic, List=typing.List,
         Optional=typing.Optional, Tuple=typing.Tuple, Type=typing.Type, TypeVar=typing.TypeVar, Union=typing.Union,
         tqdm=tqdm, logger=logger, ModelConfig=ModelConfig, TConfig=typing.TypeVar("TConfig"), QuantConfig=ld.QuantConfig,
         Embedding=Embedding, LMHead=LMHead, RMSNorm=RMSNorm, Linear=Linear, TensorParallelMode=TensorParallelMode,
         WeightMode=WeightMode, LogitsProcessor=lambda: None, HfLoraLoader=not_excerpted("HfLoraLoader"),
         split_matrix_tp=not_excerpted("split_matrix_tp"), skip_forward=not_excerpted("skip_forward"),
-        MoE=type("MoE", (nn.Module,), {}), local_mpi_rank=lambda: 0, MODEL_ARCH_TO_MODULE={},
+        MoE=type("MoE", (nn.Module,), {}), local_mpi_rank=lambda: 0, MODEL_ARCH_TO_MODULE=arch_to_module or {},
         rename_weights_with_regex=not_excerpted("rename_weights_with_regex"),
         _load_weights_impl_v2=not_excerpted("_load_weights_impl_v2")), future_annotations=True)
 
