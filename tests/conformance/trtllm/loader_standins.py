@@ -2,7 +2,7 @@
 ``verbatim_load.py`` to the excerpt classes they belong to (listed in standin/tensorrt_llm/PROVENANCE.md).
 
 Each function stands for one method, has its signature (``SIGNATURES``, checked by
-``test_trtllm_p13_pinned_api.py`` against the recorded source signature), and does what the cited
+``test_trtllm_standin_signatures.py`` against the recorded source signature), and does what the cited
 source does, except that tensors stay on the CPU where the source moves them with ``.to("cuda")``:
 
 - ``_load_dflash2_weights(self, weights: Dict) -> Dict``: amukkara/TensorRT-LLM

@@ -160,5 +160,10 @@ def test_each_rank_holds_tensorrt_llms_shard(wide, pools, tp, dp):
             "o_proj_cols": heads * d["head_dim"], "mlp_rows": 2 * d["intermediate"] // attn_tp}
     for r, res in enumerate(pools[(tp, dp)][case.adapter]):
         out = _verbatim(res, f"{case.adapter} tp {tp} rank {r}")
+        idx = {k: {s: list(v) for s, v in m.items()} for k, m in out["shard_indices"].items() if k != "mlp_tp"}
+        assert idx["qkv"] == idx["attention_excerpt"], \
+            f"{case.adapter} tp {tp} rank {r}: qkv_proj's shard indices {idx['qkv']}, Attention.__init__'s {idx['attention_excerpt']}"
+        rows = d["intermediate"] // out["shard_indices"]["mlp_tp"]  # GatedMLP.__init__ (amukkara gated_mlp.py @ e4dc0e3c)
+        assert idx["gate_up"] == {"gate": [0, rows], "up": [rows, rows]}, f"{case.adapter} tp {tp} rank {r}: {idx['gate_up']}"
         assert out["rank_layout"] == want, (f"{case.adapter} tp {tp}{' attention DP' if dp else ''} rank {r}: "
                                             f"holds {out['rank_layout']}, TensorRT-LLM's modules hold {want}")

@@ -138,6 +138,15 @@ def main(args: dict, mapping: dict) -> dict:
                               "qkv_rows": int(a0.qkv_proj.weight.shape[0]),
                               "o_proj_cols": int(a0.o_proj.weight.shape[1]),
                               "mlp_rows": int(mlp0.gate_up_proj.weight.shape[0])}
+        d = dm.config
+        shell = ld.modules_excerpt(shim)["AttentionTPShell"](
+            hidden_size=d.hidden_size, num_attention_heads=d.num_attention_heads,
+            num_key_value_heads=d.num_key_value_heads, head_dim=a0.head_dim, bias=False, dtype=torch.float32,
+            config=shim.ModelConfig(mapping=m))
+        out["shard_indices"] = {  # the emitted modules' and TensorRT-LLM's own Attention.__init__ (00547a25)
+            "qkv": a0.qkv_proj.fused_weight_shard_indices_mapping,
+            "attention_excerpt": shell.qkv_proj.fused_weight_shard_indices_mapping,
+            "gate_up": mlp0.gate_up_proj.fused_weight_shard_indices_mapping, "mlp_tp": mlp0.gate_up_proj.tp_size}
         params = {n: p.detach().clone() for n, p in dm.named_parameters()}
         params.update({n: getattr(dm, n).clone() for n in HEAD_ATTRIBUTES if getattr(dm, n, None) is not None})
         torch.save(params, args["params"])

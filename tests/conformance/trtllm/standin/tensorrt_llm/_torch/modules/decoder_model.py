@@ -99,7 +99,7 @@ class DecoderModelForCausalLM(nn.Module):
     ``load_weights`` is TensorRT-LLM's own (``deep/modeling_utils_excerpt.py``: N ``DecoderModelForCausalLM.load_weights``
     -> A ``_load_weights_impl`` @ 6d5e1f4d, with ``duplicate_kv_weight`` and ``filter_weights``), executed verbatim."""
 
-    def __init__(self, model: nn.Module, *, config=None, hidden_size: int, vocab_size: int):
+    def __init__(self, model: nn.Module, *, config, hidden_size: int, vocab_size: int):
         super().__init__()
         self.model_config = config
         self.model = model
