@@ -38,7 +38,6 @@ def _excerpt_namespace(name="_deep_modeling_utils", arch_to_module=None):
     from tensorrt_llm.logger import logger
 
     from ..._deep import loader, run
-    from ..model_config import ModelConfig
     from .linear import TensorParallelMode, WeightMode
     from .rms_norm import RMSNorm
 
@@ -48,6 +47,14 @@ def _excerpt_namespace(name="_deep_modeling_utils", arch_to_module=None):
         def f(*a, **k):
             raise NotImplementedError(f"stub: {what} is not excerpted")
         return f
+
+    class _ModelConfigBinding(type):  # the stand-in model_config imports this module: bound at use
+        def __instancecheck__(cls, obj):
+            from ..model_config import ModelConfig as real
+
+            return isinstance(obj, real)
+
+    ModelConfig = _ModelConfigBinding("ModelConfig", (), {})
 
     return run("modeling_utils_excerpt.py", dict(
         __name__=name, torch=ld.torch_proxy(), nn=nn, os=os, inspect=inspect, importlib=importlib,
