@@ -1,19 +1,24 @@
-"""Issue 35 item 3: tensor parallelism and attention DP across real processes (CPU, gloo).
+"""Issue 35 item 3, issue 45 point 1: tensor parallelism and attention DP across real processes (CPU, gloo).
 
 Every adapter at tiny scale with 8 query and 4 KV heads (the MiniMax drafter's 4 KV heads; harness
 ``get_wide_case``), for tp 1, 2, 4 and attention DP at tp 4; tp 8 (8 > 4 KV heads: duplication) for one
-adapter per drafter kind (harness ``KIND_REPRESENTATIVES``). One pool of
-``tp`` processes (tp_drive.py) per tp size serves every adapter, with and without attention DP, one round
-per set of adapters with distinct architectures (one package per architecture and process, as a
-deployment has it): each rank builds the emitted drafter with the
-target's ``Mapping`` (TensorRT-LLM hands the drafter ``mapping=model_config.mapping``), loads the
-converted checkpoint through ``_load_weights_impl`` (fused branch, ``duplicate_kv_weight``,
-``load_weight_shard``: standin/tensorrt_llm/_torch/modules/linear.py, models/decoder_model.py) and
-drafts one block with the row-parallel all-reduce done by ``torch.distributed.all_reduce``. Every
-rank's tokens must equal the TP 1 run's and the float64 oracle's, its logits within tolerance, and its
-layout per rank what TensorRT-LLM's modules hold (``heads // tp`` query heads, ``ceil(kv / tp)`` KV
-heads, ``intermediate // tp`` MLP rows); under attention DP attention and MLP are unsharded (the
-MLP as TensorRT-LLM's decoder layers build ``GatedMLP`` there, ``overridden_tp_size=1``; issue 35)."""
+adapter per drafter kind (harness ``KIND_REPRESENTATIVES``). One pool of ``tp`` processes (tp_drive.py) per
+tp size serves every adapter, with and without attention DP, one round per set of adapters with distinct
+architectures (one package per architecture and process, as a deployment has it). For each run a rank
+
+1. loads the converted checkpoint into the emitted drafter through TensorRT-LLM's own loader
+   (verbatim_load.py: the ``deep/`` shim installed, the drafter built through the registered builder with
+   the target's ``Mapping``, ``DFlashForCausalLM.load_weights`` -> ``DecoderModelForCausalLM.load_weights``
+   (``allow_partial_loading=True``) -> ``_load_weights_impl`` -> ``Linear.load_weights``, all verbatim);
+   every rank's tensors must equal, bit for bit, the slice this test computes from the converted safetensors
+   (shards.py), its layout what TensorRT-LLM's modules hold (``heads // tp`` query heads, ``ceil(kv / tp)``
+   KV heads, ``intermediate // tp`` MLP rows; under attention DP attention and MLP unsharded, as
+   TensorRT-LLM's decoder layers build ``GatedMLP`` there, ``overridden_tp_size=1``), and the fused modules'
+   shard indices what ``Attention.__init__`` / ``GatedMLP.__init__`` pass;
+2. drafts one block through the stand-in worker (drive.py ``serve``; the backbone again loaded through the
+   verbatim ``_load_weights_impl`` / ``Linear`` the stand-in modules execute, the row-parallel all-reduce
+   ``torch.distributed.all_reduce``); every rank's tokens must equal the TP 1 run's and the float64
+   oracle's, its logits within tolerance."""
 
 import json
 import socket
