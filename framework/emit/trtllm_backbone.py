@@ -60,7 +60,10 @@ def qkv_shard_indices(q_size: int, kv_size: int) -> dict[str, tuple[int, int]]:
 
 def gate_up_shard_indices(intermediate: int, tp_size: int) -> dict[str, tuple[int, int]]:
     """``{shard: (offset, rows)}`` of gate and up in one rank's fused ``gate_up_proj`` weight (rows per
-    rank ``intermediate // tp_size``), the layout ``load_weights_fused_gate_up_helper`` concatenates."""
+    rank ``intermediate // tp_size``), the layout ``load_weights_fused_gate_up_helper`` concatenates and
+    the one ``GatedMLP.__init__`` passes where it passes any (``gateup_shard_indices_mapping``, amukkara
+    ``gated_mlp.py`` @ e4dc0e3c; the stored NVIDIA versions @ 01503f55 / 90f3bec1 pass none). An
+    intermediate size the TP size does not divide is refused (TensorRT-LLM's uneven split is not built)."""
     if intermediate % tp_size:
         raise ValueError(f"intermediate_size {intermediate} is not divisible by tp_size {tp_size}")
     rows = intermediate // tp_size

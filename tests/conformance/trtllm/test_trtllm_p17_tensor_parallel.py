@@ -1,19 +1,24 @@
-"""Issue 35 item 3: tensor parallelism and attention DP across real processes (CPU, gloo).
+"""Issue 35 item 3, issue 45 point 1: tensor parallelism and attention DP across real processes (CPU, gloo).
 
 Every adapter at tiny scale with 8 query and 4 KV heads (the MiniMax drafter's 4 KV heads; harness
 ``get_wide_case``), for tp 1, 2, 4 and attention DP at tp 4; tp 8 (8 > 4 KV heads: duplication) for one
-adapter per drafter kind (harness ``KIND_REPRESENTATIVES``). One pool of
-``tp`` processes (tp_drive.py) per tp size serves every adapter, with and without attention DP, one round
-per set of adapters with distinct architectures (one package per architecture and process, as a
-deployment has it): each rank builds the emitted drafter with the
-target's ``Mapping`` (TensorRT-LLM hands the drafter ``mapping=model_config.mapping``), loads the
-converted checkpoint through ``_load_weights_impl`` (fused branch, ``duplicate_kv_weight``,
-``load_weight_shard``: standin/tensorrt_llm/_torch/modules/linear.py, models/decoder_model.py) and
-drafts one block with the row-parallel all-reduce done by ``torch.distributed.all_reduce``. Every
-rank's tokens must equal the TP 1 run's and the float64 oracle's, its logits within tolerance, and its
-layout per rank what TensorRT-LLM's modules hold (``heads // tp`` query heads, ``ceil(kv / tp)`` KV
-heads, ``intermediate // tp`` MLP rows); under attention DP attention and MLP are unsharded (the
-MLP as TensorRT-LLM's decoder layers build ``GatedMLP`` there, ``overridden_tp_size=1``; issue 35)."""
+adapter per drafter kind (harness ``KIND_REPRESENTATIVES``). One pool of ``tp`` processes (tp_drive.py) per
+tp size serves every adapter, with and without attention DP, one round per set of adapters with distinct
+architectures (one package per architecture and process, as a deployment has it). For each run a rank
+
+1. loads the converted checkpoint into the emitted drafter through TensorRT-LLM's own loader
+   (verbatim_load.py: the ``deep/`` shim installed, the drafter built through the registered builder with
+   the target's ``Mapping``, ``DFlashForCausalLM.load_weights`` -> ``DecoderModelForCausalLM.load_weights``
+   (``allow_partial_loading=True``) -> ``_load_weights_impl`` -> ``Linear.load_weights``, all verbatim);
+   every rank's tensors must equal, bit for bit, the slice this test computes from the converted safetensors
+   (shards.py), its layout what TensorRT-LLM's modules hold (``heads // tp`` query heads, ``ceil(kv / tp)``
+   KV heads, ``intermediate // tp`` MLP rows; under attention DP attention and MLP unsharded, as
+   TensorRT-LLM's decoder layers build ``GatedMLP`` there, ``overridden_tp_size=1``), and the fused modules'
+   shard indices what ``Attention.__init__`` / ``GatedMLP.__init__`` pass;
+2. drafts one block through the stand-in worker (drive.py ``serve``; the backbone again loaded through the
+   verbatim ``_load_weights_impl`` / ``Linear`` the stand-in modules execute, the row-parallel all-reduce
+   ``torch.distributed.all_reduce``); every rank's tokens must equal the TP 1 run's and the float64
+   oracle's, its logits within tolerance."""
 
 import json
 import socket
@@ -26,6 +31,7 @@ import torch
 
 import excerpts
 
+from shards import rank_slices
 from harness import KIND_REPRESENTATIVES, SERVED as ADAPTERS, HERE, assert_matches_oracle, get_wide_case
 
 TP_SIZES = (1, 2, 4, 8)
@@ -81,7 +87,11 @@ def pools(tmp_path_factory):
                 for r in range(tp):
                     f = Path(run["result"] + f".rank{r}")
                     assert f.is_file(), f"tp {tp} rank {r} died: {errs[r]}"
-                    ranks.append(json.loads(f.read_text()))
+                    res = json.loads(f.read_text())
+                    load = Path(run["result"] + f".load.rank{r}")
+                    res["verbatim_load"] = json.loads(load.read_text()) if load.is_file() else {"fatal": errs[r]}
+                    res["verbatim_params"] = run["result"] + f".params.rank{r}.pt"
+                    ranks.append(res)
                 out[(tp, run["attention_dp"])][name] = ranks
     return out
 
@@ -114,6 +124,36 @@ def test_every_rank_drafts_the_tp1_and_oracle_tokens(wide, pools, tp, dp):
             f"{case.adapter} tp {tp} rank {r}: logits differ from TP 1 by {float((got - want).abs().max()):.3g}"
 
 
+def _verbatim(res, where):
+    load = res["verbatim_load"]
+    excerpts.skip_if_driver_lacked_them(load)
+    assert "fatal" not in load, f"{where}: {load['fatal']}"
+    assert "load" not in load, f"{where}: TensorRT-LLM's loader refused: {load['load']['error']}\n{load['load']['trace']}"
+    return load
+
+
+@pytest.mark.parametrize("tp,dp", POOLS, ids=[f"tp{t}{'-attention_dp' if d else ''}" for t, d in POOLS])
+def test_every_rank_loads_the_checkpoint_through_tensorrt_llms_loader(wide, pools, tp, dp):
+    """Issue 45 point 1: ``DFlashForCausalLM.load_weights`` -> ``DecoderModelForCausalLM.load_weights``
+    (``allow_partial_loading=True``) -> ``_load_weights_impl`` -> ``Linear.load_weights``, all verbatim
+    (``verbatim_load.py``), on every rank; each rank's tensors equal, bit for bit and in dtype, the slice
+    this test computes from the converted safetensors; nothing of the checkpoint is left out and nothing
+    of the drafter's own modules is left unloaded (the target-shared ``embed_tokens`` / ``lm_head`` aside)."""
+    case = wide
+    for r, res in enumerate(pools[(tp, dp)][case.adapter]):
+        where = f"{case.adapter} tp {tp}{' attention DP' if dp else ''} rank {r}"
+        load = _verbatim(res, where)
+        assert load["drafter_mro"][0].startswith(case.package().name + "."), f"{where}: built {load['drafter_mro'][0]}"
+        got = {k: v for k, v in torch.load(res["verbatim_params"]).items()
+               if "embed_tokens" not in k and "lm_head" not in k}
+        want = rank_slices(case.weights, case.config, tp, r, dp)
+        assert sorted(got) == sorted(want), (f"{where}: loaded {sorted(set(got) - set(want))} beyond the checkpoint, "
+                                             f"missing {sorted(set(want) - set(got))}")
+        bad = [f"{k} {tuple(got[k].shape)} {got[k].dtype} vs {tuple(want[k].shape)} {want[k].dtype}"
+               for k in want if got[k].dtype != want[k].dtype or got[k].shape != want[k].shape or not torch.equal(got[k], want[k])]
+        assert not bad, f"{where}: differs from the checkpoint's slice: " + "; ".join(bad)
+
+
 @pytest.mark.parametrize("tp,dp", POOLS, ids=[f"tp{t}{'-attention_dp' if d else ''}" for t, d in POOLS])
 def test_each_rank_holds_tensorrt_llms_shard(wide, pools, tp, dp):
     case = wide
@@ -124,8 +164,11 @@ def test_each_rank_holds_tensorrt_llms_shard(wide, pools, tp, dp):
     want = {"num_heads": heads, "num_kv_heads": kv, "qkv_rows": (heads + 2 * kv) * d["head_dim"],
             "o_proj_cols": heads * d["head_dim"], "mlp_rows": 2 * d["intermediate"] // attn_tp}
     for r, res in enumerate(pools[(tp, dp)][case.adapter]):
-        out = _vanilla(res)
-        assert "build" not in out and "load" not in out, \
-            f"{case.adapter} tp {tp} rank {r}: {(out.get('build') or out.get('load'))['error']}"
+        out = _verbatim(res, f"{case.adapter} tp {tp} rank {r}")
+        idx = {k: {s: list(v) for s, v in m.items()} for k, m in out["shard_indices"].items() if k != "mlp_tp"}
+        assert idx["qkv"] == idx["attention_excerpt"], \
+            f"{case.adapter} tp {tp} rank {r}: qkv_proj's shard indices {idx['qkv']}, Attention.__init__'s {idx['attention_excerpt']}"
+        rows = d["intermediate"] // out["shard_indices"]["mlp_tp"]  # GatedMLP.__init__ (amukkara gated_mlp.py @ e4dc0e3c)
+        assert idx["gate_up"] == {"gate": [0, rows], "up": [rows, rows]}, f"{case.adapter} tp {tp} rank {r}: {idx['gate_up']}"
         assert out["rank_layout"] == want, (f"{case.adapter} tp {tp}{' attention DP' if dp else ''} rank {r}: "
                                             f"holds {out['rank_layout']}, TensorRT-LLM's modules hold {want}")

@@ -20,7 +20,9 @@ class Attention(nn.Module):
     Per rank as issue 35 reads ``modules/attention.py`` (not re-read at a commit here): ``tp = 1``
     under attention DP, else ``config.mapping.tp_size``; ``num_heads // tp`` query heads,
     ``(num_kv_heads + tp - 1) // tp`` KV heads; ``qkv_proj`` COLUMN with ``WeightMode.FUSED_QKV_LINEAR``
-    over ``tp * (q_size + 2 * kv_size)`` rows, ``o_proj`` ROW.
+    over ``tp * (q_size + 2 * kv_size)`` rows with ``fused_weight_shard_indices_mapping`` q/k/v at the per-rank
+    offsets (NVIDIA attention.py @ 00547a25, ``qkv_shard_indices_mapping``; ``deep/modules_excerpt.py``),
+    ``o_proj`` ROW.
     """
 
     def __init__(self, *, hidden_size, num_attention_heads, num_key_value_heads, max_position_embeddings,
@@ -40,7 +42,10 @@ class Attention(nn.Module):
         self.max_position_embeddings = max_position_embeddings
         self.qkv_proj = Linear(hidden_size, tp * (self.q_size + 2 * self.kv_size), bias=bias, mapping=mapping,
                                tensor_parallel_mode=TensorParallelMode.COLUMN,
-                               weights_loading_config=WeightsLoadingConfig(weight_mode=WeightMode.FUSED_QKV_LINEAR))
+                               weights_loading_config=WeightsLoadingConfig(weight_mode=WeightMode.FUSED_QKV_LINEAR),
+                               fused_weight_shard_indices_mapping={  # as Attention.__init__ @ 00547a25 passes it
+                                   "q": (0, self.q_size), "k": (self.q_size, self.kv_size),
+                                   "v": (self.q_size + self.kv_size, self.kv_size)})
         self.o_proj = Linear(tp * self.q_size, hidden_size, bias=False, mapping=mapping,
                              tensor_parallel_mode=TensorParallelMode.ROW)
         rope = pos_embd_params.rope if pos_embd_params is not None else None

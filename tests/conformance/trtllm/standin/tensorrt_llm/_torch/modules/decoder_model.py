@@ -1,10 +1,11 @@
-"""Stand-in of ``DecoderModel`` / ``DecoderModelForCausalLM`` weight loading
-(``tensorrt_llm._torch.models.modeling_utils``)."""
+"""Stand-in of ``DecoderModel`` / ``DecoderModelForCausalLM`` (``tensorrt_llm._torch.models.modeling_utils``):
+the constructors transcribed, the weight loading TensorRT-LLM's own (verbatim excerpt, below)."""
+
+import os
 
 import torch
 from torch import nn
 
-from ..models.modeling_utils import FUSED_MODULE_COMPONENTS
 from .embedding import Embedding, LMHead  # noqa: F401  (Embedding: re-exported for the stand-in models)
 from .linear import Linear
 
@@ -19,31 +20,60 @@ class DecoderModel(nn.Module):
         self.model_config = model_config
 
 
-def filter_weights(prefix, weights):
-    """Reproduces NVIDIA/TensorRT-LLM modeling_utils.py @ cb4c622c ``filter_weights`` (verbatim in
-    ../shared/trtllm_src/modeling_utils_excerpt.py): the entries under ``prefix.``, prefix removed."""
-    return {k[len(prefix) + 1:]: v for k, v in weights.items() if k.startswith(prefix + ".")}
+def _excerpt_namespace(name="_deep_modeling_utils", arch_to_module=None):
+    """``deep/modeling_utils_excerpt.py`` executed in a fresh namespace named ``name`` (here for its
+    ``load_weights`` / ``_load_weights_impl``; ``models/modeling_utils.py`` executes it again as the
+    module whose registries the process uses, with ``arch_to_module`` its ``MODEL_ARCH_TO_MODULE``).
+    Names it imports, as ``deep/loader.py`` supplies them: the stand-in ``ModelConfig`` (what
+    ``_load_weights_impl``'s ``isinstance`` check must accept), the loader's ``torch_proxy``
+    (``torch.cuda.set_device`` a no-op), ``local_mpi_rank`` 0, and stubs for what an unquantized,
+    LoRA-free drafter without pipeline parallelism never reaches."""
+    import importlib
+    import inspect
+    import os
+    import typing
+
+    from tqdm import tqdm
+
+    from tensorrt_llm.logger import logger
+
+    from ..._deep import loader, run
+    from .linear import TensorParallelMode, WeightMode
+    from .rms_norm import RMSNorm
+
+    ld = loader()
+
+    def not_excerpted(what):
+        def f(*a, **k):
+            raise NotImplementedError(f"stub: {what} is not excerpted")
+        return f
+
+    class _ModelConfigBinding(type):  # the stand-in model_config imports this module: bound at use
+        def __instancecheck__(cls, obj):
+            from ..model_config import ModelConfig as real
+
+            return isinstance(obj, real)
+
+    ModelConfig = _ModelConfigBinding("ModelConfig", (), {})
+
+    return run("modeling_utils_excerpt.py", dict(
+        __name__=name, torch=ld.torch_proxy(), nn=nn, os=os, inspect=inspect, importlib=importlib,
+        Any=typing.Any, Callable=typing.Callable, Dict=typing.Dict, Generic=typing.Generic, List=typing.List,
+        Optional=typing.Optional, Tuple=typing.Tuple, Type=typing.Type, TypeVar=typing.TypeVar, Union=typing.Union,
+        tqdm=tqdm, logger=logger, ModelConfig=ModelConfig, TConfig=typing.TypeVar("TConfig"), QuantConfig=ld.QuantConfig,
+        Embedding=Embedding, LMHead=LMHead, RMSNorm=RMSNorm, Linear=Linear, TensorParallelMode=TensorParallelMode,
+        WeightMode=WeightMode, LogitsProcessor=lambda: None, HfLoraLoader=not_excerpted("HfLoraLoader"),
+        split_matrix_tp=not_excerpted("split_matrix_tp"), skip_forward=not_excerpted("skip_forward"),
+        MoE=type("MoE", (nn.Module,), {}), local_mpi_rank=lambda: 0, MODEL_ARCH_TO_MODULE=arch_to_module or {},
+        rename_weights_with_regex=not_excerpted("rename_weights_with_regex"),
+        _load_weights_impl_v2=not_excerpted("_load_weights_impl_v2")), future_annotations=True)
 
 
-def duplicate_kv_weight(weight, num_kv_heads, tensor_parallel_size):
-    """Reproduces NVIDIA/TensorRT-LLM modeling_utils.py (index ids 1046435088, 57359368733)
-    ``duplicate_kv_weight``: with fewer KV heads than ranks, each KV head's rows repeated
-    ``tp / num_kv_heads`` times (so every rank's shard holds one whole head); else unchanged."""
-    if num_kv_heads >= tensor_parallel_size:
-        assert num_kv_heads % tensor_parallel_size == 0
-        return weight
-    assert tensor_parallel_size % num_kv_heads == 0
-    reps = tensor_parallel_size // num_kv_heads
-    if weight.ndim == 1:
-        return weight.repeat_interleave(reps)
-    assert weight.shape[0] % num_kv_heads == 0
-    size_per_kv_head = weight.shape[0] // num_kv_heads
-    weight = weight.reshape(num_kv_heads, size_per_kv_head, -1)[:, None, :, :].expand(
-        num_kv_heads, reps, size_per_kv_head, weight.shape[1])
-    return weight.reshape(num_kv_heads * reps * size_per_kv_head, -1).clone().detach()
-
-
-PARAMS_MAP = {'qkv_proj': ['q_proj', 'k_proj', 'v_proj'], 'gate_up_proj': ['gate_proj', 'up_proj']}
+_MU = _excerpt_namespace()
+filter_weights, duplicate_kv_weight = _MU["filter_weights"], _MU["duplicate_kv_weight"]
+#: _load_weights_impl's parallel branch (run_concurrently) is not excerpted; the serial branch, which
+#: TensorRT-LLM takes under this variable, makes the same per-module calls
+os.environ.setdefault("TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL", "1")
 
 
 def _tie_block():
@@ -73,18 +103,10 @@ class DecoderModelForCausalLM(nn.Module):
     ``lm_head`` an ``LMHead`` built as index id 1046435088 builds it, then the excerpt's tie block
     when ``tie_word_embeddings``.
 
-    ``load_weights`` reproduces ``_load_weights_impl`` (NVIDIA modeling_utils.py, index id
-    1046435088): ``tp_size = 1`` under attention DP else ``mapping.tp_size``; per module with
-    parameters: skip ``lm_head`` when ``tie_word_embeddings``; a ``params_map`` module
-    (``qkv_proj``, ``gate_up_proj``) gets one filtered dict per component, k/v through
-    ``duplicate_kv_weight``, then ``module.load_weights(weights=[...])`` (its weight mode decides);
-    any other module with ``load_weights`` gets ``[filter_weights(name)]``; else each parameter is
-    copied into in place (``p.data.copy_``, amukkara modeling_utils.py @ 6d5e1f4d: the parameter keeps
-    the device and dtype the module was moved to). ``allow_partial_loading`` (the newer signature): a
-    module the checkpoint has no entry for is skipped (the drafter's shared ``embed_tokens``/``lm_head``),
-    as is a parameter it lacks."""
+    ``load_weights`` is TensorRT-LLM's own (``deep/modeling_utils_excerpt.py``: N ``DecoderModelForCausalLM.load_weights``
+    -> A ``_load_weights_impl`` @ 6d5e1f4d, with ``duplicate_kv_weight`` and ``filter_weights``), executed verbatim."""
 
-    def __init__(self, model: nn.Module, *, config=None, hidden_size: int, vocab_size: int):
+    def __init__(self, model: nn.Module, *, config, hidden_size: int, vocab_size: int):
         super().__init__()
         self.model_config = config
         self.model = model
@@ -108,39 +130,5 @@ class DecoderModelForCausalLM(nn.Module):
     def config(self):
         return self.model_config.pretrained_config
 
-    def load_weights(self, weights, weight_mapper=None, allow_partial_loading=False, skip_modules=(), **_):
-        mapping = getattr(self.model_config, "mapping", None)
-        tp_size = 1 if (mapping is None or mapping.enable_attention_dp) else mapping.tp_size
-        cfg = self.config
-        num_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        for name, module in list(self.named_modules()):
-            if len(module._parameters) == 0:
-                continue
-            if any(s in name for s in skip_modules):
-                continue
-            if getattr(cfg, "tie_word_embeddings", False) and name.startswith("lm_head"):
-                continue
-            names = name.split('.')
-            if names[-1] in PARAMS_MAP:
-                module_weights = []
-                for new_name in PARAMS_MAP[names[-1]]:
-                    fw = filter_weights('.'.join(names[:-1] + [new_name]), weights)
-                    if new_name in ['k_proj', 'v_proj']:
-                        fw = {k: duplicate_kv_weight(weight=v[:], num_kv_heads=num_kv_heads, tensor_parallel_size=tp_size)
-                              if k in ["weight", "bias"] else v for k, v in fw.items()}
-                    module_weights.append(fw)
-                if allow_partial_loading and not any(module_weights):
-                    continue
-                module.load_weights(weights=module_weights)
-            else:
-                module_weights = filter_weights(name, weights)
-                if allow_partial_loading and not module_weights:
-                    continue
-                if hasattr(module, 'load_weights'):
-                    module.load_weights(weights=[module_weights])
-                else:
-                    for n, p in module.named_parameters(recurse=False):
-                        if not allow_partial_loading:
-                            assert n in module_weights
-                        if n in module_weights:
-                            p.data.copy_(module_weights[n][:])  # in place: the module's device and dtype
+    #: TensorRT-LLM's own ``DecoderModelForCausalLM.load_weights`` (-> ``_load_weights_impl``), verbatim
+    load_weights = _MU["DecoderModelForCausalLM"].load_weights

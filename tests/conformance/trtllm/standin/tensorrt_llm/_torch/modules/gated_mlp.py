@@ -17,7 +17,10 @@ class GatedMLP(nn.Module):
     Tensor parallelism as TensorRT-LLM's ``gated_mlp.py`` builds it (the mapping from ``config.mapping``;
     ``gate_up_proj`` COLUMN with ``WeightMode.FUSED_GATE_UP_LINEAR``, ``down_proj`` ROW with the
     all-reduce): recalled from that file, not re-read at a commit here; ``overridden_tp_size`` is not
-    reproduced (refused when given).
+    reproduced (refused when given). ``gate_up_proj`` carries ``fused_weight_shard_indices_mapping``
+    ``{gate: (0, I / tp), up: (I / tp, I / tp)}`` as the newer ``GatedMLP.__init__`` passes it (amukkara
+    gated_mlp.py @ e4dc0e3c, ``gateup_shard_indices_mapping``; the stored NVIDIA versions @ 01503f55 and
+    90f3bec1 pass none).
     """
 
     def __init__(self, *, hidden_size, intermediate_size, bias=False, activation=None, dtype=None,
@@ -30,7 +33,10 @@ class GatedMLP(nn.Module):
         self.intermediate_size = intermediate_size
         self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, bias=bias, mapping=mapping,
                                    tensor_parallel_mode=TensorParallelMode.COLUMN,
-                                   weights_loading_config=WeightsLoadingConfig(weight_mode=WeightMode.FUSED_GATE_UP_LINEAR))
+                                   weights_loading_config=WeightsLoadingConfig(weight_mode=WeightMode.FUSED_GATE_UP_LINEAR),
+                                   fused_weight_shard_indices_mapping={  # gateup_shard_indices_mapping
+                                       "gate": (0, intermediate_size // mapping.tp_size),
+                                       "up": (intermediate_size // mapping.tp_size, intermediate_size // mapping.tp_size)})
         self.down_proj = Linear(intermediate_size, hidden_size, bias=bias, mapping=mapping,
                                 tensor_parallel_mode=TensorParallelMode.ROW, reduce_output=reduce_output)
         self.swiglu_alpha, self.swiglu_beta, self.swiglu_limit = swiglu_alpha, swiglu_beta, swiglu_limit
