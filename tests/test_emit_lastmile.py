@@ -67,3 +67,58 @@ def test_a_model_root_config_resolves_to_its_drafter_subfolder(folders, capsys, 
     rc, out, err = _emit(capsys, "adapter=minimax_dspark", f"out={tmp_path / 'o'}", f"config={root}")
     assert rc == 2 and str(root / "dspark") in err.splitlines()[-1] and "not a `draftsmith convert` output" in err, err
     assert "using" in err.splitlines()[0] and "dspark" in err.splitlines()[0]
+
+
+def _serve_words(out):
+    return shlex.split(next(l.strip() for l in out.splitlines() if l.strip().startswith("trtllm-serve ")))
+
+
+def test_model_completes_the_serve_line_and_names_the_target_architecture(folders, capsys, tmp_path):
+    """``model=`` (issue 47 point 1): the printed line needs no edit, and the target's config.json
+    gives ``target_architecture`` (what carries the package into TensorRT-LLM's workers)."""
+    target = folders["src"] / "target"
+    arch = json.loads((target / "config.json").read_text())["architectures"][0]
+    rc, out, err = _emit(capsys, f"out={tmp_path / 'o'}", f"config={folders['conv']}", f"model={target}")
+    assert rc == 0, err
+    words = _serve_words(out)
+    assert words[1] == str(target.resolve()) and not any(w.startswith("<") for w in words), words
+    assert f"target_architecture={arch}" in err
+    data = json.loads(next((tmp_path / "o").glob("*/resolved.json")).read_text())
+    assert data["target_architecture"] == arch
+
+
+def test_without_model_the_placeholder_says_which_key_fills_it(folders, capsys, tmp_path):
+    rc, out, err = _emit(capsys, f"out={tmp_path / 'o'}", f"config={folders['conv']}")
+    assert rc == 0, err
+    line = next(l.strip() for l in out.splitlines() if l.strip().startswith("trtllm-serve "))
+    assert line.startswith("trtllm-serve <target model> ") and "pass model=" in out
+
+
+def test_a_model_root_config_is_also_the_model(capsys, tmp_path):
+    """``config=<model root>`` whose drafter subfolder is converted: the root is the served model."""
+    root = tmp_path / "root"
+    assert main(["synth", "adapter=minimax_dspark", "scale=tiny", f"out={tmp_path / 's'}", "seed=3"]) == 0
+    assert main(["convert", "adapter=minimax_dspark", f"source={tmp_path / 's'}", f"out={root / 'dspark'}"]) == 0
+    (root / "config.json").write_text(json.dumps({"architectures": ["MiniMaxM3SparseForCausalLM"]}))
+    rc, out, err = _emit(capsys, f"out={tmp_path / 'o'}", f"config={root}")
+    assert rc == 0, err
+    assert _serve_words(out)[1] == str(root.resolve())
+    assert "target_architecture=MiniMaxM3SparseForCausalLM" in err
+
+
+@pytest.mark.parametrize("case", ["mismatch", "converted", "no_architectures"])
+def test_model_errors_are_one_line_naming_the_argument(folders, capsys, tmp_path, case):
+    target = folders["src"] / "target"
+    args = [f"out={tmp_path / 'o'}", f"config={folders['conv']}"]
+    if case == "mismatch":
+        args += [f"model={target}", "target_architecture=SomethingElseForCausalLM"]
+    elif case == "converted":
+        args += [f"model={folders['conv']}"]
+    else:
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        (bad / "config.json").write_text(json.dumps({"architectures": "NotAList"}))
+        args += [f"model={bad}"]
+    rc, out, err = _emit(capsys, *args)
+    assert rc == 2 and "\n" not in err and "model=" in err, err
+    assert not (tmp_path / "o").exists()

@@ -157,7 +157,10 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "adapter's synth.config)"),
         Key("target_architecture", "str", None, "the target model's architectures[0]: the package re-registers "
             "TensorRT-LLM's own class for it so worker processes import the package and build its drafter "
-            "(without it they build TensorRT-LLM's own drafter class)"),
+            "(without it they build TensorRT-LLM's own drafter class); default: model='s config.json"),
+        Key("model", "path", None, "the target model the drafter serves with (its folder, a model root as "
+            "downloaded, or a repo id in the local Hugging Face cache): the printed trtllm-serve line names it "
+            "and its config.json gives target_architecture (default: the model root config= names, if any)"),
         _with(OVERWRITE, help="replace an out= package that draftsmith emit wrote (never anything else)"),
         THREADS), overrides=True),
     Command("docs", "regenerate (or check) the generated docs from the adapters and this table", (

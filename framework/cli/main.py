@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ... import __version__
-from ..convert.locate import converted_by, locate, no_subfolder_hint
+from ..convert.locate import converted_by, given_folder, locate, no_subfolder_hint
 from ..errors import IncompleteCheckpoint, UserError
 from ..io.gc_pause import paused_gc
 from ..io.atomic_file import check_file_replaceable, owned_safetensors, write_file
@@ -39,6 +39,7 @@ def _import_stages() -> None:
     global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
     global write_package, eval_command, format_report, report_json, run_draft
     global check_draft_memory, check_lowering, init, trtllm_warning, default_target, missing_target, target_folder
+    global serving_target
     import torch
 
     from .. import docs
@@ -51,6 +52,7 @@ def _import_stages() -> None:
     from ..convert.plan import Problem, format_report as format_plan_rows
     from ..convert.synth import synthesize
     from ..emit.render import DEFAULT, default_engine, write_package
+    from ..emit.serving_target import serving_target
     from ..eval import command as eval_command
     from ..runtime.draft import format_report, report_json, run_draft
     from ..runtime.memory import check_draft_memory, check_lowering
@@ -357,11 +359,24 @@ def cmd_emit(opts, spec, path):
     they compile to."""
     out = Path(_need(opts, "out", "emit"))
     config = opts.get("config")
+    model_text = opts.get("model")
     if config is not None and not Path(config).is_file():  # a folder, a model root or a repo id: as convert's source=
         found = locate(str(config), _subfolders(spec, opts), key="config", allow_converted=True)
         if found.how:
             print(f"config={config}: using {found.path} ({found.how})", file=sys.stderr)
+        if model_text is None and found.path != given_folder(str(config), "config")[0]:
+            model_text = str(config)  # a model root: the target the drafter sits in
         config = found.path
+    target_architecture, model = opts.get("target_architecture"), None
+    if model_text is not None:
+        model, arch = serving_target(str(model_text))
+        if target_architecture is None:
+            target_architecture = arch
+            print(f"target_architecture={arch} (model={model_text}: its config.json's architectures[0])",
+                  file=sys.stderr)
+        elif target_architecture != arch:
+            raise UserError(f"target_architecture={target_architecture} but model={model_text}'s config.json names "
+                            f"{arch!r}; drop one, or name the model the drafter is served with")
     if spec is None:  # no adapter=: the one the converted config= records
         spec, path = _recorded_adapter(config, opts)
     adapter = _adapter(spec, path, opts)
@@ -369,7 +384,8 @@ def cmd_emit(opts, spec, path):
     backbone = None if backbone == "none" else backbone
     # overwrite= reaches atomic_dir/publish (command "emit": never a folder another command wrote)
     res = write_package(adapter, adapter.path, out, default_engine(adapter, backbone), config=config,
-                        overwrite=opts["overwrite"], target_architecture=opts.get("target_architecture"))
+                        overwrite=opts["overwrite"], target_architecture=target_architecture)
+    res.model = model
     print(res.summary())
     return 0
 

@@ -74,9 +74,11 @@ class EmitResult:
     notes: list[str] = field(default_factory=list)
     #: the values the snippet took from the adapter's example config (no ``config=``), else None
     example_values: Optional[str] = None
+    #: the target model as ``trtllm-serve`` takes it (a folder or a repo id; ``emit model=``), else None
+    model: Optional[str] = None
 
     def serve_command(self) -> str:
-        return _serve_command(self.package_dir)
+        return _serve_command(self.package_dir, self.model)
 
     def summary(self) -> str:
         """The text ``draftsmith emit`` prints (every spec-derived string quoted with repr)."""
@@ -92,7 +94,8 @@ class EmitResult:
                 "",
                 self.speculative_config.rstrip(),
                 "",
-                "serve with (the target checkpoint is the one path emit was not told):",
+                ("serve with:" if self.model is not None else
+                 "serve with (the target model is the one path emit was not told: pass model=<its folder or repo id>):"),
                 f"    {self.serve_command()}",
                 "",
                 "optional, only for a TensorRT-LLM checkout (PASTE.md): architecture index row "
@@ -105,10 +108,12 @@ class EmitResult:
         )
 
 
-def _serve_command(package_dir: Path) -> str:
-    """The ``trtllm-serve`` line for the package at ``package_dir`` (paths shell-quoted)."""
+def _serve_command(package_dir: Path, model: Optional[str] = None) -> str:
+    """The ``trtllm-serve`` line for the package at ``package_dir`` and the target ``model`` (a
+    placeholder when None; paths shell-quoted)."""
     pkg = Path(package_dir).resolve()
-    return (f"trtllm-serve <target checkpoint> --custom_module_dirs {shlex.quote(str(pkg))} "
+    target = "<target model>" if model is None else shlex.quote(model)
+    return (f"trtllm-serve {target} --custom_module_dirs {shlex.quote(str(pkg))} "
             f"--config {shlex.quote(str(pkg / 'speculative_config.yaml'))}")
 
 
