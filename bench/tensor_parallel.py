@@ -239,7 +239,7 @@ def parent(opts) -> int:
         print(f"| {x['adapter']} | {x['tp']} | {lay[0]} / {lay[1]} | {x['batch']} | {x['step_ms']:.3f} | "
               f"{x['tp1_ms']:.3f} | {x['all_reduce_share']:.1%} | {x['attention_share']:.1%} | "
               f"{'CUDA graph' if x['graph'] else 'eager'} |")
-    print(json.dumps({"rows": rows, "failures": failures}))
+    print(json.dumps({"rows": rows, "failures": failures, "oracle_seqs": min(opts.oracle_seqs, n_seqs)}))
     if failures:
         print("\n".join(["FAILED: a rank differs from TP 1 or the oracle"] + failures), file=sys.stderr)
         return 1
