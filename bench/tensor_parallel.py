@@ -10,8 +10,8 @@ the drafter through TensorRT-LLM's verbatim ``get_registered_draft_model_builder
 ``Mapping`` and loads the converted checkpoint through the verbatim ``DFlashForCausalLM.load_weights``
 chain (``$DRAFTSMITH_TRTLLM_SRC/deep/loader.py``; default ``../shared/trtllm_src`` beside the checkout;
 absent: one line, exit 0). The row-parallel all-reduce is ``torch.distributed.all_reduce``: NCCL on
-CUDA (``NCCL_NVLS_ENABLE=0``: NVLink multicast off), gloo on CPU (the worker's gloo init is given
-the NCCL backend on CUDA, nothing else changes).
+CUDA (NVLink multicast off: :data:`MULTICAST_OFF` in this process's and every rank's environment), gloo
+on CPU (the worker's gloo init is given the NCCL backend on CUDA, nothing else changes).
 
 Each rank drafts one step through the worker's verbatim ``dflash_forward(...)`` call at every batch
 (``--batches``, default 1,16,64) plus ``--pad-rows`` padded rows (mapped to the dense arena's scratch
@@ -57,6 +57,12 @@ CONTEXT = {"tiny": 12, "full": 256}  # context tokens a sequence (tiny: above th
 TP1_RTOL = 1e-4  # logits vs TP 1, relative to the largest |logit| (test_trtllm_p17_tensor_parallel.py)
 ORACLE_RTOL = 2e-3  # logits vs the float64 oracle, relative to max(1, largest |logit|) (harness.py)
 SEED = 1729
+#: NVLink multicast off in NCCL, PyTorch and NVSHMEM (the GPU machines' notes: it can take the shared host's
+#: GPUs out of service); set in every rank's environment, whatever the parent's
+#: the environment a rank keeps beside PATH, PYTHONPATH, HOME, LD_LIBRARY_PATH (as a TensorRT-LLM worker gets
+#: only what the proxy passes on)
+PASSED_ON = ("CUDA_", "NCCL_", "TRITON_", "NVSHMEM_", "TORCH_")
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 # -- the parent: checkpoints, packages, ranks, checks --------------------------------------------------
@@ -111,7 +117,7 @@ def serve(case: dict, src: Path, root: Path) -> dict:
     args.write_text(json.dumps({"role": "serve", "src": str(src), "package_dir": str(case["package"]),
                                 "result": str(res)}))
     p = subprocess.run([sys.executable, str(SUITE / "worker_drive.py"), str(args)], capture_output=True, text=True,
-                       env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)}, timeout=600)
+                       env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **MULTICAST_OFF}, timeout=600)
     if not res.is_file():
         raise SystemExit(f"serving process died: {p.stderr[-2000:]}")
     out = json.loads(res.read_text())
@@ -136,9 +142,10 @@ def run_ranks(case: dict, served: dict, src: Path, root: Path, tp: int, opts) ->
             "mapping": {"tp_size": tp, "rank": rank}, "dist_init": f"tcp://127.0.0.1:{port}", "result": str(res),
             "bench": {"batches": opts.batches, "pad_rows": opts.pad_rows, "iters": opts.iters,
                       "out": str(root / f"tp{tp}.rank{rank}")}}))
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "NCCL_NVLS_ENABLE": "0",
-               **{k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NCCL_", "TRITON_"))}}
-        env["NCCL_NVLS_ENABLE"] = "0"
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT),
+               **{k: v for k, v in os.environ.items()
+                  if k in ("HOME", "LD_LIBRARY_PATH") or k.startswith(PASSED_ON)},
+               **MULTICAST_OFF}
         procs.append((subprocess.Popen([sys.executable, __file__, "--rank-job", str(args)], env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), res))
     out = []
@@ -174,8 +181,6 @@ def oracle_rows(case: dict, n: int):
 
 def check(adapter, tp, b, rank, got, base, oracle) -> list[str]:
     """Problems of one rank's (tokens, logits) at batch ``b`` against TP 1's and the oracle's."""
-    import torch
-
     where, bad = f"{adapter} tp {tp} batch {b} rank {rank}", []
     if got["tokens"].tolist() != base["tokens"].tolist():
         bad.append(f"{where}: tokens differ from TP 1")
@@ -309,6 +314,7 @@ def bench_draft(shim, dm, a, heads):
     vc = torch.randn(n_seqs + 1, n_layers, c + blk, nkv, hd, generator=g).to(dev)
     pos = torch.arange(c, device=dev)
     with torch.no_grad():  # each sequence's context K/V, as the worker's precompute (worker_drive.draft)
+        w1, w2 = heads.get("markov_head.markov_w1.weight"), heads.get("markov_head.markov_w2.weight")
         for n in range(n_seqs):
             hidden = dm.hidden_norm(dm.fc(data["hidden"][n].to(dev)))
             for i, layer in enumerate(layers):
@@ -356,8 +362,8 @@ def bench_draft(shim, dm, a, heads):
             logits = hs @ head.T  # [b, K, V]
             prev, toks = anchors[:b].clone(), []
             for j in range(logits.shape[1]):
-                if "markov_head.markov_w1.weight" in heads:  # the worker's Markov chain on the lm_head rows
-                    logits[:, j] += heads["markov_head.markov_w1.weight"][prev] @ heads["markov_head.markov_w2.weight"].T
+                if w1 is not None:  # the worker's Markov chain on the lm_head rows: w2 @ w1[previous token]
+                    logits[:, j] += w1[prev] @ w2.T
                 prev = logits[:, j].argmax(-1)
                 toks.append(prev)
             path = f"{opts['out']}.b{b}.pt"
@@ -428,6 +434,7 @@ def main(argv=None) -> int:
     p.add_argument("--rank-timeout", type=int, default=1800)
     p.add_argument("--rank-job", default=None, help=argparse.SUPPRESS)
     o = p.parse_args(argv)
+    os.environ.update(MULTICAST_OFF)  # before torch touches a GPU
     if o.rank_job:
         rank_main(o.rank_job)
         return 0
