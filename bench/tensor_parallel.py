@@ -28,7 +28,8 @@ step in which every all-reduce and every attention lowering call is bracketed by
 wall clock (so the shares include launch overhead; sum over the step / the step's instrumented total).
 
 Usage: ``python bench/tensor_parallel.py [--tp 1,2,4] [--batches 1,16,64] [--scale tiny|full]
-[--adapters minimax_dspark,zlab_dflash] [--iters 20] [--workdir DIR]``. CI runs ``--scale tiny --tp 1,2
+[--adapters minimax_dspark,zlab_dflash] [--iters 20] [--workdir DIR]`` (default: a temporary folder,
+removed at the end; ``--workdir`` keeps checkpoints and packages for the next run). CI runs ``--scale tiny --tp 1,2
 --batches 1`` on CPU (``tests/test_benches.py``).
 """
 
@@ -39,6 +40,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -215,6 +217,17 @@ def parent(opts) -> int:
     print(f"# tensor parallel: {machine}, {'nccl + CUDA graphs' if cuda else 'gloo, eager'}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}, "
           f"scale {opts.scale}, tp {opts.tp}, batches {opts.batches} (+{opts.pad_rows} padded rows)")
+    try:
+        return run_all(opts, src, work)
+    finally:
+        if not opts.workdir:  # a folder of our own: removed; --workdir is kept for the next run
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run_all(opts, src: Path, work: Path) -> int:
+    """Every adapter at every TP and batch: the checks, the table; 1 if any rank differs."""
+    import torch
+
     n_seqs, failures, rows = max(opts.batches), [], []
     for adapter in opts.adapters:
         root = work / adapter
