@@ -237,12 +237,17 @@ def test_cli_draft_selector_flag(capsys):
 
 def test_emit_packages_the_zlab_unary_transform(tmp_path, capsys):
     """z-lab's selector scores ``softcap(m * l)`` (the adapter's default, not the identity): `emit`
-    packages it (the emitted class applies the transform before TensorRT-LLM's selector) and says
-    nothing about the unary transform."""
-    assert main(["emit", f"adapter={NAME}", "target=trtllm", f"out={tmp_path / 'pkg'}"]) == 0
+    packages it (the emitted class applies the transform before TensorRT-LLM's selector). With
+    ``target_architecture=`` (workers build the emitted class) it says nothing about the transform;
+    without it, only the worker line does, naming it as math TensorRT-LLM's own class would change."""
+    assert main(["emit", f"adapter={NAME}", "target=trtllm", f"out={tmp_path / 'pkg'}",
+                 "target_architecture=Qwen3ForCausalLM"]) == 0
     out = capsys.readouterr()
     assert "unary transform" not in out.out + out.err and "Traceback" not in out.err
     assert any(p.is_file() for p in (tmp_path / "pkg").rglob("resolved.json"))
+    assert main(["emit", f"adapter={NAME}", "target=trtllm", f"out={tmp_path / 'pkg2'}"]) == 0
+    lines = [l for l in (lambda o: o.out + o.err)(capsys.readouterr()).splitlines() if "unary transform" in l]
+    assert len(lines) == 1 and lines[0].startswith("warning: no target_architecture= given"), lines
 
 
 def test_eval_with_and_without_selector(checkpoints, tmp_path, capsys):
