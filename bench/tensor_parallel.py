@@ -319,7 +319,7 @@ def bench_draft(shim, dm, a, heads):
     first = 0 if r.sample_from_anchor else 1
     layers = dm.model.layers
     a0 = layers[0].self_attn
-    n_layers, nkv, hd, qs, kvs = len(layers), a0.num_key_value_heads, a0.head_dim, a0.q_size, a0.kv_size
+    n_layers, nkv, hd = len(layers), a0.num_key_value_heads, a0.head_dim
     n_seqs, c = data["hidden"].shape[:2]
     g = torch.Generator().manual_seed(4242)
     # TensorRT-LLM's VANILLA dense arena [slots, L, capacity, nkv, hd]; slot 0 the padded rows' scratch slot
@@ -331,13 +331,7 @@ def bench_draft(shim, dm, a, heads):
         for n in range(n_seqs):
             hidden = dm.hidden_norm(dm.fc(data["hidden"][n].to(dev)))
             for i, layer in enumerate(layers):
-                at = layer.self_attn
-                qkv = at.qkv_proj(hidden)
-                k = qkv[:, qs:qs + kvs].reshape(c, nkv, hd)
-                if hasattr(at, "k_norm"):
-                    k = at.k_norm(k.reshape(-1, hd)).reshape(c, nkv, hd)
-                kc[n + 1, i, :c] = worker_drive.rope(k.cpu(), pos.cpu(), r.dims.rotary_dim, r.rope.theta).to(dev)
-                vc[n + 1, i, :c] = qkv[:, qs + kvs:].reshape(c, nkv, hd)
+                kc[n + 1, i, :c], vc[n + 1, i, :c] = worker_drive.context_kv(layer.self_attn, hidden, pos, r, nkv, hd)
     out: dict = {"batches": {}, "rank_layout": [a0.num_heads, nkv]}
     for b in opts["batches"]:
         rows = b + opts["pad_rows"]

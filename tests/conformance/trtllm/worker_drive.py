@@ -135,6 +135,19 @@ def gloo_all_reduce():
     return AllReduce
 
 
+def context_kv(at, hidden, pos, r, nkv, hd):
+    """``(k [C, nkv, hd], v)`` of one layer's ``self_attn`` over the context features ``hidden [C, h]``
+    at positions ``pos``: the fused ``qkv_proj`` split per rank, ``k_norm`` when present, RoPE on k
+    (what the worker's ``precompute_context_kv`` stores in the cache)."""
+    qs, kvs, c = at.q_size, at.kv_size, hidden.shape[0]
+    qkv = at.qkv_proj(hidden)
+    k = qkv[:, qs:qs + kvs].reshape(c, nkv, hd)
+    if hasattr(at, "k_norm"):
+        k = at.k_norm(k.reshape(-1, hd)).reshape(c, nkv, hd)
+    k = rope(k.cpu(), pos.cpu(), r.dims.rotary_dim, r.rope.theta).to(qkv.device)
+    return k, qkv[:, qs + kvs:].reshape(c, nkv, hd)
+
+
 def rope(x, pos, rotary_dim, theta):
     """NeoX RoPE over the first ``rotary_dim`` dims of ``x [T, h, d]`` at ``pos [T]`` (the worker's
     context keys; ``precompute_context_kv`` in TensorRT-LLM)."""
@@ -239,7 +252,7 @@ def draft(shim, dm, a, heads):
     hidden = dm.hidden_norm(dm.fc(data["hidden"].float()))
     layers = dm.model.layers
     a0 = layers[0].self_attn
-    L, nkv, hd, qs, kvs = len(layers), a0.num_key_value_heads, a0.head_dim, a0.q_size, a0.kv_size
+    L, nkv, hd = len(layers), a0.num_key_value_heads, a0.head_dim
     g = torch.Generator().manual_seed(4242)
     # TensorRT-LLM's VANILLA dense arena [slots, L, capacity, nkv, hd]; slots 0 and 2 other requests
     kc = torch.randn(3, L, c + blk, nkv, hd, generator=g)
@@ -247,13 +260,7 @@ def draft(shim, dm, a, heads):
     pos = torch.arange(c)
     with torch.no_grad():
         for i, layer in enumerate(layers):
-            at = layer.self_attn
-            qkv = at.qkv_proj(hidden)
-            k = qkv[:, qs:qs + kvs].reshape(c, nkv, hd)
-            if hasattr(at, "k_norm"):
-                k = at.k_norm(k.reshape(-1, hd)).reshape(c, nkv, hd)
-            kc[1, i, :c] = rope(k, pos, r.dims.rotary_dim, r.rope.theta)
-            vc[1, i, :c] = qkv[:, qs + kvs:].reshape(c, nkv, hd)
+            kc[1, i, :c], vc[1, i, :c] = context_kv(layer.self_attn, hidden, pos, r, nkv, hd)
         ids = torch.tensor([int(data["anchor"])] + [int(spec["mask_token_id"])] * (blk - 1))
         inputs = {"noise_embedding": emb[ids][None], "query_positions": torch.arange(c, c + blk)[None],
                   "num_ctx_per_req": torch.tensor([c], dtype=torch.int32), "ctx_k_cache": kc, "ctx_v_cache": vc,
