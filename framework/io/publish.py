@@ -121,7 +121,10 @@ def _raise_terminated(signum, frame):
 
 def install_signal_handlers() -> None:
     """SIGTERM and SIGHUP clean up like SIGINT (main thread only); SIGXFSZ (``ulimit -f``)
-    is ignored so that an oversize write fails as an ``OSError`` (EFBIG) with a message."""
+    is ignored so that an oversize write fails as an ``OSError`` (EFBIG) with a message.
+    An interrupt that lands inside a finalizer (``__del__``, a weakref callback), where Python
+    only prints "Exception ignored", is delivered again (:func:`_redeliver_swallowed`)."""
+    import sys
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -131,6 +134,33 @@ def install_signal_handlers() -> None:
             signal.signal(sig, _raise_terminated)
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if getattr(sys.unraisablehook, "__wrapped__", None) is None:
+        sys.unraisablehook = _redeliver_swallowed(sys.unraisablehook)
+
+
+#: seconds before a swallowed interrupt is sent again
+REDELIVER_S = 0.05
+
+
+def _redeliver_swallowed(previous):
+    """An ``unraisablehook`` that sends again a Ctrl-C / SIGTERM / SIGHUP swallowed by a
+    finalizer, from a helper thread after :data:`REDELIVER_S`, so that its handler runs in the
+    main thread once the finalizer has returned (one that lands in a finalizer again is sent
+    again); every other unraisable exception goes to ``previous``."""
+    import threading
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt):
+            signum = getattr(exc, "exit_code", 128 + signal.SIGINT) - 128
+            timer = threading.Timer(REDELIVER_S, os.kill, args=(os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
+        previous(unraisable)
+
+    hook.__wrapped__ = previous
+    return hook
 
 
 def _remove(p: Path) -> None:
