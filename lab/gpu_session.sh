@@ -89,7 +89,8 @@ for step in "$@"; do
       echo "=== kinds-bench done after $(( $(date +%s) - t0 )) s" ;;
     kinds-ab) # issue 45 point 3: kernel files (AGAINST, e.g. lowering/gluon_window_block.py and a patched copy) at each
       # drafter kind's shape on TensorRT-LLM's 32-token pages, alternated with FA4 in one process a kind (lab/gluon_ab.py
-      # --kind --fa4); NUM_BUFS=4,5: each kernel per ring-slot count. FA4 from the stage step's parts, as kinds-bench.
+      # --kind --fa4); NUM_BUFS=4,5: each kernel per ring-slot count; AB_BUILDS: today's kernel's builds too (gluon_ab
+      # --builds, e.g. overlap+pingpong,pingpong). FA4 from the stage step's parts, as kinds-bench.
       t0=$(date +%s); site=/tmp/fa4site
       if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import flash_attn.cute.interface" 2>/dev/null; then
         timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
@@ -97,7 +98,7 @@ for step in "$@"; do
       for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048}; do
         left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
         PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 lab/gluon_ab.py \
-          --kind $k --layout trtllm --page 32 --batches "${BATCHES:-16,64,256}" --builds "" \
+          --kind $k --layout trtllm --page 32 --batches "${BATCHES:-16,64,256}" --builds "${AB_BUILDS:-}" \
           --against "${AGAINST:-lowering/gluon_window_block.py}" ${NUM_BUFS:+--num-bufs "$NUM_BUFS"} --fa4 \
           --rounds "${ROUNDS:-2}" > "$OUT/ab_$k.txt" 2>&1
         echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$OUT/ab_$k.txt" | head -12
