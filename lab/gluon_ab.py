@@ -1,4 +1,5 @@
-"""A/B of the Gluon kernel's build options at the MiniMax shape (one CUDA GPU, SM90, triton 3.6).
+"""A/B of the Gluon kernel's build options at the MiniMax shape, or a drafter kind's (``--kind``) (one
+CUDA GPU, SM90, triton 3.6).
 
 Times ``gluon_window_block.launch`` under each build named by ``--builds`` (``base``, or
 ``+``-joined build options of ``launch``: ``overlap``, ``pingpong``; ``base`` turns every option
@@ -6,7 +7,11 @@ off, where ``launch``'s defaults turn some on), and the kernel as it was at each
 of ``--against`` (with that revision's defaults; an entry ending in ``.py`` that names a file
 is that file's kernel instead: the device machine's copy has no ``.git``), alternating, at
 the default split count (and ``--num-buf`` ring slots, if given), each output checked against the float64 oracle of
-``bench/attention.py``. ``--page``, ``--layout`` and ``--head-dim`` are ``attention.py``'s.
+``bench/attention.py``. ``--page``, ``--layout``, ``--head-dim`` and ``--kind`` (a drafter kind's
+heads, KV heads, head dim, block, window or full attention, context: ``attention.KINDS``) are
+``attention.py``'s. ``--num-bufs 4,5``: every kernel run once per ring-slot count (named
+``<run>@nb<slots>``). ``--fa4``: FlashAttention-4 on the same K/V (``attention.make_fa4``), in the
+same alternation, and each run's FA4 / run ratio in the summary.
 Same timing method as that bench (CUDA-graph replay, L2 flushed, median). Prints one line per
 measurement and a summary per batch.
 """
@@ -76,6 +81,17 @@ def kernel_at(rev: str):
     return module
 
 
+def use_kind(kind: str) -> int:
+    """Set ``attention``'s shape globals to drafter kind ``kind`` (``attention.KINDS``), as its
+    ``--kind`` does; returns the kind's context length."""
+    if kind not in A.KINDS:
+        refuse(f"--kind {kind}: unknown; known: {', '.join(sorted(A.KINDS))}")
+    hq, hkv, d, b, w, ctx, _ = A.KINDS[kind]
+    A.HQ, A.HKV, A.D, A.B, A.FULL = hq, hkv, d, b, w is None
+    A.W = ctx + b if w is None else w  # full attention: a window that reaches every key (attention.py's rule)
+    return ctx
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
@@ -87,35 +103,57 @@ def main():
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
     ap.add_argument("--head-dim", type=int, default=A.D, help="head dim (attention.py's --head-dim)")
     ap.add_argument("--num-buf", type=int, default=None, help="ring slots for every build (default: the kernel's)")
+    ap.add_argument("--num-bufs", default="", help="comma list of ring-slot counts: every run once per count")
     ap.add_argument("--against", default="", help="comma list of git revisions, or kernel .py files, whose kernel to time beside")
+    ap.add_argument("--kind", default=None, help="a drafter kind's shape (attention.KINDS); sets --ctx and --head-dim")
+    ap.add_argument("--fa4", action="store_true", help="time FlashAttention-4 beside (attention.make_fa4), if importable")
     args = ap.parse_args()
     A.PAGE, A.D = args.page, args.head_dim
+    if args.kind:
+        args.ctx = use_kind(args.kind)
+    slot_counts = [int(x) for x in args.num_bufs.split(",") if x] or [args.num_buf]
     builds = args.builds.split(",") if args.builds else []
     for name in builds:
         build_kwargs(name)  # unknown options refused before any GPU work
     older = {rev: kernel_at(rev) for rev in args.against.split(",") if rev}
-    mask = MaskSpec(causal=False, window=A.W)
+    if args.fa4 and A.fa4_varlen_func is None:
+        print(f"--fa4: FlashAttention-4 is not importable here ({A.FA4_MISSING}); timed without it", flush=True)
+    mask = MaskSpec(causal=False, window=None if A.FULL else A.W)
     scale = A.D ** -0.5
+    print(f"shape: {args.kind or 'MiniMax'} Hq {A.HQ}, Hkv {A.HKV}, D {A.D}, B {A.B}, "
+          f"{'full attention' if A.FULL else f'W {A.W}'}, ctx {args.ctx}, {args.layout} pages of {A.PAGE}", flush=True)
     for n in [int(x) for x in args.batches.split(",")]:
         q, cache, kb, vb = A.make_inputs(n, args.ctx, seed=n, layout=args.layout, order=args.page_order)
         dense = A.Dense(q, cache, kb, vb, args.ctx)
-        cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, A.W - 1, q.device, gluon_ok=True)
+        ring = cache.block_table.shape[1] * cache.page_size
+        span = ring if A.FULL else min(A.W - 1, ring)  # triton_window_block's max_span
+        cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, span, q.device, gluon_ok=True)
         res = {}
-        runs = {name: (g, build_kwargs(name)) for name in builds}
-        runs.update({rev: (module, {}) for rev, module in older.items()})
-        nb = args.num_buf
+        kernels = {name: (g, build_kwargs(name)) for name in builds}
+        kernels.update({rev: (module, {}) for rev, module in older.items()})
+        runs = {(name if len(slot_counts) == 1 else f"{name}@nb{nb}"): (module, kw, nb)
+                for name, (module, kw) in kernels.items() for nb in slot_counts}
+        if args.fa4 and A.fa4_varlen_func is not None:
+            runs["FA4"] = (None, A.make_fa4(dense, q), None)
         for _ in range(args.rounds):
-            for name, (module, kw) in runs.items():
+            for name, (module, kw, nb) in runs.items():
 
-                def fn(module=module, kw=kw):
+                def fn(module=module, kw=kw, nb=nb):
+                    if module is None:  # FA4: kw is its call
+                        return kw()
                     return module.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits, num_buf=nb, **kw)
                 out = fn()
                 err = A.oracle_error(out, dense)
                 us = A.bench_graph(fn) * 1e3
                 res.setdefault(name, []).append(us)
                 print(f"batch {n} splits {cfg.num_splits} {name}: {us:.1f} us, "
-                      f"{A.needed_bytes(n) / (us * 1e-6) / 1e12:.2f} TB/s, oracle err {err:.2e}", flush=True)
+                      f"{A.needed_bytes(n) / (us * 1e-6) / 1e12:.2f} TB/s, oracle err {err:.2e}"
+                      + ("" if err < 1e-2 else "  WRONG (bf16 lands near 2e-3)"), flush=True)
         print(f"batch {n}: " + "; ".join(f"{k} {[round(x, 1) for x in v]}" for k, v in res.items()), flush=True)
+        if "FA4" in res:  # FA4 / run, medians over the rounds: above 1 = the run is faster
+            fa4 = sorted(res["FA4"])[len(res["FA4"]) // 2]
+            print(f"batch {n} FA4 / run: " + "; ".join(f"{k} {fa4 / sorted(v)[len(v) // 2]:.3f}"
+                                                         for k, v in res.items() if k != "FA4"), flush=True)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@
 # the machine is warm) or an FA4_SITE already installed), fa4-stage (only copy .whl/ aside), tests-kernel, tests-core, tests-host, tests-gpu,
 # tests-lab, variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
-# issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench
-# (env SMI=1: sample clocks/power into smi.csv)
+# issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
+# kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,6 +87,23 @@ for step in "$@"; do
         grep '"error"' "$OUT/kind_$k.txt" | head -3
       done
       echo "=== kinds-bench done after $(( $(date +%s) - t0 )) s" ;;
+    kinds-ab) # issue 45 point 3: kernel files (AGAINST, e.g. lowering/gluon_window_block.py and a patched copy) at each
+      # drafter kind's shape on TensorRT-LLM's 32-token pages, alternated with FA4 in one process a kind (lab/gluon_ab.py
+      # --kind --fa4); NUM_BUFS=4,5: each kernel per ring-slot count; AB_BUILDS: today's kernel's builds too (gluon_ab
+      # --builds, e.g. overlap+pingpong,pingpong). FA4 from the stage step's parts, as kinds-bench.
+      t0=$(date +%s); site=/tmp/fa4site
+      if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import flash_attn.cute.interface" 2>/dev/null; then
+        timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
+        tail -2 "$OUT/fa4_install.txt"; fi
+      for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048}; do
+        left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
+        PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 lab/gluon_ab.py \
+          --kind $k --layout trtllm --page 32 --batches "${BATCHES:-16,64,256}" --builds "${AB_BUILDS:-}" \
+          --against "${AGAINST:-lowering/gluon_window_block.py}" ${NUM_BUFS:+--num-bufs "$NUM_BUFS"} --fa4 \
+          --rounds "${ROUNDS:-2}" > "$OUT/ab_$k.txt" 2>&1
+        echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$OUT/ab_$k.txt" | head -12
+      done
+      echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
     fa4-stage) mkdir -p /tmp/fa4w; find .whl -type f -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null; ls /tmp/fa4w ;;
     tp-shapes) # issue 35 item 4: per-rank shapes, correct and timed beside FA4, in one call
       t0=$(date +%s); budget=${TP_BUDGET:-530}; shards=${SHARDS:-5}

@@ -15,7 +15,9 @@ flushed before each replay (``bench/attention.py``'s method), and prints per bat
   for three roles: the first split (window edge tiles), middle splits, the last split (the
   block's keys).
 
-``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W.
+``--splits 15,24``: those split counts instead of the lowering's choice; ``--window``: another W;
+``--kind``: a drafter kind's shape (``attention.KINDS``, as ``lab/gluon_ab.py --kind``), with
+``--layout trtllm --page 32`` for TensorRT-LLM's pool.
 Usage: ``python3 lab/kernel_phases.py [--batches 1,16,64]``.
 """
 
@@ -152,15 +154,25 @@ def sm_table(t, tile_bytes):
 
 
 def main():
-    global W
+    global B, D, HKV, HQ, W
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--splits", default=None, help="comma list of split counts (default: the lowering's choice)")
     ap.add_argument("--window", type=int, default=W, help="two-sided window W (attention.py's --window)")
+    ap.add_argument("--kind", default=None, help="a drafter kind's shape (attention.KINDS); sets --ctx and --window")
+    ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
+    ap.add_argument("--page", type=int, default=attention.PAGE, help="tokens a page (TensorRT-LLM's: 32)")
     args = ap.parse_args()
-    W = attention.W = args.window  # attention.make_inputs sizes the ring from it
+    attention.PAGE = args.page
+    if args.kind:
+        import gluon_ab  # the lab's A/B sets a kind's shape the same way
+
+        args.ctx = gluon_ab.use_kind(args.kind)
+        HQ, HKV, D, B, W = attention.HQ, attention.HKV, attention.D, attention.B, attention.W
+    else:
+        W = attention.W = args.window  # attention.make_inputs sizes the ring from it
     if not gwb.available():
         raise SystemExit("needs triton 3.6's Gluon and an SM90 GPU")
     try:
@@ -171,14 +183,18 @@ def main():
     copy_tbs = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; copy {copy_tbs:.2f} TB/s")
-    mask, scale = MaskSpec(causal=False, window=W), D ** -0.5
+    mask, scale = MaskSpec(causal=False, window=None if attention.FULL else W), D ** -0.5
+    print(f"# shape: {args.kind or 'MiniMax'} Hq {HQ}, Hkv {HKV}, D {D}, B {B}, "
+          f"{'full attention' if attention.FULL else f'W {W}'}, ctx {args.ctx}, {args.layout} pages of {args.page}")
     print("| batch | splits | floor us | replay us | attention kernel us | merge us | "
           "timed replay us | timed kernel us |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     tables = []
     for n in map(int, args.batches.split(",")):
-        q, cache, kb, vb = make_inputs(n, args.ctx)
-        chosen = choose_config(n, B, HQ, HKV, D, W - 1, q.device, gluon_ok=True).num_splits
+        q, cache, kb, vb = make_inputs(n, args.ctx, layout=args.layout)
+        ring = cache.block_table.shape[1] * cache.page_size
+        span = ring if attention.FULL else min(W - 1, ring)  # triton_window_block's max_span
+        chosen = choose_config(n, B, HQ, HKV, D, span, q.device, gluon_ok=True).num_splits
         for splits in map(int, (args.splits or str(chosen)).split(",")):
             timer = torch.full((n * HKV, splits, len(TIMED.TIMER_SLOTS)), -1, dtype=torch.int64, device="cuda")
             kw = dict(num_splits=splits)

@@ -62,3 +62,22 @@ def test_unknown_revision_and_build_are_refused_in_one_line(capsys):
         gluon_ab.build_kwargs("overlap+fast")
     assert e.value.code == 2
     assert "unknown option(s) ['fast']" in capsys.readouterr().err
+
+
+def test_kind_sets_the_benchs_shape_and_unknown_kinds_are_refused(capsys, monkeypatch):
+    import attention as A
+    import gluon_ab
+
+    for name in ("HQ", "HKV", "D", "B", "W", "FULL"):
+        monkeypatch.setattr(A, name, getattr(A, name))  # restored after the test
+    hq, hkv, d, b, w, ctx, _ = A.KINDS["dflash2_minimax"]
+    assert gluon_ab.use_kind("dflash2_minimax") == ctx
+    assert (A.HQ, A.HKV, A.D, A.B, A.W, A.FULL) == (hq, hkv, d, b, w, False)
+    hq, hkv, d, b, w, ctx, _ = A.KINDS["dspark_full"]
+    assert w is None and gluon_ab.use_kind("dspark_full") == ctx
+    assert (A.HQ, A.HKV, A.B, A.W, A.FULL) == (hq, hkv, b, ctx + b, True)  # a window no key is outside of
+    with pytest.raises(SystemExit) as e:
+        gluon_ab.use_kind("no_such_kind")
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("--kind no_such_kind: unknown")
