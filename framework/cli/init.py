@@ -52,7 +52,7 @@ from .init_config import aliases, config, target_layer_ids, tiny
 from .init_layout import TargetLayout, target_layout
 from .init_read import Checkpoint, Remarks, read_checkpoint
 from .init_weights import renames, transforms
-from .shown import is_shown_as_is, shown
+from ..shown import is_shown_as_is, shown
 
 FAMILY = "gqa_dflash"
 #: the family's context tensors: their presence is the evidence for the family

@@ -17,7 +17,7 @@ from ..compile.flatten import merge_sections
 from ..convert.checkpoint import read_config, read_headers
 from ..errors import UserError
 from .init_layout import TargetLayout
-from .shown import is_shown_as_is, shown
+from ..shown import is_shown_as_is, shown
 
 SECTION_CANDIDATES = ("text_config", "transformer_layer_config", "llm_config", "language_config", "model_config")
 

@@ -24,7 +24,7 @@ from ..io.scratch import RUN_SCRATCH, make_scratch
 from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import is_schema_file, json_schema
 from .compose import compose
-from .shown import shown
+from ..shown import shown
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
 
 #: Commands that run without the stages below (nor torch): start-up stays short.
