@@ -24,15 +24,13 @@ from hydra import initialize
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
-
-from ..errors import UserError
 from pydantic import ValidationError
 
-from ..spec.loading import (_known_keys, _where, check_name_kept, check_no_interpolation, find_adapter, key_path,
-                            read_spec_data, validate_spec, validation_problems)
+from ..errors import UserError
+from ..spec.loading import (_known_keys, _where, check_name_kept, find_adapter, key_path, read_spec_data,
+                            validate_spec, validation_problems)
 from ..spec.override_args import check_composed, is_index, short, split_argument
-from ..spec.overrides import check_argument
-from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, reach, resolve_steps
+from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, check_argument, reach, resolve_steps
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
 
