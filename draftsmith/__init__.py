@@ -1,8 +1,8 @@
 """draftsmith: declarative adapters that serve speculative-decoding drafters on TensorRT-LLM.
 
 The code lives in four packages mapped from the repository root (see pyproject.toml):
-``draftsmith.framework`` (``framework/``: spec, compile, convert, io, runtime, emit, cli,
-docs), ``draftsmith.transforms`` (``transforms/``), ``draftsmith.lowering`` (``lowering/``)
+``draftsmith.framework`` (``framework/``: spec, compile, convert, io, runtime, emit, eval,
+starter, cli, docs), ``draftsmith.transforms`` (``transforms/``), ``draftsmith.lowering`` (``lowering/``)
 and ``draftsmith.adapters`` (``adapters/*.yaml``).
 
 Run from a plain checkout (no install, ``PYTHONPATH=.``), this package's ``__path__`` also

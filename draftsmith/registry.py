@@ -1,5 +1,6 @@
 """The one registry helper: a closed, named table (families, transforms, lowerings, rename
-kinds, export formats, hosts).
+kinds, export formats, hosts), and :func:`load`, the one way an entry names code that is
+imported on first use (a lowering's kernel, a command of the command line).
 
 A :class:`Registry` is a ``dict`` (name -> entry) that refuses a second registration under
 one name and answers an unknown name with ``unknown <kind> '<name>'; known: a, b``.
@@ -39,3 +40,10 @@ class Registry(dict, Generic[T]):
             return self[name]
         except (KeyError, TypeError):
             raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self))}") from None
+
+
+def load(package: str, ref: str):
+    """The object ``ref`` (``"module:name"``) names in ``package``; the module is imported on
+    this call, not before. ``ref`` is ours (a registry entry's), never a string from a spec."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(f"{package}.{module}"), name)

@@ -21,11 +21,10 @@ Softmax is computed in float32. GQA: query head ``i`` uses KV head ``i // (Hq //
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional, get_args
 
-from ..registry import Registry
+from ..registry import Registry, load
 
 #: The kinds of device a lowering is chosen for (defined here once; every table keys on it).
 DeviceClass = Literal["sm100", "sm90", "cpu"]
@@ -188,23 +187,20 @@ class LoweringInfo:
     #: dense arena (one page of any length per slot) and the paged HND pool of TRTLLM/FA4/XQA.
     pools: tuple[str, ...] = ("VANILLA", "TRTLLM", "FA4", "XQA")
 
-    def _module(self):
-        return importlib.import_module(f"{__package__}.{self.module}")
-
     @property
     def fn(self) -> LoweringFn:
         """The lowering's function (imports its module on first use)."""
-        return getattr(self._module(), self.function)
+        return load(__package__, f"{self.module}:{self.function}")
 
     def available(self) -> bool:
         """Whether it can run in this process; False when its module cannot be imported."""
         if self.availability is None:
             return True
         try:
-            module = self._module()
+            answer = load(__package__, f"{self.module}:{self.availability}")
         except ImportError:
             return False
-        return bool(getattr(module, self.availability)())
+        return bool(answer())
 
 
 LOWERINGS: Registry[LoweringInfo] = Registry("lowering", builtins=__package__)

@@ -97,3 +97,19 @@ def test_two_spellings_that_both_exist_are_refused(zlab, capsys, tmp_path):
     capsys.readouterr()
     with pytest.raises(UserError, match="both keys here"):
         load_adapter("zlab_dflash2", ["config.irrelevant.note.more=x"], adapter_dir=tmp_path)
+
+
+def test_one_walk_into_nested_data():
+    """``reach`` is the one walk (dotted keys, override keys): the value when every step exists,
+    else where the walk stopped; ``get_dotted`` reads through it and never indexes a list."""
+    from draftsmith.framework.compile.dotted import get_dotted
+    from draftsmith.framework.spec.overrides import reach
+
+    data = {"a": {"b": [10, {"c": None}], "d.e": 3}}
+    assert reach(data, ["a", "b", 1, "c"]) == (None, 4)
+    assert reach(data, ["a", "b", 0]) == (10, 3)
+    assert reach(data, ["a", "x", "y"]) == (data["a"], 1)
+    assert reach(data, ["a", "b", 2]) == (data["a"]["b"], 2)
+    assert get_dotted(data, "a.b") == [10, {"c": None}]
+    assert get_dotted(data, "a.b.0", "absent") == "absent" and get_dotted(data, "a.x", 7) == 7
+    assert get_dotted({"a": {"c": None}}, "a.c", 7) is None

@@ -97,6 +97,15 @@ def test_list_steps_are_plain_indices_within_the_list(label, arg, needle):
     record(AREA, f"override list step: {label}", "exit 2, one line naming the argument")
 
 
+
+def test_a_key_a_free_mapping_lacks_asks_for_plus():
+    """A key that a free mapping (``synth.config``) lacks: the line says where the key's path
+    leaves what exists and to prefix ``+``; with ``+`` the key is added."""
+    line = refused("adapter.synth.config.new_key=1")
+    assert "synth.config has no key 'new_key' yet" in line and "('+adapter.synth.config.new_key=1')" in line, line
+    assert accepted("+adapter.synth.config.new_key=1").synth.config["new_key"] == 1
+    record(AREA, "override of a key a free mapping lacks", "exit 2, one line: prefix it with +")
+
 def test_list_index_bounds_just_inside():
     spec = accepted("adapter.weights.rename.2.to=x")  # the last item
     assert spec.weights.rename[2].to == "x"

@@ -240,7 +240,7 @@ from draftsmith.framework.io import publish as P
 from draftsmith.framework.io.ownership import read_owner
 from draftsmith.framework.compile.engine import load_adapter
 
-m._import_stages()  # once, before the forks: each run then costs its own work only
+m.command("convert")  # imported once, before the forks: each run then costs its own work only
 load_adapter("minimax_dspark")
 cases = json.loads(sys.stdin.read())
 out = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from draftsmith.framework.cli import init
+from draftsmith.framework.starter import infer as init
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.compile.family import get_family

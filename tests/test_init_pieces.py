@@ -10,8 +10,9 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from draftsmith.framework.cli import init_attention, init_config, init_layout, init_read, init_weights
-from draftsmith.framework.cli.init import infer
+from draftsmith.framework.starter import attention as init_attention, config as init_config, layout as init_layout
+from draftsmith.framework.starter import read as init_read, weights as init_weights
+from draftsmith.framework.starter.infer import infer
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.compile.family import GQADFlash, get_family
@@ -23,7 +24,7 @@ from helpers import read_checkpoint
 
 BF16 = torch.bfloat16
 LAYOUT = init_layout.target_layout(get_family("gqa_dflash"))
-CLI = Path(init_layout.__file__).parent
+STARTER = Path(init_layout.__file__).parent
 
 
 def view(names: dict[str, tuple], raw: dict | None = None, dtype=BF16) -> init_read.Checkpoint:
@@ -248,7 +249,7 @@ def test_init_recognises_fused_layers_under_other_names(layer, lead, tmp_path, c
 
 
 def test_no_function_over_60_lines():
-    for path in [CLI / "init.py", *sorted(CLI.glob("init_*.py"))]:
+    for path in sorted(STARTER.glob("*.py")):
         tree = ast.parse(path.read_text())
         long = [(f.name, f.end_lineno - f.lineno + 1) for f in ast.walk(tree)
                 if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 60]

@@ -36,11 +36,10 @@ def modules() -> dict[str, Path]:
     return out
 
 
-#: The functions allowed to import the package's own modules: the command line's stages,
-#: imported when a command needs them, and ``docs`` (torch-free, a light command), so that
-#: ``--version``, ``help``, ``adapters``, ``schema`` and ``docs`` start without torch (their
-#: imports count as the module's own for the cycle check).
-DEFERRED = {("draftsmith.framework.cli.main", "_import_stages"), ("draftsmith.framework.cli.main", "cmd_docs")}
+#: The functions allowed to import the package's own modules (their imports count as the
+#: module's own for the cycle check): none. The command line loads a command's module from its
+#: table (``cli/main.py``'s ``COMMANDS``, ``draftsmith.registry.load``) when the command runs.
+DEFERRED: set[tuple[str, str]] = set()
 
 
 def imports(name: str, path: Path, top_level: bool) -> list[tuple[str, int]]:

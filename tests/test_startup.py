@@ -79,3 +79,26 @@ def test_a_command_that_needs_torch_imports_it(tmp_path):
     """The control: the probe sees torch when a command does import it."""
     rc, mods = loaded_after(["draft", "adapter=minimax_dspark", "device=cpu", "progress=false", "threads=1"], tmp_path)
     assert rc == 0 and "torch" in mods
+
+
+TABLE_PROBE = """
+import json, sys
+from draftsmith.framework.cli import main
+from draftsmith.framework.cli.keys import COMMANDS as KEYS
+prefix = "draftsmith.framework.cli.commands."
+loaded = sorted(m for m in sys.modules if m.startswith(prefix))
+where = {n: main.command(n).__module__ for n in main.COMMANDS}
+print(json.dumps({"loaded": loaded, "where": where, "keys": sorted(set(KEYS) - {"help"})}))
+"""
+
+
+def test_commands_load_from_the_table_when_they_run(tmp_path):
+    """``cli/main.py`` names each command as ``"module:function"`` (the key table's commands, less
+    ``help``) and imports none of them until it runs: each resolves to its own module."""
+    p = subprocess.run([sys.executable, "-c", TABLE_PROBE], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(p.stdout)
+    assert data["loaded"] == []
+    assert sorted(data["where"]) == data["keys"]
+    assert data["where"] == {n: f"draftsmith.framework.cli.commands.{n}" for n in data["keys"]}

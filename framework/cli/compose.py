@@ -24,15 +24,13 @@ from hydra import initialize
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
-
-from ..errors import UserError
 from pydantic import ValidationError
 
-from ..spec.loading import (_known_keys, _where, check_name_kept, check_no_interpolation, find_adapter, key_path,
-                            read_spec_data, validate_spec, validation_problems)
+from ..errors import UserError
+from ..spec.loading import (_known_keys, _where, check_name_kept, find_adapter, key_path, read_spec_data,
+                            validate_spec, validation_problems)
 from ..spec.override_args import check_composed, is_index, short, split_argument
-from ..spec.overrides import check_argument
-from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, reach, resolve_steps
+from ..spec.overrides import _steps, addresses_dotted_key, apply_overrides, check_argument, reach, resolve_steps
 from ..spec.schema import AdapterSpec
 from .keys import ALL_KEYS, COMMANDS, parse_args
 
@@ -135,12 +133,6 @@ def _validate_overridden(spec_data, path, lines, overrides: list[str], full: dic
         raise UserError(*out) from None
 
 
-def _lookup(data: Any, parts: tuple) -> tuple[Any, int]:
-    """The value at ``parts`` in ``data`` (None when absent) and how many leading parts exist."""
-    value, found = reach(data, parts)
-    return (value if found == len(parts) else None), found
-
-
 def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None, lines: dict | None,
                    full: dict) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -148,8 +140,8 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
     if full_key.startswith("adapter.") and path is not None:
         # an interpolation that failed to resolve: in the spec file, or from the command line
         parts = tuple(int(p) if is_index(p) else p for p in re.split(r"[.\[\]]+", full_key[8:]) if p)
-        value, _ = _lookup(data, parts)
-        if isinstance(value, str) and "${" in value:
+        value, found = reach(data, parts)
+        if found == len(parts) and isinstance(value, str) and "${" in value:
             return f"{_where(path, lines or {}, parts)}: {key_path(parts)}: {text}"
         return f"command line: {full_key}: {text}"
     m = re.match(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'", text) or \
@@ -162,9 +154,8 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
         key = m.group(1).lstrip("+~")
         arg = next((a for a in args if a.lstrip("+~").split("=", 1)[0] == key), key)
         parts = tuple(int(p) if is_index(p) else p for p in key.split(".")[1:])
-        _, found = _lookup(full, parts)
-        parent, _ = _lookup(full, parts[:found])
-        if isinstance(parent, list):
+        parent, found = reach(full, parts)  # the mapping or list where the key's path leaves what exists
+        if isinstance(parent, list) and found < len(parts):
             return (f"command line: {arg}: {key_path(parts[:found]) or 'adapter'} has {len(parent)} item(s), no item "
                     f"{parts[found]}; to add one, prefix the override with + ('+{arg.lstrip('+')}')")
         known = _known_keys(AdapterSpec, parts[:-1])

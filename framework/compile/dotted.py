@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from ..spec.overrides import reach
 
 
 def get_dotted(d: dict, key: str, default=None):
-    cur: Any = d
-    for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return default
-        cur = cur[part]
-    return cur
+    """The value at dotted ``key`` in nested mappings (``default`` when a step is missing);
+    walked by :func:`~draftsmith.framework.spec.overrides.reach`, the one walk into nested data."""
+    parts = key.split(".")
+    value, found = reach(d, parts)
+    return value if found == len(parts) else default
 
 
 def set_dotted(d: dict, key: str, value) -> None:

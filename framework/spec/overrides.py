@@ -135,7 +135,10 @@ def check_argument(arg: str, data: Any, origin: str = "command line") -> bool:
 
 
 def reach(data: Any, steps) -> tuple[Any, int]:
-    """How far ``steps`` lead into ``data``: (the value reached, how many leading steps exist)."""
+    """How far ``steps`` lead into ``data``: (the value reached, how many leading steps exist).
+    The value is the one at ``steps`` when every step exists, else the mapping or list where the
+    walk stopped. A step is a mapping key, or an ``int`` indexing a list. The one walk into nested
+    data: dotted keys (``compile.dotted.get_dotted``) and the command line's keys read through it."""
     cur = data
     for i, p in enumerate(steps):
         if isinstance(cur, dict) and p in cur:
@@ -144,7 +147,7 @@ def reach(data: Any, steps) -> tuple[Any, int]:
             cur = cur[p]
         else:
             return cur, i
-    return None, len(steps)
+    return cur, len(steps)
 
 
 def addresses_dotted_key(data: Any, key: str, where: str = "override") -> bool:

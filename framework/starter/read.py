@@ -16,8 +16,8 @@ from typing import Any
 from ..compile.flatten import merge_sections
 from ..convert.checkpoint import read_config, read_headers
 from ..errors import UserError
-from .init_layout import TargetLayout
-from .shown import is_shown_as_is, shown
+from ..shown import is_shown_as_is, shown
+from .layout import TargetLayout
 
 SECTION_CANDIDATES = ("text_config", "transformer_layer_config", "llm_config", "language_config", "model_config")
 

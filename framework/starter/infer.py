@@ -1,4 +1,4 @@
-"""``draftsmith init source=DIR out=FILE``: infer a starter adapter spec from a checkpoint.
+"""Infer a starter adapter spec from an unknown checkpoint (``draftsmith init source=DIR out=FILE``).
 
 Reads ``config.json`` and the safetensors headers only (no tensor data) and writes a
 commented YAML spec: the family (from the tensor names), the nested config sections, the
@@ -12,12 +12,12 @@ layer ids and DSpark head keys found in the config. ``synth.config`` is the chec
 own config; ``synth.tiny`` shrinks the keys it found.
 
 The spec is built as an :class:`AdapterSpec`, one function per piece, each returning its
-piece and writing its comments and TODOs into one :class:`~.init_read.Remarks`: the rename
-rules and transforms (:mod:`.init_weights`), the config fields and section, the target-layer
-convention and ``synth.tiny`` (:mod:`.init_config`), the attention defaults
-(:mod:`.init_attention`), assembled here (:func:`assemble`). Target names are read from the
-family's ``target_layout`` (:mod:`.init_layout`), the checkpoint's names under any layer
-naming (:mod:`.init_read`). The spec is written by
+piece and writing its comments and TODOs into one :class:`~.read.Remarks`: the rename
+rules and transforms (:mod:`.weights`), the config fields and section, the target-layer
+convention and ``synth.tiny`` (:mod:`.config`), the attention defaults
+(:mod:`.attention`), assembled here (:func:`assemble`). Target names are read from the
+family's ``target_layout`` (:mod:`.layout`), the checkpoint's names under any layer
+naming (:mod:`.read`). The spec is written by
 :func:`draftsmith.framework.spec.commented_yaml.dump` with a map of comments by key path.
 Every line it could not decide carries a ``# TODO:`` comment saying what to check or
 fill in; ``draftsmith inspect adapter=FILE source=DIR`` then shows what is left. A config key
@@ -34,25 +34,21 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ..compile.family import get_family
-from ..convert.locate import given_folder, locate
 from ..errors import UserError
-from ..io.atomic_file import check_file_replaceable, head_has, write_file
+from ..io.atomic_file import head_has
 from ..io.safe_read import is_regular
+from ..shown import is_shown_as_is, shown
 from ..spec.commented_yaml import dump
 from ..spec.schema import AdapterSpec, DocsSpec, MatchSpec, SynthSpec, WeightsSpec
-from .init_attention import attention
-from .init_config import aliases, config, target_layer_ids, tiny
-from .init_layout import TargetLayout, target_layout
-from .init_read import Checkpoint, Remarks, read_checkpoint
-from .init_weights import renames, transforms
-from .shown import is_shown_as_is, shown
+from .attention import attention
+from .config import aliases, config, target_layer_ids, tiny
+from .layout import TargetLayout, target_layout
+from .read import Checkpoint, Remarks, read_checkpoint
+from .weights import renames, transforms
 
 FAMILY = "gqa_dflash"
 #: the family's context tensors: their presence is the evidence for the family
@@ -188,45 +184,6 @@ def infer(source: Path, name: str | None = None, out: Path | None = None, text: 
 INIT_MARK = "# Starter spec written by `draftsmith init"
 
 
-def _written_by_init(path: Path) -> bool:
-    """``path`` is a regular file whose first lines carry init's header."""
+def written_by_init(path: Path) -> bool:
+    """``path`` is a regular file whose first lines carry init's header (:data:`INIT_MARK`)."""
     return head_has(path, INIT_MARK.encode("utf-8"))
-
-
-def cli(opts: dict, subfolders=()) -> int:
-    """``init`` from composed options; ``subfolders``: where drafters sit under a model root
-    (the adapters' ``match.subfolders``): ``source=`` is resolved as ``convert`` resolves it."""
-    source = opts.get("source")
-    out = opts.get("out")
-    if not source:
-        raise UserError("draftsmith init: missing source=...")
-    if not out:
-        raise UserError("draftsmith init: missing out=FILE (the adapter YAML to write)")
-    for key, value in (("source", source), ("out", out)):
-        if not is_shown_as_is(str(value)):
-            raise UserError(f"{key}={shown(value)}: the path holds a newline or another control character, "
-                            "which the spec's comments cannot carry: rename it")
-    out = Path(out)
-    if os.path.lexists(out):  # refused before reading the source; checked again when written
-        check_file_replaceable(out, "out", bool(opts.get("overwrite")), "init", _written_by_init)
-    if out.suffix != ".yaml":
-        raise UserError(f"out={out}: an adapter file ends in .yaml")
-    name = out.stem
-    if not re.match(r"^[a-z][a-z0-9_]*$", name):
-        raise UserError(f"out={out}: the file name is the adapter name: lowercase letters, digits, _")
-    found = locate(str(source), subfolders, key="source")
-    sub = found.path.name if found.path != given_folder(str(source), "source")[0] else None
-    if found.how:
-        print(f"source={source}: using {found.path} ({found.how})", file=sys.stderr)
-    try:
-        res = infer(found.path, name, out, str(source), sub)
-    except yaml.YAMLError as e:  # a config string YAML cannot carry (control characters): one line
-        raise UserError(f"source={source}: config.json holds a value a spec cannot carry "
-                        f"({shown(str(e).splitlines()[0] if str(e) else type(e).__name__)})") from None
-    write_file(out, res.yaml.encode("utf-8"), key="out", command="init", overwrite=bool(opts.get("overwrite")),
-               owned=_written_by_init)
-    print(f"wrote {out} ({len(res.todos)} TODO{'s' if len(res.todos) != 1 else ''})")
-    for t in res.todos:
-        print(f"  TODO: {t}")
-    print(f"next: draftsmith inspect adapter={out} source={source}")
-    return 0

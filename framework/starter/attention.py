@@ -2,7 +2,7 @@
 the family's lowering table).
 
 Returns its piece of the :class:`AdapterSpec` and writes its comments and TODOs into a
-:class:`~.init_read.Remarks`.
+:class:`~.read.Remarks`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..compile.dotted import get_dotted
 from ..compile.family import GQADFlash
 from ..spec.schema import AttentionSpec, LoweringChoice
-from .init_read import Checkpoint, Remarks
+from .read import Checkpoint, Remarks
 
 #: explicit causality keys of a config (either one decides over the family default)
 CAUSALITY_KEYS = ("is_causal", "sliding_window_non_causal")

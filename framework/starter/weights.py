@@ -1,8 +1,8 @@
 """``draftsmith init``: the ``weights`` pieces of a starter spec (rename rules, transforms).
 
 Each function returns its piece of the :class:`AdapterSpec` and writes its comments and
-TODOs into a :class:`~.init_read.Remarks`. Target names come from the family
-(:mod:`.init_layout`); the source spellings below are those of real writers.
+TODOs into a :class:`~.read.Remarks`. Target names come from the family
+(:mod:`.layout`); the source spellings below are those of real writers.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 
 from ...transforms.base import get_transform
 from ..spec.schema import RenameRule, TransformRule, WeightsSpec
-from .init_layout import TargetLayout, norm_regex
-from .init_read import Checkpoint, Remarks
+from .layout import TargetLayout, norm_regex
+from .read import Checkpoint, Remarks
 
 #: top-level (non-layer) names of real writers -> the target-layout name they mean
 KNOWN_RENAMES = {

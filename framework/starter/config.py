@@ -3,7 +3,7 @@ the keys no rule reads fixed at their value, the target-layer-id convention, the
 overrides).
 
 Each function returns its piece of the :class:`AdapterSpec` and writes its comments and
-TODOs into a :class:`~.init_read.Remarks`.
+TODOs into a :class:`~.read.Remarks`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..compile.family import GQADFlash
 from ..compile.keys import unaccounted
 from ..spec.loading import adapter_files, load_spec
 from ..spec.schema import ConfigSpec, FieldRule, TransformRule
-from .init_read import Checkpoint, Remarks
+from .read import Checkpoint, Remarks
 
 #: flattened key -> regex over the last component of config keys that may spell it
 ALIASES: dict[str, str] = {
