@@ -2,7 +2,10 @@
 gets TensorRT-LLM's REAL excerpted ``DFlashForCausalLM`` / ``GQADSparkForCausalLM`` (shim_drive.py);
 the drafter builds through the real ``__init__`` on the emitted backbone, in the serving process
 (the package's builder) and in a worker that never imported it (the excerpt's builder), resolves
-the trained masks, and keeps TensorRT-LLM's TRTLLM refusal for non-causal windows."""
+the trained masks, and keeps TensorRT-LLM's TRTLLM refusal for non-causal windows. One adapter per
+drafter kind (``kind_case``): the class, the builder and the backend refusal are the same code for every
+package of a kind (the representatives hold both a non-causal window and none); every adapter's masks as
+a worker resolves them are test_trtllm_p02_processes.py's."""
 
 import json
 import subprocess
@@ -37,7 +40,8 @@ def runs(case):
 
 
 @pytest.mark.parametrize("mode", ["serve", "worker"])
-def test_emitted_drafter_builds_on_the_excerpted_class(case, mode):
+def test_emitted_drafter_builds_on_the_excerpted_class(kind_case, mode):
+    case = kind_case
     res = runs(case)[mode]
     assert res["package_imported_before_build"] is (mode == "serve")
     out = res["backends"]["VANILLA"]
@@ -54,7 +58,8 @@ def test_emitted_drafter_builds_on_the_excerpted_class(case, mode):
 
 
 @pytest.mark.parametrize("mode", ["serve", "worker"])
-def test_trtllm_backend_refusal_is_tensorrt_llms(case, mode):
+def test_trtllm_backend_refusal_is_tensorrt_llms(kind_case, mode):
+    case = kind_case
     out = runs(case)[mode]["backends"]["TRTLLM"]
     assert "build" not in out, f"{case.adapter} {mode}: {out['build']['error']}"
     noncausal_window = any(l["window"] is not None and not l["causal"] for l in case.layers)

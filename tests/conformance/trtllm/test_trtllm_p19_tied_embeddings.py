@@ -1,6 +1,8 @@
 """Issue 34 point 5: with ``tie_word_embeddings: true`` the emitted backbone passes TensorRT-LLM's own
 tie block (excerpt of ``DecoderModelForCausalLM.__init__``: ``lm_head`` and ``embed_tokens`` share TP
-size and mode, then the weight), at TP 1, TP 4 and under attention DP (tie_check.py)."""
+size and mode, then the weight), at TP 1, TP 4 and under attention DP (tie_check.py). One adapter per
+drafter kind (``kind_case``): the tie block sees the same embedding and head modules in every package of a
+kind."""
 
 import json
 import subprocess
@@ -13,7 +15,8 @@ from harness import HERE
 
 
 @pytest.mark.parametrize("where", ["tp1", "tp4", "tp4-attention_dp"])
-def test_tied_embeddings_build_as_tensorrt_llm_builds_them(case, where):
+def test_tied_embeddings_build_as_tensorrt_llm_builds_them(kind_case, where):
+    case = kind_case
     if "tie" not in case.runs:
         src = excerpts.require()
         args = {"package_dir": str(case.package()), "checkpoint": str(case.converted),
