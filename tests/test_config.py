@@ -1,5 +1,6 @@
 """Config flattening of the MiniMax drafter's shipped config shape, and routing."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,43 @@ def test_explicit_causality_wins(meta, use_swa_only):
     assert all(m.causal for m in masks)
     a = load_adapter("minimax_dspark", ["attention.explicit_causality_wins=false"])
     assert not any(m.causal for m in R.from_config(a.flatten_config(raw)).masks)
+
+
+@pytest.mark.parametrize("use_sliding_window", ["absent", False, True])
+def test_hf_window_switch_follows_qwen3config(use_sliding_window):
+    """Under ``hf_window_switch`` (zlab_dflash: its config is transformers' Qwen3Config) the
+    windows are the ones Qwen3Config keeps: it sets ``sliding_window`` to None unless
+    ``use_sliding_window`` is true, and an absent key defaults to False (transformers'
+    ``Qwen3Config.__init__``, run here as the oracle), so ``sliding_attention`` layers see
+    every key."""
+    from transformers import Qwen3Config
+
+    from draftsmith.framework.convert.synth import source_config
+
+    a = load_adapter("zlab_dflash")
+    raw = source_config(a, "tiny")
+    n = raw["num_hidden_layers"]
+    raw.update(sliding_window=6, layer_types=["sliding_attention"] * n)
+    raw.pop("use_sliding_window")
+    if use_sliding_window != "absent":
+        raw["use_sliding_window"] = use_sliding_window
+    theirs = Qwen3Config(**{k: raw[k] for k in ("num_hidden_layers", "sliding_window", "layer_types",
+                                                 *(["use_sliding_window"] if "use_sliding_window" in raw else []))})
+    want = [theirs.sliding_window if t == "sliding_attention" else None for t in theirs.layer_types]
+    assert want == ([6] * n if use_sliding_window is True else [None] * n)  # the oracle's rule as stated
+    _, r = a.compile_config(raw)
+    assert [m.window for m in r.masks] == want
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "gelu_pytorch_tanh", ["silu"]])
+def test_unsupported_hidden_act_refused(act):
+    """The MLP runs SwiGLU (``silu``) or ``swigluoai`` only: any other ``hidden_act`` (or a
+    non-string) is refused in one line naming the key and the value, never run as SwiGLU."""
+    raw = minimax_raw()
+    raw["text_config"]["hidden_act"] = act
+    with pytest.raises(UserError, match=re.escape(f"hidden_act {act!r} is not supported")) as e:
+        minimax().flatten_config(raw)
+    assert "\n" not in str(e.value)
 
 
 def test_per_layer_override():

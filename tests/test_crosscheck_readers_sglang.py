@@ -7,6 +7,7 @@ line) without the wheel's extracted files (``.ci/run`` provides them)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -87,3 +88,57 @@ def test_sglang_alias_class_reads_the_same(zlab_export, tmp_path):
     other = planted(tmp_path, folder, lambda c: c.update(architectures=["NoSuchDraftModel"]))
     with pytest.raises(NotRead, match=r"^sglang==0.5.23 registers no model NoSuchDraftModel"):
         readers_sglang.read(other)
+
+
+def test_sglang_gemma_norms_of_a_plain_drafters_export_scale_by_its_weights(checkpoints):
+    """A plain-norm drafter (meta_muse_glimmer: ``rms(x) * w``) exported to the MiniMax DSpark format,
+    which SGLang builds with ``GemmaRMSNorm`` for every norm when ``use_gemma_norm`` (srt/models/
+    dspark_minimax.py ``MiniMaxDraftBackbone.__init__`` for ``norm`` / ``hidden_norm``; minimax_m3.py
+    ``MiniMaxM3DecoderLayer`` for ``input_layernorm`` / ``post_attention_layernorm`` and, with
+    ``qk_norm_type: per_head``, ``q_norm`` / ``k_norm``). Each exported norm weight is loaded through
+    SGLang's own ``GemmaRMSNorm`` (its ``weight_loader``) and run by its ``forward_native``
+    (srt/layers/layernorm.py, ``x * (1 + w)``): the output must be the source's ``rms(x) * w`` in
+    float64. This crosscheck does not build SGLang's DSpark MiniMax model (the reader skips the pair),
+    so the norms are run here one class at a time."""
+    from typing import Optional, Tuple, Union
+
+    import torch
+    from safetensors.torch import load_file
+    from torch import nn
+
+    from readers import defs, exported, src_root
+
+    root = src_root(SGLANG)
+    folder, r, _ = exported(checkpoints, "meta_muse_glimmer", "minimax_dspark")
+    assert set(r.norms.values()) == {"plain"}, r.norms  # the restyle under test: plain -> Gemma
+    config = json.loads((folder / "config.json").read_text())
+    text = config.get("text_config", config)
+    assert text["use_gemma_norm"] is True and text["qk_norm_type"] == "per_head", text
+    gemma = defs(root / "sglang/srt/layers/layernorm.py", ["GemmaRMSNorm"],
+                 {"BaseFusedOp": nn.Module, "torch": torch, "nn": nn, "Optional": Optional, "Union": Union,
+                  "Tuple": Tuple})["GemmaRMSNorm"]
+    source = {}
+    for f in checkpoints("meta_muse_glimmer").converted.glob("*.safetensors"):
+        source.update(load_file(str(f)))
+    exported_tensors = {}
+    for f in folder.glob("*.safetensors"):
+        exported_tensors.update(load_file(str(f)))
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    checked = []
+    for name, w in exported_tensors.items():
+        # SGLang's load_weights: prefix off, final_norm -> norm; the layer wrapper's decoder_layer off
+        ours = name.removeprefix("language_model.model.dspark.").replace("final_norm", "norm").replace(
+            ".decoder_layer.", ".")
+        if not ours.endswith("norm.weight"):
+            continue
+        norm = gemma(w.shape[0], eps=text["rms_norm_eps"])
+        norm.weight.data.fill_(float("nan"))
+        norm.weight.weight_loader(norm.weight, w)
+        x = torch.randn(5, w.shape[0], generator=g)
+        got = norm.forward_native(x)
+        xd = x.double()
+        want = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + text["rms_norm_eps"]) * source[ours].double()
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-3, msg=lambda m: f"{name}: {m}")
+        checked.append(ours)
+    kinds = {n.split(".")[-2] for n in checked}
+    assert kinds == {"input_layernorm", "post_attention_layernorm", "q_norm", "k_norm", "norm", "hidden_norm"}, kinds

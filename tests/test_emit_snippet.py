@@ -108,3 +108,37 @@ def test_with_config_the_checkpoints_values_and_no_example_line(tmp_path):
     text = (res.package_dir / "speculative_config.yaml").read_text()
     assert EXAMPLE_LINE not in text
     assert yaml.safe_load(text)["speculative_config"]["mask_token_id"] == mask != example_mask
+
+
+@pytest.mark.parametrize("trtllm_gen", ["available", "unavailable"])
+def test_snippet_backend_is_one_trtllm_builds_the_drafter_with(tmp_path, llm_args, trtllm_gen):
+    """The snippet must name VANILLA, by TensorRT-LLM's own code (modeling_dflash.py /
+    modeling_dspark.py @ amukkara d70a2287, run from the excerpts): ``_build_dspark_draft`` hands
+    the decoding config's ``attention_backend`` to ``DFlashForCausalLM.__init__``, whose
+    ``check_valid_attention_backend`` refuses TRTLLM wherever ``dflash_trtllm_gen_unavailability_reason()``
+    gives a reason (flashinfer's trtllm-gen FMHA: SM100/SM103 only, per the field's description in
+    llm_args.py; the snippet is one per adapter, for every GPU), and whose
+    ``validate_block_attention_windows`` refuses TRTLLM for a non-causal windowed layer (the MiniMax
+    drafter's every layer) even where trtllm-gen runs. VANILLA builds in both."""
+    import types
+
+    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.convert.synth import source_config
+
+    flat, _ = load_adapter("minimax_dspark").compile_config(source_config(load_adapter("minimax_dspark"), "tiny"))
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(flat))  # the config.json `convert` writes
+    res = emit("minimax_dspark", out=tmp_path / "out", config=folder)
+    sc = yaml.safe_load((res.package_dir / "speculative_config.yaml").read_text())["speculative_config"]
+    spec = decoding_class(llm_args, res.decoding_type)(**sc)  # the real pydantic model
+    ld = loader()
+    cu = ld.config_utils()
+    df = ld.dflash(cu, trtllm_gen_unavailable_reason=None if trtllm_gen == "available" else "no SM100/SM103 here")
+    ds = ld.dspark(cu, df)
+    mc = ld.ModelConfig(pretrained_config=None, spec_config=spec)
+    dm = ds["_build_dspark_draft"](mc, ld.ModelConfig(pretrained_config=types.SimpleNamespace(**flat)), None, None)
+    assert dm.dflash_attention_backend == sc["attention_backend"]
+    resolved = [dm._resolve_block_attention(i) for i in range(flat["num_hidden_layers"])]
+    assert all(not causal and left >= 0 for causal, (left, _) in resolved), resolved  # the case that matters
+    assert dm.validate_block_attention_windows() is None

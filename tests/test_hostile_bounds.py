@@ -337,6 +337,23 @@ def test_config_attacks(attack, base, tmp_path):
     record("bounds", f"config.json: {attack}", "exit 2, one line naming the file and key")
 
 
+def test_config_nested_past_the_depth_limit_is_refused_by_the_depth_check(base, tmp_path):
+    """A config.json nested 100 levels (parseable without recursion trouble) is refused by the
+    64-level depth check, naming the file; 64 levels exactly still parse (the bound is inclusive)."""
+    from draftsmith.framework.io.safe_read import MAX_JSON_DEPTH, parse_json
+
+    src = clone(base, tmp_path)
+    cfg = json.loads((src / "config.json").read_text())
+    text = json.dumps(cfg)[:-1] + ', "zz": ' + "[" * 99 + "]" * 99 + "}"  # 1 + 99 = 100 levels
+    (src / "config.json").write_text(text)
+    out = tmp_path / "o"
+    refused(["convert", "adapter=minimax_dspark", f"source={src}", f"out={out}"],
+            "config.json", f"nested deeper than {MAX_JSON_DEPTH} levels")
+    assert not out.exists()
+    assert parse_json(("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH).encode(), Path("x.json")) is not None
+    record("bounds", "config.json nested 100 levels", "exit 2, refused by the depth check")
+
+
 def test_index_deep_nesting_and_escape(base, tmp_path):
     src = clone(base, tmp_path)
     idx = src / "model.safetensors.index.json"

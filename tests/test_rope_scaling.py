@@ -311,6 +311,35 @@ def test_emit_refuses_a_scaled_drafter(tmp_path, capsys):
     assert not (tmp_path / "pkg").exists() or not any((tmp_path / "pkg").iterdir())
 
 
+@pytest.mark.parametrize("case", ["default", "linear", "yarn", "llama3"])
+def test_emit_refuses_every_rope_trtllms_loader_keeps_as_scaling(case, tmp_path, capsys):
+    """TensorRT-LLM's own ``load_pretrained_config`` (excerpt, NVIDIA config_utils.py @ 00679c66, run
+    on the converted config.json with this interpreter's transformers) keeps ``rope_scaling`` for a
+    real scaling (its models hand it to ``RopeParams.from_config``) and clears a plain one. The
+    emitted backbone passes only ``dim``/``theta`` to ``RopeParams`` (``emit/trtllm_backbone.py``),
+    so it would run every scaling TensorRT-LLM keeps unscaled: emit refuses exactly those, in one
+    line naming the rope type, and emits the plain one."""
+    import transformers
+
+    from test_emit_trtllm_fake import loader
+
+    rope = {"rope_type": "default"} if case == "default" else CASES[case]
+    converted = tmp_path / "T"
+    converted.mkdir()
+    (converted / "config.json").write_text(json.dumps(flat(rope, "transformers5")))
+    theirs = loader().config_utils(transformers)["load_pretrained_config"](str(converted))
+    scaled = theirs.rope_scaling is not None
+    assert scaled == (case != "default")  # the oracle says what it should (the check can fail both ways)
+    capsys.readouterr()
+    rc = main(["emit", "adapter=zlab_dflash", "target=trtllm", f"out={tmp_path / 'pkg'}", f"config={converted}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    if scaled:
+        assert rc == 2 and len(err) == 1 and f"rope_type {case!r}" in err[0] and "RopeParams" in err[0], (rc, err)
+        assert not (tmp_path / "pkg").exists() or not any((tmp_path / "pkg").iterdir())
+    else:
+        assert rc == 0, err
+
+
 def test_packaged_drafter_refuses_a_scaled_checkpoint(tmp_path):
     """A package emitted for an unscaled drafter, bound at serve time to a scaled checkpoint."""
     from draftsmith.framework.emit.binding import PackagedDrafter

@@ -120,8 +120,6 @@ class GQADFlash:
             if cfg.get(key) is None:
                 raise UserError(f"config: {key} is not set (give it in the checkpoint, or as a `default:` "
                                 f"in the spec's config.fields)")
-        if cfg["hidden_act"] not in ("silu", "swigluoai"):
-            raise UserError(f"config: hidden_act {cfg['hidden_act']!r} is not supported (silu, swigluoai)")
         if cfg["hidden_act"] == "swigluoai":
             for key in ("swiglu_alpha", "swiglu_limit"):
                 if cfg.get(key) is None:

@@ -20,11 +20,12 @@ from .resolved import CONFIG_PREFIX, SPEC_DEFAULT, VALUE_MARK, ResolvedDrafter
 
 
 def mlp_kind(hidden_act: str) -> str:
-    """Map the config's ``hidden_act`` to an MLP kind: ``silu`` -> swiglu, ``swigluoai`` -> swiglu_oai."""
+    """Map the config's ``hidden_act`` to an MLP kind: ``silu`` -> swiglu, ``swigluoai`` -> swiglu_oai;
+    any other value (or type) is refused here, the one place that lists the known activations."""
     kinds = {"silu": "swiglu", "swigluoai": "swiglu_oai"}
     try:
         return kinds[hidden_act]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable JSON value (list, object)
         raise UserError(f"config: hidden_act {hidden_act!r} is not supported; known: {', '.join(kinds)}") from None
 
 

@@ -13,7 +13,9 @@ from ..compile.decoding import decoding_type
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 
-#: attention_backend the snippet names (a value both pinned decoding configs accept).
+#: attention_backend the snippet names: VANILLA, the one TensorRT-LLM builds every drafter with on every GPU
+#: (modeling_dflash.py @ amukkara d70a2287, DFlashForCausalLM: check_valid_attention_backend refuses TRTLLM
+#: without trtllm-gen, SM100/SM103 only; validate_block_attention_windows refuses it for non-causal windows).
 SNIPPET_ATTENTION_BACKEND = "VANILLA"
 #: The fields of TensorRT-LLM's decoding configs (NVIDIA/TensorRT-LLM llm_args.py @ 00043967:
 #: DFlashDecodingConfig / DSparkDecodingConfig on DecodingBaseConfig's 1.3.0rc27 fields); the
