@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.compile.resolved import ResolvedDrafter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.export import export
 from draftsmith.framework.convert.synth import layouts, source_config, synthesize
 from draftsmith.framework.errors import UserError
@@ -160,7 +160,7 @@ def _draft_vs_oracle(ck: Path, target: Path, tmp_path: Path, scale: float):
 def test_value_scale_drafts_like_the_oracle(tmp_path):
     src = _scaled_zlab(tmp_path)
     a = route(json.loads((src / "config.json").read_text()))
-    execute(a.plan(src), tmp_path / "T", progress=False)
+    convert(a, src, tmp_path / "T", progress=False)
     r = ResolvedDrafter.from_config(json.loads((tmp_path / "T" / "config.json").read_text()))
     assert r.value_scale == SCALE and r.sources["value_scale"] == "config.json: dflash_config.attention_value_scale"
     right, unscaled = _draft_vs_oracle(tmp_path / "T", src / "target", tmp_path, SCALE)
@@ -176,8 +176,8 @@ def test_value_scale_folded_into_o_proj_by_export(tmp_path):
     raw = json.loads((x / "config.json").read_text())
     assert "attention_value_scale" not in json.dumps(raw)
     back = route(raw)
-    execute(back.plan(x), tmp_path / "B", progress=False)
-    execute(a.plan(src), tmp_path / "T", progress=False)
+    convert(back, x, tmp_path / "B", progress=False)
+    convert(a, src, tmp_path / "T", progress=False)
     (_, wb), (_, wt) = read_checkpoint(tmp_path / "B"), read_checkpoint(tmp_path / "T")
     o = "layers.0.self_attn.o_proj.weight"
     assert torch.equal(wb[o], (wt[o].float() * SCALE).to(wt[o].dtype))

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.compile.resolved import ResolvedDrafter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import source_config
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.runtime import dflash2 as host2
@@ -215,7 +215,7 @@ def test_codebooks_with_weight_suffix(checkpoints, tmp_path):
     t = load_file(src / "model.safetensors")
     t = {(k + ".weight" if k.endswith("_codebook") else k): v for k, v in t.items()}
     save_file(t, str(src / "model.safetensors"), metadata={"format": "pt"})
-    out = execute(load_adapter(NAME).plan(src), tmp_path / "T", progress=False)
+    out = convert(load_adapter(NAME), src, tmp_path / "T", progress=False)
     _, got = read_checkpoint(out)
     _, want = read_checkpoint(ck.converted)
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.export import _norm_kind, export, resolve_target, source_config_from_flat
@@ -31,7 +31,7 @@ def roundtrip(tmp_path, ck, to, adapter_dir=None, verifier="example-org/verifier
     x = export(ck.adapter, ck.source, tmp_path / "exported", to, adapter_dir=adapter_dir, verifier=verifier)
     raw = json.loads((x / "config.json").read_text())
     back_adapter = route(raw, adapter_dir)
-    back_cfg, back = read(execute(back_adapter.plan(x), tmp_path / "back", progress=False))
+    back_cfg, back = read(convert(back_adapter, x, tmp_path / "back", progress=False))
     return ref_cfg, ref, raw, back_adapter, back_cfg, back
 
 

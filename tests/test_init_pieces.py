@@ -17,6 +17,7 @@ from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.compile.family import GQADFlash, get_family
 from draftsmith.framework.compile.flatten import merge_sections
 from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.spec.schema import AdapterSpec
 from draftsmith.transforms.base import TensorMeta
 from helpers import read_checkpoint
@@ -240,7 +241,7 @@ def test_init_recognises_fused_layers_under_other_names(layer, lead, tmp_path, c
     (tmp_path / "renamed.yaml").write_text(res.yaml.replace('model: "', 'model: "x').replace(
         'description: "', 'description: "x'))
     assert main(["inspect", f"adapter={tmp_path / 'renamed.yaml'}", f"source={src}"]) == 0, capsys.readouterr().out
-    plan = load_adapter(str(tmp_path / "renamed.yaml")).plan(src)
+    plan = conversion_plan(load_adapter(str(tmp_path / "renamed.yaml")), src)
     got = load_file(execute(plan, tmp_path / "out", progress=False) / "model.safetensors")
     _, ref = read_checkpoint(ck.converted)
     assert sorted(got) == sorted(ref)

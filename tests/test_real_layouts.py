@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.runtime.draft import run_draft
 from draftsmith.framework.compile.engine import load_adapter, route
 from draftsmith.framework.compile.resolved import ResolvedDrafter
@@ -77,7 +77,7 @@ def test_rope_base_in_every_writer_layout(name, layout, tmp_path):
         assert raw["architectures"][0].endswith("DraftModel") and "model_type" not in raw
         assert route(raw).name == name  # routes without adapter=
     rewrite_config(tmp_path / "S", set_theta)
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    convert(adapter, tmp_path / "S", tmp_path / "T", progress=False)
     cfg, w = read_checkpoint(tmp_path / "T")
     assert cfg["rope_theta"] == THETA
     resolved = ResolvedDrafter.from_config(cfg)  # the compiled record names where the base came from

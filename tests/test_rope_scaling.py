@@ -31,7 +31,7 @@ from safetensors.torch import load_file
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.engine import load_adapter
 from draftsmith.framework.compile.resolved import ResolvedDrafter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import source_config, synthesize
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.runtime.draft import run_draft
@@ -268,7 +268,7 @@ def test_scaled_drafter_drafts_like_the_oracle(case, layout, tmp_path):
     rope = dict(CASES[case], original_max_position_embeddings=16) if case.startswith("yarn") else CASES[case]
     write_rope(raw, rope, layout, 10000.0)
     p.write_text(json.dumps(raw))
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    convert(adapter, tmp_path / "S", tmp_path / "T", progress=False)
     cfg, w = read_checkpoint(tmp_path / "T")
     dump = tmp_path / "step.safetensors"
     run_draft(tmp_path / "T", tmp_path / "S" / "target", context=37, seed=3, dtype="float32", dump=dump, repeats=1)
@@ -302,7 +302,7 @@ def test_emit_refuses_a_scaled_drafter(tmp_path, capsys):
     raw = json.loads(p.read_text())
     write_rope(raw, CASES["llama3"], "transformers5", 1e6)
     p.write_text(json.dumps(raw))
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    convert(adapter, tmp_path / "S", tmp_path / "T", progress=False)
     capsys.readouterr()
     assert main(["emit", "adapter=zlab_dflash", "target=trtllm", f"out={tmp_path / 'pkg'}",
                  f"config={tmp_path / 'T'}"]) == 2

@@ -39,7 +39,7 @@ def _import_stages() -> None:
     global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
     global write_package, eval_command, format_report, report_json, run_draft
     global check_draft_memory, check_lowering, init, trtllm_warning, default_target, missing_target, target_folder
-    global serving_target
+    global serving_target, convert, conversion_plan
     import torch
 
     from .. import docs
@@ -47,9 +47,9 @@ def _import_stages() -> None:
     from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
     from ..compile.trtllm_limits import trtllm_warning
     from ..convert.checkpoint import drafter_subfolder_hint, read_config
-    from ..convert.execute import execute
+    from ..convert.execute import convert, execute
     from ..convert.export import export
-    from ..convert.plan import Problem, format_report as format_plan_rows
+    from ..convert.plan import Problem, format_report as format_plan_rows, plan as conversion_plan
     from ..convert.synth import synthesize
     from ..emit.render import DEFAULT, default_engine, write_package
     from ..emit.serving_target import serving_target
@@ -186,7 +186,7 @@ def cmd_inspect(opts, spec, path):
     source = _source(opts, spec)
     adapter = _adapter(spec, path, opts, source)
     with paused_gc():  # one bulk step: no cyclic GC passes over the plan's 10^5-10^6 objects
-        plan = adapter.plan(source)
+        plan = conversion_plan(adapter, source)
         if opts["format"] == "json":
             print(json.dumps(plan_dict(plan)))
             return 0 if plan.complete else 1
@@ -236,7 +236,7 @@ def cmd_convert(opts, spec, path):
             print("\n".join(defaults_lines(r)))
         return 0
     with paused_gc():  # one bulk step: no cyclic GC passes over the plan's 10^5-10^6 objects
-        plan = adapter.plan(source)
+        plan = conversion_plan(adapter, source)
         execute(plan, out, overwrite=opts["overwrite"], progress=opts["progress"])
         if quiet:
             print(json.dumps({**plan_dict(plan), "out": str(out), "files": _written(out)}))
@@ -307,7 +307,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         scratch.append(work)
         synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"], progress=opts["progress"])
         checkpoint = work / "converted"
-        execute(adapter.plan(work / "synthetic"), checkpoint, progress=opts["progress"])
+        convert(adapter, work / "synthetic", checkpoint, progress=opts["progress"])
         target = target_folder(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
         note = (f"no checkpoint= given: drafted on the embedded default (a tiny synthetic {adapter.name}, "
                 "converted in a temporary folder removed afterwards)")
@@ -321,7 +321,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
             scratch.append(work)
             print(f"checkpoint={opts['checkpoint']}: not converted yet; converting it with {adapter.name} "
                   "into a temporary folder first", file=sys.stderr)
-            execute(adapter.plan(checkpoint), work / "converted", progress=opts["progress"])
+            convert(adapter, checkpoint, work / "converted", progress=opts["progress"])
             checkpoint = work / "converted"
         if opts.get("target"):
             target = target_folder(opts["target"])

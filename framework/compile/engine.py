@@ -21,7 +21,6 @@ from ...transforms.names import NameTemplate
 from ..errors import UserError
 from .family import get_family
 from .flatten import compile_config, flatten
-from ..convert.plan import build_plan
 from ..spec.loading import adapter_files, key_path, load_spec
 from .rename import Renamer
 from .resolved import check_lowering
@@ -159,10 +158,6 @@ class Adapter:
     def compile_config(self, raw: dict[str, Any], where: str = "config.json"):
         """``(flattened config, ResolvedDrafter)`` of raw ``config.json`` ``raw``."""
         return compile_config(self, raw, where)
-
-    def plan(self, source: Path):
-        """The conversion plan of checkpoint folder ``source`` (headers only)."""
-        return build_plan(self, Path(source))
 
 
 def _params_msg(err: dict, cls) -> str:

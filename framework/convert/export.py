@@ -90,6 +90,7 @@ from ..io.scratch import make_scratch
 from ..spec.loading import adapter_files
 from .checkpoint import read_config, read_headers
 from .execute import execute
+from .plan import plan as conversion_plan
 from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
 from ..compile.dotted import get_dotted, pop_dotted, set_dotted
@@ -398,7 +399,7 @@ def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, a
     (``progress``: a bar on stderr, shown only on a terminal; ``verifier``: the verifier's model
     id or path, for formats that record it)."""
     source, out = Path(source), Path(out)
-    plan = adapter.plan(source)
+    plan = conversion_plan(adapter, source)
     if not plan.complete:
         raise UserError(*(f"{source}: {l}" for l in plan.report().splitlines()))
     flat, r = plan.config, plan.resolved

@@ -18,6 +18,7 @@ from ..io.gc_pause import paused_gc
 from ..layer_ranges import format_ranges
 
 if TYPE_CHECKING:
+    from ..compile.engine import Adapter
     from ..compile.resolved import ResolvedDrafter
 
 
@@ -138,16 +139,17 @@ def format_report(problems: list[Problem]) -> str:
     return "\n".join(lines)
 
 
-def build_plan(adapter, source: Path, raw_config: dict | None = None, headers: dict | None = None) -> Plan:
-    """Plan the conversion of ``source`` (reads config.json and headers only)."""
-    raw = raw_config if raw_config is not None else read_config(source)
-    cfg, resolved = adapter.compile_config(raw, where=str(source / "config.json"))
+def plan(adapter: Adapter, source: Path) -> Plan:
+    """The conversion plan of checkpoint folder ``source`` (reads config.json and the
+    safetensors headers only)."""
+    source = Path(source)
+    cfg, resolved = adapter.compile_config(read_config(source), where=str(source / "config.json"))
     try:
         Context(cfg).dtype
     except ValueError as e:
         raise UserError(f"{source / 'config.json'}: torch_dtype: {e}") from None
     with paused_gc():  # hundreds of thousands of live objects for a big header
-        sources = headers if headers is not None else read_headers(source)
+        sources = read_headers(source)
         return plan_from_metas(adapter, cfg, sources, source, resolved)
 
 
