@@ -26,12 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.plan import plan as conversion_plan
 
 RUNNERS = {
     "draftsmith": """
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.execute import convert
 a = load_adapter("minimax_dspark")
 convert(a, SRC, OUT, progress=False)

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 import torch
 
 import timing
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.convert.synth import source_config
 from draftsmith.framework.runtime import DFlashDraftModel, DraftStepGraph

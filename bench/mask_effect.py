@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from draftsmith.framework.compile.engine import compile_spec
+from draftsmith.framework.compile.adapter import compile_spec
 from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.eval import run_eval
 from draftsmith.framework.eval.report import report_dict

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.convert.synth import SynthResult, synthesize

@@ -8,7 +8,7 @@ import torch
 
 from safetensors.torch import load_file
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import source_config
 
 

@@ -283,7 +283,7 @@ def planted(tmp_path, folder, edit):
 def trtllm_dflash_source(tmp_path_factory, wheel: str):
     """``(adapter, source folder, record)`` of a tiny trtllm_dflash checkpoint (a non-causal window and a
     full layer), the source both readers' planted-difference tests export."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.plan import plan
     from draftsmith.framework.convert.synth import synthesize
 
@@ -346,7 +346,7 @@ def exported(checkpoints, source: str, to: str):
 
 def export_targets(adapter_dir=None) -> list[str]:
     """Every ``to=`` an adapter declares an ``export:`` section for (its alias, else its name)."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.spec.loading import adapter_files
 
     out = set()

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as read_converted
 

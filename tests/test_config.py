@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.errors import UserError
 from helpers import minimax, minimax_raw

@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 import oracles_dflash2 as O
 import readers_sglang
 import readers_vllm
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.plan import plan
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files

@@ -22,7 +22,7 @@ from speculators.proposals.greedy import GreedyTokenProposalConfig  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
 
 from draftsmith.framework.cli.main import main  # noqa: E402
-from draftsmith.framework.compile.engine import load_adapter, route  # noqa: E402
+from draftsmith.framework.compile.adapter import load_adapter, route  # noqa: E402
 from draftsmith.framework.compile.resolved import ResolvedDrafter  # noqa: E402
 from draftsmith.framework.convert.execute import convert  # noqa: E402
 from draftsmith.framework.convert.export import export  # noqa: E402

@@ -12,7 +12,7 @@ import yaml
 
 from draftsmith.framework.cli.compose import compose
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import compile_spec, load_adapter
+from draftsmith.framework.compile.adapter import compile_spec, load_adapter
 from draftsmith.framework.errors import UserError
 from helpers import one_error
 

@@ -99,7 +99,7 @@ def test_with_config_the_checkpoints_values_and_no_example_line(tmp_path):
     raw["text_config"]["dspark_noise_token_id"] = mask
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
 
     flat, _ = load_adapter("minimax_dspark").compile_config(raw)  # the config.json `convert` writes
     (folder / "config.json").write_text(json.dumps(flat))

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import convert
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.export import _norm_kind, export, resolve_target, source_config_from_flat
 from draftsmith.framework.convert.synth import synthesize

@@ -163,7 +163,7 @@ def test_default_dtype_that_changes_nothing_is_refused(tmp_path):
 
 
 def test_bad_layer_index_blames_the_override(tmp_path):
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.plan import plan
     from draftsmith.framework.convert.synth import synthesize
 

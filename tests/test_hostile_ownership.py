@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.plan import plan
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.io.ownership import OWNER, read_owner
@@ -239,7 +239,7 @@ import draftsmith.framework.cli.main as m
 import draftsmith.framework.convert.execute
 from draftsmith.framework.io import publish as P
 from draftsmith.framework.io.ownership import read_owner
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 
 m._import_stages()  # once, before the forks: each run then costs its own work only
 load_adapter("minimax_dspark")

@@ -17,7 +17,7 @@ from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.convert.plan import plan as conversion_plan
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.cli.init import infer
 from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint

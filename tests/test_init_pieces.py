@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from draftsmith.framework.cli import init_attention, init_config, init_layout, init_read, init_weights
 from draftsmith.framework.cli.init import infer
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.family import GQADFlash, get_family
 from draftsmith.framework.compile.flatten import merge_sections
 from draftsmith.framework.convert.execute import execute

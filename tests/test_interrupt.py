@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
@@ -78,7 +78,7 @@ def run(args, kill_at=None, delay=None, delay_frac=None, timed=False):
 steps = json.loads(sys.stdin.read())
 # warm-up without tensor work (fork-safe): imports and the spec compile every run repeats
 first = dict(a.split("=", 1) for a in next(s for s in steps if s["op"] == "run")["args"][1:])
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 import draftsmith.framework.convert.plan, draftsmith.framework.convert.synth, safetensors.torch, tqdm
 load_adapter(first["adapter"], adapter_dir=first.get("adapter_dir"))
 out = []

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import synthesize

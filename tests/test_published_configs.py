@@ -23,7 +23,7 @@ import json
 import pytest
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.family import get_family
 from draftsmith.framework.convert.synth import source_config, synthesize
 from draftsmith.framework.errors import UserError

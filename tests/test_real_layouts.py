@@ -23,7 +23,7 @@ from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.runtime.draft import run_draft
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.synth import layouts, synthesize

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.runtime.draft import run_draft

@@ -43,7 +43,7 @@ def _import_stages() -> None:
     import torch
 
     from .. import docs
-    from ..compile.engine import compile_spec, route
+    from ..compile.adapter import compile_spec, route
     from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
     from ..compile.trtllm_limits import trtllm_warning
     from ..convert.checkpoint import drafter_subfolder_hint, read_config

@@ -50,7 +50,7 @@ def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[st
 def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> tuple[dict[str, Any], ResolvedDrafter]:
     """``(flattened config, its record)``: the record is what in-process consumers read; the
     flattened config carries it as its ``draftsmith`` section. ``adapter`` is a compiled
-    :class:`~.engine.Adapter`."""
+    :class:`~.adapter.Adapter`."""
     spec = adapter.spec
     cs = spec.config
     if not isinstance(raw, dict):

@@ -30,7 +30,7 @@ from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
 if TYPE_CHECKING:
     import torch
 
-    from ..compile.engine import Adapter
+    from ..compile.adapter import Adapter
 
 
 def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:

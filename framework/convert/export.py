@@ -80,7 +80,7 @@ from ...lowering.base import MaskSpec
 from ...transforms.base import Context
 from ...transforms.names import NameTemplate
 from ...transforms.norm_fold import fold_gemma, unfold_gemma
-from ..compile.engine import load_adapter
+from ..compile.adapter import load_adapter
 from ..compile.family import get_family
 from ..compile.keys import VALUE_SCALE
 from ..compile.resolved import ResolvedDrafter

@@ -18,7 +18,7 @@ from ..io.gc_pause import paused_gc
 from ..layer_ranges import format_ranges
 
 if TYPE_CHECKING:
-    from ..compile.engine import Adapter
+    from ..compile.adapter import Adapter
     from ..compile.resolved import ResolvedDrafter
 
 

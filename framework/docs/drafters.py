@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...adapters import ADAPTER_DIR
-from ..compile.engine import load_adapter
+from ..compile.adapter import load_adapter
 from ..compile.resolved import ResolvedDrafter
 from ..compile.trtllm_limits import trtllm_problems
 from ..convert.synth import source_config

@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from ..compile.engine import compile_spec
+from ..compile.adapter import compile_spec
 from ..compile.decoding import decoding_type
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError

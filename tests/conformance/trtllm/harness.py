@@ -29,7 +29,7 @@ def _emit_refusals() -> dict:
     """Adapter -> why ``draftsmith emit target=trtllm`` refuses its tiny synthetic drafter
     (``compile/trtllm_limits.py``; e.g. DFlash 2 until its emit path exists): the suite skips
     those adapters, visibly, with that reason."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.compile.trtllm_limits import trtllm_problems
     from draftsmith.framework.convert.synth import source_config
 
@@ -52,7 +52,7 @@ def _driven_elsewhere() -> dict:
     DFlash 2 drafter (family ``gqa_dflash2``) is served through TensorRT-LLM's DFlash 2 path by
     ``test_trtllm_p20_dflash2.py``; these suites build the DFlash excerpt, whose
     ``_validate_dflash2_config`` is omitted (transcribed in ``tests/standins/trtllm_dflash2.py``)."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
 
     return {name: "DFlash 2: built and drafted through TensorRT-LLM's DFlash 2 path by test_trtllm_p20_dflash2.py "
                   "(this test builds the DFlash excerpt, which omits _validate_dflash2_config)"
@@ -67,7 +67,7 @@ def _kind_representatives() -> dict:
     """The first served adapter (by name) of each drafter kind, (family, with DSpark heads): the
     adapters whose emitted packages share every line a kind-independent test reads -> the adapters
     it stands for."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import source_config
 
     kinds: dict = {}

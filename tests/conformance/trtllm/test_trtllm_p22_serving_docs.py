@@ -27,7 +27,7 @@ def test_the_lowering_list_is_the_registry_each_name_once():
 
 def test_the_adapters_per_decoding_type_are_what_emit_derives():
     from draftsmith.framework.compile.decoding import decoding_type
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import source_config
 
     want: dict = {}
