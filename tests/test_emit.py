@@ -37,7 +37,7 @@ TRTLLM = EngineNames()
 
 
 class FakeAdapter:
-    """The part of ``engine.Adapter`` emission and the binding use; configs are already flat."""
+    """The part of ``adapter.Adapter`` emission and the binding use; configs are already flat."""
 
     def __init__(self, config: dict, name: str = "test"):
         self.name, self.architectures = name, [ARCH]

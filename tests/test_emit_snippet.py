@@ -100,8 +100,9 @@ def test_with_config_the_checkpoints_values_and_no_example_line(tmp_path):
     folder = tmp_path / "ckpt"
     folder.mkdir()
     from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.converted_config import compile_config
 
-    flat, _ = load_adapter("minimax_dspark").compile_config(raw)  # the config.json `convert` writes
+    flat, _ = compile_config(load_adapter("minimax_dspark"), raw)  # the config.json `convert` writes
     (folder / "config.json").write_text(json.dumps(flat))
     res = emit("minimax_dspark", out=tmp_path / "out", config=folder)
     assert not [line for line in res.summary().splitlines() if EXAMPLE_LINE in line]

@@ -15,7 +15,7 @@ from draftsmith.framework.cli.init import infer
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.family import GQADFlash, get_family
-from draftsmith.framework.compile.flatten import merge_sections
+from draftsmith.framework.compile.resolve import merge_sections
 from draftsmith.framework.convert.execute import execute
 from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.spec.schema import AdapterSpec

@@ -24,6 +24,7 @@ from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.runtime.draft import run_draft
 from draftsmith.framework.compile.adapter import load_adapter, route
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.synth import layouts, synthesize
@@ -111,7 +112,7 @@ def flat(adapter_name: str, edit) -> dict:
     a = load_adapter(adapter_name)
     raw = copy.deepcopy(source_config(a, "tiny"))
     edit(raw)
-    return a.flatten_config(raw)
+    return flatten(a, raw)
 
 
 @pytest.mark.parametrize("scaling", [  # yarn, llama3, linear: implemented (tests/test_rope_scaling.py)

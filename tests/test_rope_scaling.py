@@ -30,6 +30,7 @@ from safetensors.torch import load_file
 
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import source_config, synthesize
@@ -126,7 +127,7 @@ def flat(rope: dict, layout: str, theta=500000.0, edit=None):
     write_rope(raw, rope, layout, theta)
     if edit:
         edit(raw)
-    return a.flatten_config(raw)
+    return flatten(a, raw)
 
 
 def write_rope(raw: dict, rope: dict, layout: str, theta: float) -> None:

@@ -39,11 +39,12 @@ def _import_stages() -> None:
     global read_config, execute, export, Problem, format_plan_rows, synthesize, DEFAULT, default_engine
     global write_package, eval_command, format_report, report_json, run_draft
     global check_draft_memory, check_lowering, init, trtllm_warning, default_target, missing_target, target_folder
-    global serving_target, convert, conversion_plan
+    global serving_target, convert, conversion_plan, resolve
     import torch
 
     from .. import docs
     from ..compile.adapter import compile_spec, route
+    from ..compile.resolve import resolve
     from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
     from ..compile.trtllm_limits import trtllm_warning
     from ..convert.checkpoint import drafter_subfolder_hint, read_config
@@ -220,7 +221,7 @@ def cmd_convert(opts, spec, path):
         source = _source(opts, spec)
         adapter = _adapter(spec, path, opts, source)
         out = Path(_need(opts, "out", "convert"))
-    _, record = adapter.compile_config(read_config(source))
+    record = resolve(adapter, read_config(source))
     warning = trtllm_warning(record)
     if warning:
         say(warning)

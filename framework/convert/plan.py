@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ...transforms.base import Binding, Context, TensorMeta, Transform, TransformError
 
+from ..compile.converted_config import compile_config
 from .checkpoint import SourceTensor, read_config, read_headers
 from ..errors import UserError
 from ..io.gc_pause import paused_gc
@@ -143,7 +144,7 @@ def plan(adapter: Adapter, source: Path) -> Plan:
     """The conversion plan of checkpoint folder ``source`` (reads config.json and the
     safetensors headers only)."""
     source = Path(source)
-    cfg, resolved = adapter.compile_config(read_config(source), where=str(source / "config.json"))
+    cfg, resolved = compile_config(adapter, read_config(source), where=str(source / "config.json"))
     try:
         Context(cfg).dtype
     except ValueError as e:
@@ -153,7 +154,7 @@ def plan(adapter: Adapter, source: Path) -> Plan:
         return plan_from_metas(adapter, cfg, sources, source, resolved)
 
 
-def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None,
+def plan_from_metas(adapter: Adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None,
                     resolved: ResolvedDrafter | None = None) -> Plan:
     ctx = Context(cfg)
     problems: list[Problem] = []
@@ -264,7 +265,7 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
 
 
 
-def unmatched_rules(adapter, kind: str, used: set[int], names: list[str], only: int | None = None) -> list[Problem]:
+def unmatched_rules(adapter: Adapter, kind: str, used: set[int], names: list[str], only: int | None = None) -> list[Problem]:
     """A Problem for each non-optional ``weights.<kind>`` rule (or rule ``only``) not in ``used``,
     named by its spec location and with the closest of ``names`` (the tensors it was tried on)."""
     rules = adapter.spec.weights.rename if kind == "rename" else adapter.spec.weights.transforms
@@ -295,7 +296,7 @@ def _distinct_shapes(names: list[str], limit: int = 2000) -> list[str]:
     return list(seen.values())
 
 
-def _source_name(adapter, name: str) -> str:
+def _source_name(adapter: Adapter, name: str) -> str:
     """The source spelling of a renamed ``name`` (for messages), or ``name`` itself."""
     try:
         return adapter.renamer.inverse(name)

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from ...lowering.base import DEVICE_CLASSES, PagedKV, device_class, get_lowering
-from ..compile.flatten import render_engine_keys
+from ..compile.converted_config import render_engine_keys
 from ..compile.resolved import ResolvedDrafter
 from ..compile.trtllm_limits import rope_problem
 from ..errors import UserError
@@ -75,7 +75,7 @@ def rope_scaling_problem(r: ResolvedDrafter) -> Optional[str]:
 
 def dflash2_keys_problem(r: ResolvedDrafter, config: Mapping[str, Any]) -> Optional[str]:
     """Why the keys TensorRT-LLM's DFlash 2 path reads from ``config`` (``dflash_config``'s four,
-    the top-level ``is_causal``) disagree with what :func:`~..compile.flatten.render_engine_keys`
+    the top-level ``is_causal``) disagree with what :func:`~..compile.converted_config.render_engine_keys`
     renders for ``r``, or None (the converted config was edited after ``draftsmith convert``)."""
     want = render_engine_keys(r, config.get("model_type"))
     dc = config.get("dflash_config") if isinstance(config.get("dflash_config"), Mapping) else {}

@@ -31,7 +31,8 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from ..compile.adapter import compile_spec
+from ..compile.adapter import Adapter, compile_spec
+from ..compile.converted_config import compile_config
 from ..compile.decoding import decoding_type
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
@@ -161,7 +162,7 @@ def _load_config(path: Optional[Path]) -> Optional[dict]:
     return load_json(path, MAX_CONFIG_BYTES, "drafter config.json")
 
 
-def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, ResolvedDrafter]:
+def _emission_config(adapter: Adapter, config: Optional[Path]) -> tuple[dict, ResolvedDrafter]:
     """The flattened config emission derives ``max_draft_len`` from: ``config`` if given,
     else the adapter's ``synth.config`` (the full-size source config it describes)."""
     raw = _load_config(config)
@@ -181,14 +182,14 @@ def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, Resolv
         raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<converted folder>")
     if "draftsmith" in raw:  # an example config that is already a converted one
         return raw, ResolvedDrafter.from_config(raw, where=f"adapter {adapter.name} synth.config")
-    return adapter.compile_config(dict(raw))
+    return compile_config(adapter, dict(raw))
 
 
 #: override prefixes ``emit`` applies itself on a converted ``config=`` (the snippet's ``docs.serving``)
 EMIT_TIME_OVERRIDES = ("docs.",)
 
 
-def refuse_record_overrides(adapter: Any, config: Path) -> None:
+def refuse_record_overrides(adapter: Adapter, config: Path) -> None:
     """One-line UserError for an ``adapter.*`` override that would change the compiled record when
     ``config=`` is a converted config: the package carries that config's record, and TensorRT-LLM's
     drafter binds the converted checkpoint's record at run time, so the override belongs to
@@ -244,7 +245,7 @@ def emit(
     )
 
 
-def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNames:
+def default_engine(adapter: Adapter, backbone: Optional[str] = DEFAULT) -> EngineNames:
     """The backbone resolved (:data:`DEFAULT`: the compiled ``adapter``'s
     ``engine.trtllm_backbone``, else :data:`GENERATED`) and checked."""
     if backbone == DEFAULT:
@@ -296,7 +297,7 @@ def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
 
 
 def write_package(
-    adapter: Any,
+    adapter: Adapter,
     yaml_path: Path,
     out: Path,
     engine: EngineNames = EngineNames(),
@@ -307,8 +308,8 @@ def write_package(
     overwrite: bool = False,
     target_architecture: Optional[str] = None,
 ) -> EmitResult:
-    """Validate and write the package for a compiled ``adapter`` (needs ``name``,
-    ``architectures``, ``flatten_config``) whose spec file is ``yaml_path``. Every value it
+    """Validate and write the package for a compiled ``adapter`` (read: ``name``,
+    ``architectures``, ``spec``) whose spec file is ``yaml_path``. Every value it
     writes is checked first (:mod:`.names`); a refusal is one :class:`UserError` line and
     leaves nothing written. ``overwrite`` is passed to :func:`atomic_dir` / :func:`publish`."""
     where = f"adapter {adapter.name}"

@@ -30,13 +30,14 @@ def _emit_refusals() -> dict:
     (``compile/trtllm_limits.py``; e.g. DFlash 2 until its emit path exists): the suite skips
     those adapters, visibly, with that reason."""
     from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.resolve import resolve
     from draftsmith.framework.compile.trtllm_limits import trtllm_problems
     from draftsmith.framework.convert.synth import source_config
 
     out = {}
     for name in ADAPTERS:
         a = load_adapter(name)
-        problems = trtllm_problems(a.compile_config(source_config(a, "tiny"))[1])
+        problems = trtllm_problems(resolve(a, source_config(a, "tiny")))
         if problems:
             out[name] = "; ".join(problems)
     return out
@@ -68,12 +69,13 @@ def _kind_representatives() -> dict:
     adapters whose emitted packages share every line a kind-independent test reads -> the adapters
     it stands for."""
     from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.resolve import resolve
     from draftsmith.framework.convert.synth import source_config
 
     kinds: dict = {}
     for name in SERVED:
         a = load_adapter(name)
-        r = a.compile_config(source_config(a, "tiny"))[1]
+        r = resolve(a, source_config(a, "tiny"))
         kinds.setdefault((r.family, bool(r.heads.markov_rank) or r.heads.confidence), []).append(name)
     return {names[0]: names for names in kinds.values()}
 
