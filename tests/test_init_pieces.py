@@ -105,7 +105,7 @@ def test_fused_biases_when_the_family_has_part_biases():
 
 
 def test_norm_regexes_cover_each_kind_once():
-    """fold: the norms the engine runs plainly (emit/render.check_engine_norms); keep: the others;
+    """fold: the norms the engine runs plainly (compile/trtllm_limits.PLAIN_NORMS); keep: the others;
     each of the family's norm names matches exactly one; the shipped MiniMax spec agrees."""
     import re
 

@@ -67,12 +67,6 @@ def config_dict(config: Any) -> dict:
     return dict(vars(config))
 
 
-def rope_scaling_problem(r: ResolvedDrafter) -> Optional[str]:
-    """Why TensorRT-LLM would serve ``r`` with the wrong positions, or None (the one rule:
-    :func:`~..compile.trtllm_limits.rope_problem`)."""
-    return rope_problem(r)
-
-
 def dflash2_keys_problem(r: ResolvedDrafter, config: Mapping[str, Any]) -> Optional[str]:
     """Why the keys TensorRT-LLM's DFlash 2 path reads from ``config`` (``dflash_config``'s four,
     the top-level ``is_causal``) disagree with what :func:`~..compile.converted_config.render_engine_keys`
@@ -128,7 +122,7 @@ class PackagedDrafter:
         if r.adapter != self.adapter:
             raise ValueError(f"speculative_model was converted with adapter {r.adapter}; this package serves "
                              f"adapter {self.adapter} (emit {r.adapter})")
-        problem = rope_scaling_problem(r) or dflash2_keys_problem(r, config_dict(pretrained_config))
+        problem = rope_problem(r) or dflash2_keys_problem(r, config_dict(pretrained_config))
         if problem:
             raise ValueError(f"speculative_model: {problem}")
         return BoundDrafter(self.adapter, r)
