@@ -99,8 +99,6 @@ from ..compile.dotted import get_dotted, pop_dotted, set_dotted
 #: keys export rewrites (identity, or the attention table, compared per layer instead)
 _REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding_window_non_causal",
               "use_sliding_window")
-#: flattened-config keys that never go back into a source config
-_NOT_CARRIED = ("draftsmith",)
 _O_PROJ = NameTemplate("layers.{i}.self_attn.o_proj.weight")
 
 

@@ -140,7 +140,6 @@ class PackagedDrafter:
                 f"adapter={self.adapter} source=<that checkpoint> out=<dir>` and point speculative_model at <dir>")
 
 
-
 class BoundDrafter:
     """One checkpoint's compiled drafter and the run-time rules on it."""
 
@@ -205,14 +204,6 @@ def device_class_of(module: torch.nn.Module) -> str:
     """The device class of ``module``'s parameters (``cpu``, ``sm90``, ``sm100``, ``sm120`` ...)."""
     p = next(module.parameters(), None)
     return device_class(p.device if p is not None else None)
-
-
-def dense_layer_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                      ctx_lens: torch.Tensor) -> PagedKV:
-    """One layer of TensorRT-LLM's VANILLA dense arena (``ctx_k_cache[:, layer]``
-    ``[slots, capacity, nkv, hd]``) as a :class:`PagedKV` with one page of ``capacity`` tokens a
-    slot; ``slots`` ``[N, 1]`` int32. Views, no copy."""
-    return PagedKV(k_cache, v_cache, slots, ctx_lens)
 
 
 def write_block(cache: PagedKV, k: torch.Tensor, v: torch.Tensor) -> None:
