@@ -26,14 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.convert.plan import plan as conversion_plan
 
 RUNNERS = {
     "draftsmith": """
-from draftsmith.framework.compile.engine import load_adapter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.convert.execute import convert
 a = load_adapter("minimax_dspark")
-execute(a.plan(SRC), OUT, progress=False)
+convert(a, SRC, OUT, progress=False)
 """,
     "naive": """
 import json, torch
@@ -123,7 +124,7 @@ def main() -> None:
         synthesize(load_adapter("minimax_dspark"), args.scale, src, seed=0, overwrite=True)
         print(f"synthesized the {args.scale} checkpoint in {time.perf_counter() - t:.1f} s")
     n_src = sum(f.stat().st_size for f in src.glob("*.safetensors"))
-    plan = load_adapter("minimax_dspark").plan(src)
+    plan = conversion_plan(load_adapter("minimax_dspark"), src)
     n_out = sum(m.nbytes for m in plan.outputs.values())
     rows = []
     for name in ("io floor", "draftsmith", "naive"):

@@ -35,7 +35,8 @@ from types import SimpleNamespace
 import torch
 
 import timing
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.convert.synth import source_config
 from draftsmith.framework.runtime import DFlashDraftModel, DraftStepGraph
@@ -46,7 +47,7 @@ def minimax_config(tiny: bool) -> dict:
     config that ``synth`` writes at scale ``full`` (the real shapes) or ``tiny``: the same
     compile path a conversion takes, so the bench runs what the product serves."""
     adapter = load_adapter("minimax_dspark")
-    return adapter.flatten_config(source_config(adapter, "tiny" if tiny else "full"))
+    return flatten(adapter, source_config(adapter, "tiny" if tiny else "full"))
 
 
 def random_model(config: dict, device: torch.device, lowering: str | None) -> DFlashDraftModel:

@@ -51,7 +51,7 @@ def write_many_tensor_shard(path: Path, n: int, prefix: str = "model.layers.{i}.
 
 def make_source(root: Path, n: int) -> Path:
     """A tiny synthetic minimax_dspark source with an extra shard of ``n`` tensors."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import synthesize
 
     src = root / f"src-{n}"
@@ -81,7 +81,7 @@ def make_converting_source(root: Path, n: int) -> tuple[Path, int]:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import synthesize
 
     adapter = load_adapter("minimax_dspark")

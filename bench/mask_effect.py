@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from draftsmith.framework.compile.engine import compile_spec
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.compile.adapter import compile_spec
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.eval import run_eval
 from draftsmith.framework.eval.report import report_dict
 from draftsmith.framework.spec.loading import load_spec
@@ -64,7 +64,7 @@ def main() -> None:
         for i, (label, what, overrides) in enumerate(variants(n_layers)):
             spec, path = load_spec("minimax_dspark", overrides)
             out = work / f"variant{i}"
-            execute(compile_spec(spec, path).plan(source), out, progress=False)
+            convert(compile_spec(spec, path), source, out, progress=False)
             t0 = time.perf_counter()
             r = run_eval(args.pair / "target", out, args.prompts or args.pair / "prompts.jsonl",
                          max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype, check=True)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.convert.synth import SynthResult, synthesize
 
 SEED = 7
@@ -48,7 +49,7 @@ def checkpoints(tmp_path_factory):
             adapter = load_adapter(name)
             root = tmp_path_factory.mktemp(f"ckpt-{name}")
             res = synthesize(adapter, "tiny", root / "source", seed=SEED, keep_targets=True)
-            plan = adapter.plan(res.path)
+            plan = conversion_plan(adapter, res.path)
             assert plan.complete, plan.report()
             cache[name] = Checkpoints(name, adapter, res, execute(plan, root / "converted", progress=False))
         return cache[name]

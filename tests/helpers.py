@@ -8,7 +8,8 @@ import torch
 
 from safetensors.torch import load_file
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.compile.resolve import resolve
 from draftsmith.framework.convert.synth import source_config
 
 
@@ -25,7 +26,7 @@ def emit_refusal(name: str):
     (``compile/trtllm_limits.py``), or None: tests of emitted packages skip such adapters."""
     from draftsmith.framework.compile.trtllm_limits import trtllm_problems
     a = load_adapter(name)
-    problems = trtllm_problems(a.compile_config(source_config(a, "tiny"))[1])
+    problems = trtllm_problems(resolve(a, source_config(a, "tiny")))
     return "; ".join(problems) or None
 
 

@@ -283,14 +283,15 @@ def planted(tmp_path, folder, edit):
 def trtllm_dflash_source(tmp_path_factory, wheel: str):
     """``(adapter, source folder, record)`` of a tiny trtllm_dflash checkpoint (a non-causal window and a
     full layer), the source both readers' planted-difference tests export."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.convert.plan import plan
     from draftsmith.framework.convert.synth import synthesize
 
     src_root(wheel)
     root = tmp_path_factory.mktemp(f"{wheel}-planted")
     a = load_adapter("trtllm_dflash")
     synthesize(a, "tiny", root / "s", seed=3)
-    return a, root / "s", a.plan(root / "s").resolved
+    return a, root / "s", plan(a, root / "s").resolved
 
 
 def check_export(checkpoints, source: str, to: str, wheel: str, read, reader: str):
@@ -323,12 +324,13 @@ def exported(checkpoints, source: str, to: str):
     import tempfile
 
     from draftsmith.framework.convert.export import export, resolve_target
+    from draftsmith.framework.convert.plan import plan
     from draftsmith.framework.errors import UserError
 
     key = (source, to)
     if key not in _EXPORTS:
         ck = checkpoints(source)
-        r = ck.adapter.plan(ck.source).resolved
+        r = plan(ck.adapter, ck.source).resolved
         d = Path(tempfile.mkdtemp(prefix="draftsmith-readers-"))
         atexit.register(shutil.rmtree, d, True)
         try:
@@ -344,7 +346,7 @@ def exported(checkpoints, source: str, to: str):
 
 def export_targets(adapter_dir=None) -> list[str]:
     """Every ``to=`` an adapter declares an ``export:`` section for (its alias, else its name)."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.spec.loading import adapter_files
 
     out = set()

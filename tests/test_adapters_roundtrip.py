@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint as read_converted
 
@@ -61,7 +62,7 @@ def test_tiny_configs_fit_the_torch_host():
         a = load_adapter(name)
         from draftsmith.framework.convert.synth import source_config
 
-        cfg = a.flatten_config(source_config(a, "tiny"))
+        cfg = flatten(a, source_config(a, "tiny"))
         assert cfg["num_attention_heads"] % cfg["num_key_value_heads"] == 0
         assert cfg["rotary_dim"] % 2 == 0 and cfg["rotary_dim"] <= cfg["head_dim"]
         if a.quant_methods:

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
+from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.runtime import get_host
@@ -28,7 +29,7 @@ NO_QK_NORM = ["layout.qk_norm=false"]
 def _convert(tmp, overrides):
     a = load_adapter("zlab_dflash", overrides)
     synthesize(a, "tiny", tmp / "S", seed=5)
-    execute(a.plan(tmp / "S"), tmp / "T", progress=False)
+    convert(a, tmp / "S", tmp / "T", progress=False)
     return a
 
 
@@ -85,7 +86,7 @@ def test_bias_tensors_dropped_by_rule_are_refused(tmp_path):
     a = load_adapter("zlab_dflash", BIASES)
     synthesize(a, "tiny", tmp_path / "S", seed=5)
     drop = load_adapter("zlab_dflash", [*BIASES, "weights.rename=[{kind: regex, match: '^(.*_proj)\\.bias$', to: null}]"])
-    plan = drop.plan(tmp_path / "S")
+    plan = conversion_plan(drop, tmp_path / "S")
     assert not plan.complete
     assert "self_attn.q_proj.bias | MISSING" in plan.report()
 
@@ -123,7 +124,7 @@ def test_biases_survive_export(tmp_path, to, overrides):
     raw = json.loads((x / "config.json").read_text())
     assert raw.get("attention_bias", raw.get("transformer_layer_config", {}).get("attention_bias")) is True
     back = load_adapter(to)
-    execute(back.plan(x), tmp_path / "B", progress=False)
+    convert(back, x, tmp_path / "B", progress=False)
     _, w0 = read_checkpoint(tmp_path / "T")
     cfg1, w1 = read_checkpoint(tmp_path / "B")
     assert R.from_config(cfg1).attention_bias and R.from_config(cfg1).mlp_bias == (len(overrides) == 2)

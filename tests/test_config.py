@@ -5,14 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
+from draftsmith.framework.compile.converted_config import flatten
+from draftsmith.framework.compile.resolve import resolve
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.errors import UserError
 from helpers import minimax, minimax_raw
 
 
 def test_shipped_config_flattens():
-    cfg = minimax().flatten_config(minimax_raw())
+    cfg = flatten(minimax(), minimax_raw())
     assert cfg["hidden_size"] == 6144 and cfg["num_hidden_layers"] == 5
     assert cfg["intermediate_size"] == 12288 and cfg["head_dim"] == 128 and cfg["rotary_dim"] == 64
     assert cfg["dflash_config"] == {
@@ -47,7 +49,7 @@ def test_nested_section_wins_over_top_level():
     raw["vocab_size"] = 7
     raw["text_config"]["rope_theta"] = 123.0
     raw["rope_theta"] = 9.0
-    cfg = minimax().flatten_config(raw)
+    cfg = flatten(minimax(), raw)
     assert cfg["hidden_size"] == 6144 and cfg["rope_theta"] == 123.0 and cfg["vocab_size"] == 200064
 
 
@@ -60,38 +62,38 @@ def test_block_size_aliases(spelling):
     raw = minimax_raw()
     del raw["text_config"]["dspark_block_size"]
     raw["text_config"].update(spelling) if "dspark_config" not in spelling else raw.update(spelling)
-    assert minimax().flatten_config(raw)["dflash_config"]["block_size"] == 5
+    assert flatten(minimax(), raw)["dflash_config"]["block_size"] == 5
 
 
 def test_alias_order_of_preference():
     raw = minimax_raw()
     raw["text_config"]["block_size"] = 3  # less preferred spelling present too
-    assert minimax().flatten_config(raw)["dflash_config"]["block_size"] == 7
+    assert flatten(minimax(), raw)["dflash_config"]["block_size"] == 7
 
 
 def test_dtype_key_fallback():
     raw = minimax_raw()
     del raw["torch_dtype"], raw["text_config"]["torch_dtype"]
     raw["text_config"]["dtype"] = "float16"
-    cfg = minimax().flatten_config(raw)
+    cfg = flatten(minimax(), raw)
     assert cfg["torch_dtype"] == "float16" and "dtype" not in cfg
 
 
 def test_sliding_window_translation_and_override():
     raw = minimax_raw()
     raw["text_config"]["layer_types"] = ["sliding_attention", "full_attention"] * 2 + ["sliding_attention"]
-    cfg = minimax().flatten_config(raw)
+    cfg = flatten(minimax(), raw)
     assert [m.window for m in R.from_config(cfg).masks] == [4096, None, 4096, None, 4096]
     assert cfg["dflash_config"]["use_swa"] is True
     a = load_adapter("minimax_dspark", ["attention.window=2048"])
-    assert a.flatten_config(minimax_raw())["dflash_config"]["swa_window_size"] == 2048
+    assert flatten(a, minimax_raw())["dflash_config"]["swa_window_size"] == 2048
 
 
 def test_use_swa_only_window():
     raw = minimax_raw()
     del raw["text_config"]["layer_types"], raw["text_config"]["sliding_window"]
     raw["dflash_config"] = {"use_swa": True, "swa_window_size": 512}
-    cfg = minimax().flatten_config(raw)
+    cfg = flatten(minimax(), raw)
     assert [m.window for m in R.from_config(cfg).masks] == [512] * 5
     assert [m.causal for m in R.from_config(cfg).masks] == [False] * 5
 
@@ -104,10 +106,10 @@ def test_explicit_causality_wins(meta, use_swa_only):
         del raw["text_config"]["layer_types"], raw["text_config"]["sliding_window"]
         raw["dflash_config"] = {"use_swa": True, "swa_window_size": 64}
     raw["text_config"].update(meta)
-    masks = R.from_config(minimax().flatten_config(raw)).masks
+    masks = R.from_config(flatten(minimax(), raw)).masks
     assert all(m.causal for m in masks)
     a = load_adapter("minimax_dspark", ["attention.explicit_causality_wins=false"])
-    assert not any(m.causal for m in R.from_config(a.flatten_config(raw)).masks)
+    assert not any(m.causal for m in R.from_config(flatten(a, raw)).masks)
 
 
 @pytest.mark.parametrize("use_sliding_window", ["absent", False, True])
@@ -132,7 +134,7 @@ def test_hf_window_switch_follows_qwen3config(use_sliding_window):
                                                  *(["use_sliding_window"] if "use_sliding_window" in raw else []))})
     want = [theirs.sliding_window if t == "sliding_attention" else None for t in theirs.layer_types]
     assert want == ([6] * n if use_sliding_window is True else [None] * n)  # the oracle's rule as stated
-    _, r = a.compile_config(raw)
+    r = resolve(a, raw)
     assert [m.window for m in r.masks] == want
 
 
@@ -143,13 +145,13 @@ def test_unsupported_hidden_act_refused(act):
     raw = minimax_raw()
     raw["text_config"]["hidden_act"] = act
     with pytest.raises(UserError, match=re.escape(f"hidden_act {act!r} is not supported")) as e:
-        minimax().flatten_config(raw)
+        flatten(minimax(), raw)
     assert "\n" not in str(e.value)
 
 
 def test_per_layer_override():
     a = load_adapter("minimax_dspark", ["+adapter.attention.layers.2.causal=true", "+adapter.attention.layers.4.window=full"])
-    masks = R.from_config(a.flatten_config(minimax_raw())).masks
+    masks = R.from_config(flatten(a, minimax_raw())).masks
     assert [m.causal for m in masks] == [False, False, True, False, False]
     assert masks[4].window is None and masks[3].window == 4096
 
@@ -158,14 +160,14 @@ def test_unhandled_quantization_refused():
     raw = minimax_raw()
     raw["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
     with pytest.raises(UserError, match="quant_method 'fp8'.*mxfp8"):
-        minimax().flatten_config(raw)
+        flatten(minimax(), raw)
 
 
 def test_missing_required_field_named():
     raw = minimax_raw()
     del raw["text_config"]["dspark_noise_token_id"]
     with pytest.raises(UserError, match="dspark_noise_token_id"):
-        minimax().flatten_config(raw)
+        flatten(minimax(), raw)
 
 
 def test_routing_by_architecture():

@@ -15,9 +15,10 @@ import torch
 from safetensors.torch import load_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.compile.resolved import ResolvedDrafter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.export import export
 from draftsmith.framework.convert.synth import layouts, source_config, synthesize
 from draftsmith.framework.errors import UserError
@@ -36,14 +37,14 @@ def test_every_shipped_config_accounted(name, layout, scale):
     fixed or declared irrelevant: flattening accepts it and reports the irrelevant ones."""
     a = load_adapter(name)
     raw = source_config(a, scale, layout=layout) if layout != "spec" else source_config(a, scale)
-    r = ResolvedDrafter.from_config(a.flatten_config(raw))
+    r = ResolvedDrafter.from_config(flatten(a, raw))
     for key, why in r.irrelevant.items():
         assert why in {**a.family.irrelevant, **a.spec.config.irrelevant}.values()
 
 
 def test_fixture_accounted_and_reported(capsys):
     a = load_adapter("minimax_dspark")
-    r = ResolvedDrafter.from_config(a.flatten_config(json.loads(FIXTURE.read_text())))
+    r = ResolvedDrafter.from_config(flatten(a, json.loads(FIXTURE.read_text())))
     assert set(r.irrelevant) == {"moe_layer_freq"}
     assert r.sources["config.use_gemma_norm"].startswith("config.json: text_config.use_gemma_norm")
     assert main(["inspect", f"source={FIXTURE.parent}"]) in (0, 1)
@@ -66,7 +67,7 @@ def _zlab_raw(edit) -> dict:
 ])
 def test_unknown_key_refused_naming_it(edit, named):
     with pytest.raises(UserError) as e:
-        load_adapter("zlab_dflash").flatten_config(_zlab_raw(edit))
+        flatten(load_adapter("zlab_dflash"), _zlab_raw(edit))
     (line,) = e.value.problems
     assert line.startswith(f"config.json: {named}: not read by family gqa_dflash nor adapter zlab_dflash")
 
@@ -76,7 +77,7 @@ def test_unknown_key_in_a_section_spelled_as_raw():
     raw = json.loads(FIXTURE.read_text())
     raw["text_config"]["dspark_new_thing"] = 3
     with pytest.raises(UserError) as e:
-        a.flatten_config(raw)
+        flatten(a, raw)
     (line,) = e.value.problems
     assert line.startswith("config.json: text_config.dspark_new_thing: not read")
 
@@ -91,7 +92,7 @@ def test_fixed_values_refused_otherwise(name, edit, named):
     raw = json.loads(FIXTURE.read_text()) if name == "minimax_dspark" else _zlab_raw(lambda r: None)
     edit(raw)
     with pytest.raises(UserError) as e:
-        a.flatten_config(raw)
+        flatten(a, raw)
     (line,) = e.value.problems
     assert line.startswith(f"config.json: {named}: ") and "implements only" in line
 
@@ -100,21 +101,21 @@ def test_bias_keys_read_not_fixed():
     """``attention_bias`` / ``mlp_bias`` are read by the family (the layout carries the biases):
     recorded with their source, absent ones as transformers' default false."""
     r = ResolvedDrafter.from_config(
-        load_adapter("zlab_dflash").flatten_config(_zlab_raw(lambda r: r.update(attention_bias=True))))
+        flatten(load_adapter("zlab_dflash"), _zlab_raw(lambda r: r.update(attention_bias=True))))
     assert r.attention_bias is True and r.sources["attention_bias"] == "config.json: attention_bias"
     assert r.mlp_bias is False and "default" in r.sources["mlp_bias"]
 
 
 def test_shift_label_must_agree():
     with pytest.raises(UserError, match=r"dspark_config.shift_label: true contradicts sample_from_anchor false"):
-        load_adapter("zlab_dflash").flatten_config(_zlab_raw(lambda r: r.update(dspark_config={"shift_label": True})))
-    load_adapter("zlab_dflash").flatten_config(_zlab_raw(lambda r: r.update(dspark_config={"shift_label": False})))
+        flatten(load_adapter("zlab_dflash"), _zlab_raw(lambda r: r.update(dspark_config={"shift_label": True})))
+    flatten(load_adapter("zlab_dflash"), _zlab_raw(lambda r: r.update(dspark_config={"shift_label": False})))
 
 
 @pytest.mark.parametrize("bad", [0, -0.5, "0.7", True, float("inf")])
 def test_value_scale_checked(bad):
     with pytest.raises(UserError, match="dflash_config.attention_value_scale: .* must be a finite number > 0"):
-        load_adapter("zlab_dflash").flatten_config(
+        flatten(load_adapter("zlab_dflash"), 
             _zlab_raw(lambda r: r["dflash_config"].update(attention_value_scale=bad)))
 
 
@@ -160,7 +161,7 @@ def _draft_vs_oracle(ck: Path, target: Path, tmp_path: Path, scale: float):
 def test_value_scale_drafts_like_the_oracle(tmp_path):
     src = _scaled_zlab(tmp_path)
     a = route(json.loads((src / "config.json").read_text()))
-    execute(a.plan(src), tmp_path / "T", progress=False)
+    convert(a, src, tmp_path / "T", progress=False)
     r = ResolvedDrafter.from_config(json.loads((tmp_path / "T" / "config.json").read_text()))
     assert r.value_scale == SCALE and r.sources["value_scale"] == "config.json: dflash_config.attention_value_scale"
     right, unscaled = _draft_vs_oracle(tmp_path / "T", src / "target", tmp_path, SCALE)
@@ -176,8 +177,8 @@ def test_value_scale_folded_into_o_proj_by_export(tmp_path):
     raw = json.loads((x / "config.json").read_text())
     assert "attention_value_scale" not in json.dumps(raw)
     back = route(raw)
-    execute(back.plan(x), tmp_path / "B", progress=False)
-    execute(a.plan(src), tmp_path / "T", progress=False)
+    convert(back, x, tmp_path / "B", progress=False)
+    convert(a, src, tmp_path / "T", progress=False)
     (_, wb), (_, wt) = read_checkpoint(tmp_path / "B"), read_checkpoint(tmp_path / "T")
     o = "layers.0.self_attn.o_proj.weight"
     assert torch.equal(wb[o], (wt[o].float() * SCALE).to(wt[o].dtype))
@@ -195,9 +196,9 @@ def test_value_scale_folded_into_o_proj_by_export(tmp_path):
 def test_trtllm_problems_lists_the_value_scale(tmp_path):
     from draftsmith.framework.compile.trtllm_limits import trtllm_problems
     a = load_adapter("zlab_dflash")
-    plain = ResolvedDrafter.from_config(a.flatten_config(_zlab_raw(lambda r: None)))
+    plain = ResolvedDrafter.from_config(flatten(a, _zlab_raw(lambda r: None)))
     assert trtllm_problems(plain) == []
-    scaled = ResolvedDrafter.from_config(a.flatten_config(
+    scaled = ResolvedDrafter.from_config(flatten(a, 
         _zlab_raw(lambda r: r["dflash_config"].update(attention_value_scale=0.707))))
     (line,) = trtllm_problems(scaled)
     assert line.startswith("dflash_config.attention_value_scale 0.707: TensorRT-LLM's DFlash attention has no value scale")

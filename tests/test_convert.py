@@ -8,7 +8,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert, execute
+from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.errors import UserError
 from helpers import minimax
 
@@ -40,7 +41,7 @@ def test_synth_writes_source_format(synth):
 
 
 def test_synth_then_convert_gives_back_the_weights(synth, tmp_path):
-    plan = minimax().plan(synth.path)
+    plan = conversion_plan(minimax(), synth.path)
     assert plan.complete, plan.report()
     execute(plan, tmp_path / "T", progress=False)
     out = load_file(tmp_path / "T" / "model.safetensors")
@@ -74,7 +75,7 @@ def test_report_missing_extra_misshaped(synth, tmp_path):
     bad.mkdir()
     save_file(src, str(bad / "model.safetensors"))
     (bad / "config.json").write_text((synth.path / "config.json").read_text())
-    plan = minimax().plan(bad)
+    plan = conversion_plan(minimax(), bad)
     report = plan.report()
     assert "layers.{1}.mlp.up_proj.weight | MISSING" in report
     assert "surprise.weight | UNEXPECTED" in report
@@ -92,13 +93,13 @@ def test_layer_ranges_compressed(synth, tmp_path):
     d.mkdir()
     save_file(src, str(d / "model.safetensors"))
     (d / "config.json").write_text((synth.path / "config.json").read_text())
-    assert "layers.{0..1}.input_layernorm.weight | MISSING" in minimax().plan(d).report()
+    assert "layers.{0..1}.input_layernorm.weight | MISSING" in conversion_plan(minimax(), d).report()
 
 
 def test_sharded_output_and_input(synth, tmp_path):
     a = minimax()
     a.spec.weights.max_shard_bytes = 100_000
-    plan = a.plan(synth.path)
+    plan = conversion_plan(a, synth.path)
     execute(plan, tmp_path / "T", progress=False)
     index = json.loads((tmp_path / "T" / "model.safetensors.index.json").read_text())
     shards = sorted(set(index["weight_map"].values()))
@@ -111,7 +112,7 @@ def test_sharded_output_and_input(synth, tmp_path):
 
 def test_output_is_deterministic(synth, tmp_path):
     for n in ("A", "B"):
-        execute(minimax().plan(synth.path), tmp_path / n, progress=False)
+        convert(minimax(), synth.path, tmp_path / n, progress=False)
     for f in ("model.safetensors", "config.json"):
         assert (tmp_path / "A" / f).read_bytes() == (tmp_path / "B" / f).read_bytes()
 
@@ -124,7 +125,7 @@ def test_plan_reads_no_tensor_data(synth, monkeypatch):
 
     monkeypatch.setattr(safetensors, "safe_open", boom)
     monkeypatch.setattr("draftsmith.framework.convert.checkpoint.TensorReader.read", boom)  # the one tensor reader
-    assert minimax().plan(synth.path).complete
+    assert conversion_plan(minimax(), synth.path).complete
 
 
 def test_existing_destination_kept_without_overwrite(synth, tmp_path):
@@ -132,15 +133,15 @@ def test_existing_destination_kept_without_overwrite(synth, tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("x")
     with pytest.raises(UserError, match="overwrite=true"):
-        execute(minimax().plan(synth.path), out, progress=False)
+        convert(minimax(), synth.path, out, progress=False)
     assert (out / "keep.txt").read_text() == "x"
     with pytest.raises(UserError, match="not written by draftsmith"):  # not ours: never replaced
-        execute(minimax().plan(synth.path), out, overwrite=True, progress=False)
+        convert(minimax(), synth.path, out, overwrite=True, progress=False)
     assert (out / "keep.txt").read_text() == "x"
     (out / "keep.txt").unlink()
-    execute(minimax().plan(synth.path), out, progress=False, overwrite=True)  # empty: may be replaced
+    convert(minimax(), synth.path, out, progress=False, overwrite=True)  # empty: may be replaced
     (out / "stale.txt").write_text("y")
-    execute(minimax().plan(synth.path), out, overwrite=True, progress=False)  # ours: replaced whole
+    convert(minimax(), synth.path, out, overwrite=True, progress=False)  # ours: replaced whole
     assert not (out / "stale.txt").exists() and (out / "model.safetensors").exists()
 
 

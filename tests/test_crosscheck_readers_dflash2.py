@@ -24,7 +24,8 @@ from safetensors.torch import load_file, save_file
 import oracles_dflash2 as O
 import readers_sglang
 import readers_vllm
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.convert.plan import plan
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files
 from readers import NotRead, SGLANG, VLLM, differences, dflash2_ours, exported, src_root
@@ -47,7 +48,7 @@ def folder_of(checkpoints, source, to):
     """``(folder, record)`` of ``source``'s tiny checkpoint (``to``: its export), or a skip naming
     the export's own refusal."""
     ck = checkpoints(source)
-    r = ck.adapter.plan(ck.source).resolved
+    r = plan(ck.adapter, ck.source).resolved
     if to is None:
         return ck.source, r
     try:
@@ -397,7 +398,7 @@ def test_minimax_accepts_only_the_names_sglang_loads(checkpoints, tmp_path):
     d = _planted(tmp_path, ck.source, tensors=lambda w: {("model." + k if k == "encoder.fc.weight" else k): v
                                                          for k, v in w.items()})
     assert readers_sglang.dflash2(d, "minimax_m3")["unloaded"] == ["fc.weight"]
-    assert not ck.adapter.plan(d).complete
+    assert not plan(ck.adapter, d).complete
 
 
 def test_vllm_speculators_reader_copies_only_the_structural_keys(checkpoints, tmp_path):

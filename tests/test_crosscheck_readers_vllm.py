@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("transformers", reason="the crosscheck extra (transformers==5.19.0) is not installed")
 
 from draftsmith.framework.convert.export import export, resolve_target
+from draftsmith.framework.convert.plan import plan
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.spec.loading import adapter_files
 from readers import check_export, planted, trtllm_dflash_source, exported, VLLM, differences, export_targets, ours
@@ -99,7 +100,7 @@ def test_mixed_causality_refused_for_vllm(checkpoints, tmp_path):
     for name, f in adapter_files().items():
         (d / f.name).write_text(f.read_text().replace(", mixed_causality]", "]"))
     ck = checkpoints("speculators_dflash")
-    r = ck.adapter.plan(ck.source).resolved
+    r = plan(ck.adapter, ck.source).resolved
     out = export(ck.adapter, ck.source, tmp_path / "x", "speculators", adapter_dir=d, verifier="example-org/v")
     found = differences(readers_vllm.read(out), ours(r, resolve_target("speculators", r, d)), "vLLM")
     assert found == ["vLLM: layers: runs [(True, 8), (True, None)], draftsmith's record says [(True, 8), (False, None)]"]

@@ -22,9 +22,9 @@ from speculators.proposals.greedy import GreedyTokenProposalConfig  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
 
 from draftsmith.framework.cli.main import main  # noqa: E402
-from draftsmith.framework.compile.engine import load_adapter, route  # noqa: E402
+from draftsmith.framework.compile.adapter import load_adapter, route  # noqa: E402
 from draftsmith.framework.compile.resolved import ResolvedDrafter  # noqa: E402
-from draftsmith.framework.convert.execute import execute  # noqa: E402
+from draftsmith.framework.convert.execute import convert  # noqa: E402
 from draftsmith.framework.convert.export import export  # noqa: E402
 from draftsmith.framework.convert.synth import synthesize  # noqa: E402
 from draftsmith.framework.runtime.draft import run_draft  # noqa: E402
@@ -67,7 +67,7 @@ def test_speculators_saved_converts_and_drafts(tmp_path):
     assert raw["architectures"] == ["DFlashDraftModel"] and "rope_theta" not in raw["transformer_layer_config"]
     adapter = route(raw)
     assert adapter.name == "speculators_dflash"
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    convert(adapter, tmp_path / "S", tmp_path / "T", progress=False)
     cfg, w = read_checkpoint(tmp_path / "T")
     r = ResolvedDrafter.from_config(cfg)
     assert r.rope.theta == THETA and r.max_draft_len == 3 and r.target_layer_ids == (0, 2, 4)

@@ -163,7 +163,7 @@ def test_absent_keys_read_as_speculators_config_class_reads_them(tmp_path, capsy
     draftsmith's record takes what speculators' own ``DFlash2SpeculatorConfig.from_pretrained`` reads
     (its Field defaults), the spec defaults are listed in the loading report, and the windowed layer
     is non-causal (DFlash 2's default, unlike DFlash's)."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import synthesize
 
     synthesize(load_adapter("speculators_dflash2"), "tiny", tmp_path / "s", seed=4)

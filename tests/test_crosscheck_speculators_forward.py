@@ -54,7 +54,7 @@ from speculators.proposals.greedy import GreedyTokenProposalConfig  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
 
 from draftsmith.framework.cli.main import main  # noqa: E402
-from draftsmith.framework.compile.engine import load_adapter  # noqa: E402
+from draftsmith.framework.compile.adapter import load_adapter  # noqa: E402
 from draftsmith.framework.convert.synth import synthesize  # noqa: E402
 from draftsmith.framework.runtime.draft import run_draft  # noqa: E402
 

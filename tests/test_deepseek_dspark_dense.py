@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent / "standins"))
 
 import deepspec_qwen3_dspark as DS  # noqa: E402
 from draftsmith.framework.cli.main import main  # noqa: E402
-from draftsmith.framework.compile.engine import route  # noqa: E402
+from draftsmith.framework.compile.adapter import route  # noqa: E402
 from draftsmith.framework.compile.resolved import ResolvedDrafter  # noqa: E402
 from draftsmith.framework.runtime.draft import run_draft  # noqa: E402
 from helpers import read_checkpoint  # noqa: E402
@@ -100,7 +100,7 @@ def test_writer_saved_drafts_like_the_writer(with_markov, tmp_path, capsys):
 def test_synth_writes_the_writers_tensors(tmp_path):
     """``synth`` writes the layout the stand-in's ``from_pretrained`` loads with nothing missing
     or unexpected (the frozen embedding / head copies included)."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import synthesize
     synthesize(load_adapter("deepseek_dspark_dense"), "tiny", tmp_path / "s", seed=2, layout="transformers5")
     _, info = DS.Qwen3DSparkModel.from_pretrained(str(tmp_path / "s"), output_loading_info=True, dtype=torch.float32)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 

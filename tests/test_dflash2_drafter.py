@@ -16,9 +16,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.compile.converted_config import compile_config, flatten
+from draftsmith.framework.compile.resolve import resolve
 from draftsmith.framework.compile.resolved import ResolvedDrafter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import source_config
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.runtime import dflash2 as host2
@@ -135,7 +137,7 @@ def _raw(edit=None) -> dict:
 
 def _refused(raw, adapter=None) -> str:
     with pytest.raises(UserError) as e:
-        (adapter or load_adapter(NAME)).compile_config(raw)
+        compile_config(adapter or load_adapter(NAME), raw)
     assert len(e.value.problems) == 1, e.value.problems
     return e.value.problems[0]
 
@@ -182,7 +184,7 @@ def test_bad_values_refused(edit, named):
 
 def test_sample_from_anchor_refused_by_family():
     from draftsmith.framework.compile.family import get_family
-    cfg = load_adapter(NAME).flatten_config(_raw())
+    cfg = flatten(load_adapter(NAME), _raw())
     cfg["dspark_config"]["sample_from_anchor"] = True
     with pytest.raises(UserError) as e:
         get_family("gqa_dflash2").complete(cfg)
@@ -192,7 +194,7 @@ def test_sample_from_anchor_refused_by_family():
 def test_sources_reported():
     """Every DFlash 2 field has a source; the z-lab writer's choices are spec defaults, shown as such;
     a softcap of 0 reads as none, a top-level key as z-lab's fallback spelling."""
-    r = load_adapter(NAME).compile_config(_raw())[1]
+    r = resolve(load_adapter(NAME), _raw())
     fields = [k for k in r.sources if k.startswith("dflash2.")]
     assert len(fields) == 9
     assert r.sources["dflash2.selector.unary.order"].startswith("spec default (config.fields.dflash_config.selector")
@@ -202,7 +204,7 @@ def test_sources_reported():
     def top(raw):
         raw["selector_rank"] = raw["dflash_config"].pop("selector_rank")
         raw["dflash_config"]["final_logit_softcapping"] = 0
-    r = load_adapter(NAME).compile_config(_raw(top))[1]
+    r = resolve(load_adapter(NAME), _raw(top))
     assert r.dflash2.selector.rank == 16 and r.sources["dflash2.selector.rank"] == "config.json: selector_rank"
     assert r.dflash2.selector.unary.softcap is None
 
@@ -215,7 +217,7 @@ def test_codebooks_with_weight_suffix(checkpoints, tmp_path):
     t = load_file(src / "model.safetensors")
     t = {(k + ".weight" if k.endswith("_codebook") else k): v for k, v in t.items()}
     save_file(t, str(src / "model.safetensors"), metadata={"format": "pt"})
-    out = execute(load_adapter(NAME).plan(src), tmp_path / "T", progress=False)
+    out = convert(load_adapter(NAME), src, tmp_path / "T", progress=False)
     _, got = read_checkpoint(out)
     _, want = read_checkpoint(ck.converted)
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)

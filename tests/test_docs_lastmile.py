@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
 from draftsmith.framework.docs.drafters import FLAGSHIP, readme_table_excerpt
 from draftsmith.framework.docs.markdown import README_BEGIN, README_END
 from draftsmith.framework.errors import UserError

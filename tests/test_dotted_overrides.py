@@ -12,7 +12,8 @@ import yaml
 
 from draftsmith.framework.cli.compose import compose
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import compile_spec, load_adapter
+from draftsmith.framework.compile.adapter import compile_spec, load_adapter
+from draftsmith.framework.compile.resolve import resolve
 from draftsmith.framework.errors import UserError
 from helpers import one_error
 
@@ -28,7 +29,7 @@ def zlab(tmp_path_factory):
 
 def record_from_cli(args: list[str], raw: dict):
     opts, spec, path = compose("inspect", ["adapter=zlab_dflash2", "source=unused", *args])
-    return compile_spec(spec, path, opts["adapter_overrides"]).compile_config(raw)[1]
+    return resolve(compile_spec(spec, path, opts["adapter_overrides"]), raw)
 
 
 @pytest.mark.parametrize("spelling", [f"adapter.{ORDER}=cap_then_scale",
@@ -64,7 +65,7 @@ def test_library_overrides_take_the_same_spellings(zlab):
     _, raw = zlab
     for o in (f"{ORDER}=cap_then_scale", "config.fields[dflash_config.selector_unary_order].default=cap_then_scale",
               f"adapter.{ORDER}=cap_then_scale"):
-        assert load_adapter("zlab_dflash2", [o]).compile_config(raw)[1].dflash2.selector.unary.order == "cap_then_scale"
+        assert resolve(load_adapter("zlab_dflash2", [o]), raw).dflash2.selector.unary.order == "cap_then_scale"
     tiny = load_adapter("zlab_dflash2", ["synth.tiny.dflash_config.selector_top_k=3"]).spec.synth.tiny
     assert tiny["dflash_config.selector_top_k"] == 3
 

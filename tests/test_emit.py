@@ -37,7 +37,7 @@ TRTLLM = EngineNames()
 
 
 class FakeAdapter:
-    """The part of ``engine.Adapter`` emission and the binding use; configs are already flat."""
+    """The part of ``adapter.Adapter`` emission and the binding use; configs are already flat."""
 
     def __init__(self, config: dict, name: str = "test"):
         self.name, self.architectures = name, [ARCH]
@@ -86,6 +86,22 @@ def test_contradicting_max_draft_len_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("kind", ["hidden_norm", "k_norm"])
+def test_emit_refuses_a_gemma_norm_trtllm_applies_plainly(tmp_path, kind):
+    """compile/trtllm_limits.norm_problem: TensorRT-LLM runs these two kinds plainly, so emit refuses
+    one stored Gemma-style (``w``) in one line naming it; ``init`` folds the same kinds."""
+    from draftsmith.framework.compile.trtllm_limits import PLAIN_NORMS, norm_problem
+
+    assert norm_problem(R.from_config(make_config())) is None  # gemma elsewhere, these two plain
+    bad = make_config()
+    bad["draftsmith"]["norms"][kind] = "gemma"
+    line = norm_problem(R.from_config(bad))
+    assert line.startswith(f"{kind} stored Gemma-style") and "mode: fold" in line
+    with pytest.raises(UserError, match=f"^adapter test: {kind} stored Gemma-style; TensorRT-LLM applies them"):
+        write_package(FakeAdapter(bad), adapter_file(tmp_path), tmp_path / "out", TRTLLM)
+    assert not (tmp_path / "out").exists()
+    assert set(PLAIN_NORMS) == {"hidden_norm", "k_norm"}
+
 
 # ---- the emitted text -------------------------------------------------------------------------------
 
@@ -132,7 +148,7 @@ def test_decoding_type_follows_the_heads(tmp_path):
 def test_unknown_device_class_is_left_to_trtllm_and_worker_mask_limits(tmp_path):
     """sm120 (no table in the spec) raises no draftsmith error; TensorRT-LLM's own forward runs."""
     from draftsmith.framework.emit.binding import BoundDrafter
-    from draftsmith.framework.emit.render import worker_mask_problems
+    from draftsmith.framework.compile.trtllm_limits import worker_mask_problems
 
     r = R.from_config(make_config())
     bound = BoundDrafter(r.adapter, r)

@@ -99,9 +99,10 @@ def test_with_config_the_checkpoints_values_and_no_example_line(tmp_path):
     raw["text_config"]["dspark_noise_token_id"] = mask
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.converted_config import compile_config
 
-    flat, _ = load_adapter("minimax_dspark").compile_config(raw)  # the config.json `convert` writes
+    flat, _ = compile_config(load_adapter("minimax_dspark"), raw)  # the config.json `convert` writes
     (folder / "config.json").write_text(json.dumps(flat))
     res = emit("minimax_dspark", out=tmp_path / "out", config=folder)
     assert not [line for line in res.summary().splitlines() if EXAMPLE_LINE in line]
@@ -122,10 +123,11 @@ def test_snippet_backend_is_one_trtllm_builds_the_drafter_with(tmp_path, llm_arg
     drafter's every layer) even where trtllm-gen runs. VANILLA builds in both."""
     import types
 
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.converted_config import compile_config
     from draftsmith.framework.convert.synth import source_config
 
-    flat, _ = load_adapter("minimax_dspark").compile_config(source_config(load_adapter("minimax_dspark"), "tiny"))
+    flat, _ = compile_config(load_adapter("minimax_dspark"), source_config(load_adapter("minimax_dspark"), "tiny"))
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(flat))  # the config.json `convert` writes

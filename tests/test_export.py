@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.convert.execute import execute
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.convert.execute import convert
+from draftsmith.framework.compile.adapter import load_adapter, route
+from draftsmith.framework.compile.converted_config import compile_config, flatten
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.export import _norm_kind, export, resolve_target, source_config_from_flat
 from draftsmith.framework.convert.synth import synthesize
@@ -31,7 +32,7 @@ def roundtrip(tmp_path, ck, to, adapter_dir=None, verifier="example-org/verifier
     x = export(ck.adapter, ck.source, tmp_path / "exported", to, adapter_dir=adapter_dir, verifier=verifier)
     raw = json.loads((x / "config.json").read_text())
     back_adapter = route(raw, adapter_dir)
-    back_cfg, back = read(execute(back_adapter.plan(x), tmp_path / "back", progress=False))
+    back_cfg, back = read(convert(back_adapter, x, tmp_path / "back", progress=False))
     return ref_cfg, ref, raw, back_adapter, back_cfg, back
 
 
@@ -203,7 +204,7 @@ def test_config_inverse_uses_first_alias():
     mm = load_adapter("minimax_dspark")
     from draftsmith.framework.convert.synth import source_config
 
-    flat, record = mm.compile_config(source_config(mm, "tiny"))
+    flat, record = compile_config(mm, source_config(mm, "tiny"))
     raw = source_config_from_flat(mm, flat, record)
     tc = raw["text_config"]
     assert tc["dspark_block_size"] == 7 and tc["dspark_noise_token_id"] == 250
@@ -234,7 +235,7 @@ def test_int_rope_theta_exports(tmp_path, to):
     raw = json.loads((tmp_path / "s" / "config.json").read_text())
     assert type(raw["transformer_layer_config"]["rope_parameters"]["rope_theta"]) is int
     x = export(src, tmp_path / "s", tmp_path / "x", to, adapter_dir=d, verifier="org/v")
-    back = route(json.loads((x / "config.json").read_text()), d).flatten_config(json.loads((x / "config.json").read_text()))
+    back = flatten(route(json.loads((x / "config.json").read_text()), d), json.loads((x / "config.json").read_text()))
     assert back["rope_theta"] == 1e6
 
 

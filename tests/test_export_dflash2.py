@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.runtime.draft import run_draft

@@ -23,7 +23,7 @@ import pytest
 from safetensors import safe_open
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.convert import checkpoint as ck
 from draftsmith.framework.convert.synth import synthesize

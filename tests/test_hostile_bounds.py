@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.plan import MAX_PROBLEM_LINES, Plan, Problem
 from draftsmith.framework.convert.checkpoint import SourceTensor
 from draftsmith.framework.convert.synth import synthesize

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 

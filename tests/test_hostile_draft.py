@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 
@@ -31,7 +31,7 @@ def made(tmp_path_factory):
         root = tmp_path_factory.mktemp(name)
         a = load_adapter(name)
         synthesize(a, "tiny", root / "src", seed=4)
-        execute(a.plan(root / "src"), root / "conv", progress=False)
+        convert(a, root / "src", root / "conv", progress=False)
         out[name] = (root / "conv", root / "src" / "target")
     return out
 

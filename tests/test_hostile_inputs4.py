@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.eval.prompts import read_prompts
 from helpers import one_error

@@ -26,7 +26,7 @@ from typing import Optional
 import pytest
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.io.publish import OWNER
 from draftsmith.framework.io.scratch import RUN_SCRATCH, clean_stale_scratch

@@ -172,12 +172,13 @@ def test_default_dtype_that_changes_nothing_is_refused(tmp_path):
 
 
 def test_bad_layer_index_blames_the_override(tmp_path):
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.convert.plan import plan
     from draftsmith.framework.convert.synth import synthesize
 
     src = tmp_path / "s"
     synthesize(load_adapter("minimax_dspark"), "tiny", src, seed=1)
-    n = len(load_adapter("minimax_dspark").plan(src).resolved.layers)
+    n = len(plan(load_adapter("minimax_dspark"), src).resolved.layers)
     for i, ok in ((n - 1, True), (n, False)):
         e = io.StringIO()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(e):

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.convert.plan import plan
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.io.ownership import OWNER, read_owner
 from draftsmith.framework.io.publish import clean_stale_temps
@@ -238,7 +239,7 @@ import draftsmith.framework.cli.main as m
 import draftsmith.framework.convert.execute
 from draftsmith.framework.io import publish as P
 from draftsmith.framework.io.ownership import read_owner
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 
 m.command("convert")  # imported once, before the forks: each run then costs its own work only
 load_adapter("minimax_dspark")
@@ -285,7 +286,7 @@ def test_interrupted_replace_leaves_nothing_beside_out(tmp_path):
     planted = plant_beside(w, "o", rng)
     before = {p: snapshot(p) for p in planted}
     foreign = sorted(p.name for p in planted)
-    k = len(a.plan(src).outputs) + 2  # tensors, config, then publish's first step point
+    k = len(plan(a, src).outputs) + 2  # tensors, config, then publish's first step point
     conv = lambda s: ["convert", "adapter=minimax_dspark", f"source={s}", f"out={out}", "overwrite=true"]  # noqa: E731
     # the step points of a replace: k (before the rename), k + 1 (after the exchange, or after
     # the old output was moved aside), k + 2 (fallback: after the new one was renamed in)

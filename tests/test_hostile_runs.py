@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.io.publish import OWNER, atomic_dir, clean_stale_temps, remove_temp
 from owned_folders import plant_owned

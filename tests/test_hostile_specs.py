@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from draftsmith.framework.spec import schema as S
 from draftsmith.transforms.regex import MAX_REGEX_LEN, compile_regex
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.cli.compose import CLI_KEYS
 from reliability_log import record
 

@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.convert.execute import execute
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.convert.plan import plan as conversion_plan
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.starter.infer import infer
 from draftsmith.framework.convert.synth import synthesize
 from helpers import read_checkpoint
@@ -44,7 +45,7 @@ def apply_todo_edits(text: str) -> tuple[str, list[str]]:
 
 
 def converted(adapter, src, out):
-    plan = adapter.plan(src)
+    plan = conversion_plan(adapter, src)
     assert plan.complete, plan.report()
     return plan.config, load_file(execute(plan, out, progress=False) / "model.safetensors")
 

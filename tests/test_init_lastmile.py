@@ -14,7 +14,7 @@ import yaml
 
 from draftsmith.framework.starter import infer as init
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.family import get_family
 from helpers import one_error
 

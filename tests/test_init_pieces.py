@@ -14,10 +14,11 @@ from draftsmith.framework.starter import attention as init_attention, config as 
 from draftsmith.framework.starter import read as init_read, weights as init_weights
 from draftsmith.framework.starter.infer import infer
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.family import GQADFlash, get_family
-from draftsmith.framework.compile.flatten import merge_sections
+from draftsmith.framework.compile.resolve import merge_sections
 from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.spec.schema import AdapterSpec
 from draftsmith.transforms.base import TensorMeta
 from helpers import read_checkpoint
@@ -105,7 +106,7 @@ def test_fused_biases_when_the_family_has_part_biases():
 
 
 def test_norm_regexes_cover_each_kind_once():
-    """fold: the norms the engine runs plainly (emit/render.check_engine_norms); keep: the others;
+    """fold: the norms the engine runs plainly (compile/trtllm_limits.PLAIN_NORMS); keep: the others;
     each of the family's norm names matches exactly one; the shipped MiniMax spec agrees."""
     import re
 
@@ -241,7 +242,7 @@ def test_init_recognises_fused_layers_under_other_names(layer, lead, tmp_path, c
     (tmp_path / "renamed.yaml").write_text(res.yaml.replace('model: "', 'model: "x').replace(
         'description: "', 'description: "x'))
     assert main(["inspect", f"adapter={tmp_path / 'renamed.yaml'}", f"source={src}"]) == 0, capsys.readouterr().out
-    plan = load_adapter(str(tmp_path / "renamed.yaml")).plan(src)
+    plan = conversion_plan(load_adapter(str(tmp_path / "renamed.yaml")), src)
     got = load_file(execute(plan, tmp_path / "out", progress=False) / "model.safetensors")
     _, ref = read_checkpoint(ck.converted)
     assert sorted(got) == sorted(ref)

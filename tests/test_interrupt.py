@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.convert.synth import synthesize
 from reliability_log import record
 
@@ -77,7 +78,7 @@ def run(args, kill_at=None, delay=None, delay_frac=None, timed=False):
 steps = json.loads(sys.stdin.read())
 # warm-up without tensor work (fork-safe): imports and the spec compile every run repeats
 first = dict(a.split("=", 1) for a in next(s for s in steps if s["op"] == "run")["args"][1:])
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 import draftsmith.framework.convert.plan, draftsmith.framework.convert.synth, safetensors.torch, tqdm
 load_adapter(first["adapter"], adapter_dir=first.get("adapter_dir"))
 out = []
@@ -129,7 +130,7 @@ def test_kill_points(sources):
     out = dest / "out"
     ref, old = base / "ref", base / "old"
     # the kill-point count K: the run with kill_at=K dies, kill_at=K+1 finishes
-    k_fresh = len(load_adapter("minimax_dspark").plan(src).outputs) + 1 + 1  # tensors, config, publish
+    k_fresh = len(conversion_plan(load_adapter("minimax_dspark"), src).outputs) + 1 + 1  # tensors, config, publish
     fresh = sorted(rng.sample(range(1, k_fresh), 11)) + [k_fresh]
     replace = sorted(set(rng.sample(range(1, k_fresh + 1), 4)) | {k_fresh, k_fresh + 1})
     # reference conversions (the new output, and an older, different one to replace)

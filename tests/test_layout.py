@@ -1,6 +1,7 @@
-"""The package's shape: pyproject's package list matches the folders, no import cycle, no
-in-function imports of the package's own modules, and a plain checkout imports without an
-install (``PYTHONPATH=<checkout>``, as the GPU machine and the benches run it)."""
+"""The package's shape: pyproject's package list matches the folders, no import cycle, stages
+that import downward only, no in-function imports of the package's own modules, and a plain
+checkout imports without an install (``PYTHONPATH=<checkout>``, as the GPU machine and the
+benches run it)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,107 @@ def test_no_import_cycle():
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+#: The layers, lowest first; a module may import its own layer and those below, never a later
+#: one. The product's stages run spec < compile < convert < runtime < emit < eval < cli < docs;
+#: ``starter`` (the starter-spec inferrer ``init`` runs) reads specs, compile's families and
+#: checkpoints, and sits just below the command line.
+#: Beneath them the shared layers, ranked by what imports them today: the package root (its
+#: version), the registry, ``errors``, ``io`` (files and processes: it knows no stage) and
+#: ``layer_ranges`` are used by every stage and import only each other; ``transforms`` (weight
+#: ops), ``lowering`` (attention kernels) and ``adapters`` (the YAML folder) import only the
+#: registry, and ``spec`` is the first stage to import them. ``__main__`` (the entry point) sits
+#: on top. Keys are module-name prefixes below ``draftsmith.``; the longest matching one wins.
+LAYERS = (
+    ("shared", ("", "registry", "framework", "framework.errors", "framework.io", "framework.layer_ranges")),
+    ("ops", ("transforms", "lowering", "adapters")),
+    ("spec", ("framework.spec",)),
+    ("compile", ("framework.compile",)),
+    ("convert", ("framework.convert",)),
+    ("runtime", ("framework.runtime",)),
+    ("emit", ("framework.emit",)),
+    ("eval", ("framework.eval",)),
+    ("starter", ("framework.starter",)),
+    ("cli", ("framework.cli",)),
+    ("docs", ("framework.docs",)),
+    ("entry", ("__main__",)),
+)
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """``(rank, layer name)`` of ``module`` (a ``draftsmith.`` name) by its longest :data:`LAYERS` prefix."""
+    rel = module.removeprefix("draftsmith").removeprefix(".")
+    best = None
+    for rank, (layer, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if rel == prefix or rel.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), rank, layer)
+    if best is None:
+        raise AssertionError(f"{module}: in no layer of LAYERS (tests/test_layout.py): give it a rank")
+    return best[1], best[2]
+
+
+#: Upward imports still to be removed, ``(module, imported)``; each entry must still occur (a stale
+#: one fails). None: the command line names ``docs`` in its table as a string, never imports it.
+KNOWN_UPWARD: set = set()
+
+
+def upward_imports(edges, known=frozenset()) -> list[str]:
+    """One line per import of a later layer among ``edges`` (``(module, file, line, imported)``),
+    those in ``known`` (``(module, imported)``) left out:
+    ``file:line: module imports imported: from-layer -> to-layer``."""
+    out = []
+    for module, path, line, target in edges:
+        (src, src_name), (dst, dst_name) = layer_of(module), layer_of(target)
+        if dst > src and (module, target) not in known:
+            out.append(f"{path}:{line}: {module} imports {target}: {src_name} -> {dst_name} (a later stage)")
+    return out
+
+
+def test_every_module_has_a_layer():
+    for m in modules():
+        layer_of(m)
+
+
+def own_imports() -> list[tuple[str, Path, int, str]]:
+    """``(module, file, line, imported)`` of every import of the package's own modules, at module
+    level or inside functions."""
+    return [(m, p.relative_to(ROOT), line, t) for m, p in sorted(modules().items())
+            for top_level in (True, False) for t, line in imports(m, p, top_level)]
+
+
+def test_stages_import_downward_only():
+    found = upward_imports(own_imports(), KNOWN_UPWARD)
+    assert not found, "imports of a later stage (stages import downward only):\n" + "\n".join(found)
+
+
+def test_known_upward_imports_still_exist():
+    present = {(m, t) for m, _, _, t in own_imports()}
+    assert KNOWN_UPWARD <= present, f"no longer imported, remove from KNOWN_UPWARD: {KNOWN_UPWARD - present}"
+
+
+def test_upward_import_check_names_the_import():
+    edges = [("draftsmith.framework.compile.adapter", "framework/compile/adapter.py", 24,
+              "draftsmith.framework.convert.plan"),
+             ("draftsmith.framework.convert.plan", "framework/convert/plan.py", 9,
+              "draftsmith.framework.compile.resolved"),
+             ("draftsmith.framework.io.publish", "framework/io/publish.py", 3, "draftsmith.framework.spec.loading"),
+             ("draftsmith.framework.cli.main", "framework/cli/main.py", 5, "draftsmith.framework.docs")]
+    assert upward_imports(edges) == [
+        "framework/compile/adapter.py:24: draftsmith.framework.compile.adapter imports "
+        "draftsmith.framework.convert.plan: compile -> convert (a later stage)",
+        "framework/io/publish.py:3: draftsmith.framework.io.publish imports draftsmith.framework.spec.loading: "
+        "shared -> spec (a later stage)",
+        "framework/cli/main.py:5: draftsmith.framework.cli.main imports draftsmith.framework.docs: "
+        "cli -> docs (a later stage)",
+    ]
+    known = {("draftsmith.framework.cli.main", "draftsmith.framework.docs")}
+    assert len(upward_imports(edges, known)) == 2  # the known one left out, no other
+    assert layer_of("draftsmith") == (0, "shared") and layer_of("draftsmith.__main__")[1] == "entry"
+    assert layer_of("draftsmith.framework.errors") == (0, "shared")
+    assert layer_of("draftsmith.framework.eval.command")[1] == "eval"
 
 
 def test_no_function_level_imports_of_own_modules():

@@ -291,7 +291,7 @@ def test_sample_from_anchor_does_not_reach_dflash2():
 
 @pytest.fixture(scope="module")
 def zlab_config():
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import source_config
     return source_config(load_adapter(ZLAB), "full")
 

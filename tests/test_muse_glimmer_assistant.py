@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 pytest.importorskip("transformers.models.muse_glimmer_assistant", reason="the writer is transformers' own (5.19)")
 
 from draftsmith.framework.cli.main import main  # noqa: E402
-from draftsmith.framework.compile.engine import route  # noqa: E402
+from draftsmith.framework.compile.adapter import route  # noqa: E402
 from draftsmith.framework.compile.resolved import ResolvedDrafter  # noqa: E402
 from draftsmith.framework.runtime.draft import run_draft  # noqa: E402
 from helpers import read_checkpoint  # noqa: E402
@@ -158,7 +158,7 @@ def test_export_loads_and_drafts_in_the_writer(tmp_path):
     """``convert to=meta_muse_glimmer`` of a z-lab drafter: transformers' own ``from_pretrained``
     loads it with no missing, unexpected or mis-shaped tensor and drafts like draftsmith."""
     from transformers import MuseGlimmerAssistantModel
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import synthesize
     synthesize(load_adapter("zlab_dflash"), "tiny", tmp_path / "s", seed=6)
     assert main(["convert", f"source={tmp_path / 's'}", f"out={tmp_path / 'c'}"]) == 0

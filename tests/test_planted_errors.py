@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.compile.resolved import ResolvedDrafter as R
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.runtime import get_host
 from draftsmith.framework.runtime.loading import build_drafter
@@ -59,7 +59,7 @@ def converted(tmp_path_factory):
     d = tmp_path_factory.mktemp("planted")
     a = load_adapter("minimax_dspark")
     synthesize(a, "tiny", d / "S", seed=11)
-    execute(a.plan(d / "S"), d / "T", progress=False)
+    convert(a, d / "S", d / "T", progress=False)
     cfg, w = read_checkpoint(d / "T")
     tgt = load_file(d / "S" / "target" / "model.safetensors")
     r = R.from_config(cfg)

@@ -21,9 +21,10 @@ from safetensors.torch import load_file
 
 from draftsmith.adapters import ADAPTER_DIR
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.runtime.draft import run_draft
-from draftsmith.framework.compile.engine import load_adapter, route
+from draftsmith.framework.compile.adapter import load_adapter, route
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.convert.synth import layouts, synthesize
@@ -77,7 +78,7 @@ def test_rope_base_in_every_writer_layout(name, layout, tmp_path):
         assert raw["architectures"][0].endswith("DraftModel") and "model_type" not in raw
         assert route(raw).name == name  # routes without adapter=
     rewrite_config(tmp_path / "S", set_theta)
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    convert(adapter, tmp_path / "S", tmp_path / "T", progress=False)
     cfg, w = read_checkpoint(tmp_path / "T")
     assert cfg["rope_theta"] == THETA
     resolved = ResolvedDrafter.from_config(cfg)  # the compiled record names where the base came from
@@ -111,7 +112,7 @@ def flat(adapter_name: str, edit) -> dict:
     a = load_adapter(adapter_name)
     raw = copy.deepcopy(source_config(a, "tiny"))
     edit(raw)
-    return a.flatten_config(raw)
+    return flatten(a, raw)
 
 
 @pytest.mark.parametrize("scaling", [  # yarn, llama3, linear: implemented (tests/test_rope_scaling.py)

@@ -29,9 +29,10 @@ import torch
 from safetensors.torch import load_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.compile.resolved import ResolvedDrafter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import source_config, synthesize
 from draftsmith.framework.errors import UserError
 from draftsmith.framework.runtime.draft import run_draft
@@ -126,7 +127,7 @@ def flat(rope: dict, layout: str, theta=500000.0, edit=None):
     write_rope(raw, rope, layout, theta)
     if edit:
         edit(raw)
-    return a.flatten_config(raw)
+    return flatten(a, raw)
 
 
 def write_rope(raw: dict, rope: dict, layout: str, theta: float) -> None:
@@ -268,7 +269,7 @@ def test_scaled_drafter_drafts_like_the_oracle(case, layout, tmp_path):
     rope = dict(CASES[case], original_max_position_embeddings=16) if case.startswith("yarn") else CASES[case]
     write_rope(raw, rope, layout, 10000.0)
     p.write_text(json.dumps(raw))
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    convert(adapter, tmp_path / "S", tmp_path / "T", progress=False)
     cfg, w = read_checkpoint(tmp_path / "T")
     dump = tmp_path / "step.safetensors"
     run_draft(tmp_path / "T", tmp_path / "S" / "target", context=37, seed=3, dtype="float32", dump=dump, repeats=1)
@@ -302,7 +303,7 @@ def test_emit_refuses_a_scaled_drafter(tmp_path, capsys):
     raw = json.loads(p.read_text())
     write_rope(raw, CASES["llama3"], "transformers5", 1e6)
     p.write_text(json.dumps(raw))
-    execute(adapter.plan(tmp_path / "S"), tmp_path / "T", progress=False)
+    convert(adapter, tmp_path / "S", tmp_path / "T", progress=False)
     capsys.readouterr()
     assert main(["emit", "adapter=zlab_dflash", "target=trtllm", f"out={tmp_path / 'pkg'}",
                  f"config={tmp_path / 'T'}"]) == 2

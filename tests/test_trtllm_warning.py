@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from draftsmith.framework.cli.main import main
-from draftsmith.framework.compile.engine import load_adapter
-from draftsmith.framework.convert.execute import execute
+from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.convert.execute import convert
 from draftsmith.framework.convert.synth import synthesize
 from draftsmith.framework.runtime.draft import run_draft
 from helpers import read_checkpoint
@@ -74,7 +74,7 @@ def test_value_scaled_drafter_host_matches_oracle(tmp_path):
     oracle without it (what TensorRT-LLM's attention computes) is far off."""
     src = _source(tmp_path, _value_scale)
     a = load_adapter("zlab_dflash")
-    execute(a.plan(src), tmp_path / "T", progress=False)
+    convert(a, src, tmp_path / "T", progress=False)
     cfg, w = read_checkpoint(tmp_path / "T")
     dump = tmp_path / "step.safetensors"
     run_draft(tmp_path / "T", src / "target", context=19, seed=3, dtype="float32", dump=dump, repeats=1)
@@ -92,7 +92,7 @@ def test_value_scaled_drafter_host_matches_oracle(tmp_path):
 
 def test_emit_refuses_a_value_scale(tmp_path, capsys):
     src = _source(tmp_path, _value_scale)
-    execute(load_adapter("zlab_dflash").plan(src), tmp_path / "T", progress=False)
+    convert(load_adapter("zlab_dflash"), src, tmp_path / "T", progress=False)
     capsys.readouterr()
     assert main(["emit", "adapter=zlab_dflash", "target=trtllm", f"out={tmp_path / 'pkg'}",
                  f"config={tmp_path / 'T'}"]) == 2

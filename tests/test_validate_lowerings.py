@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from draftsmith.framework.compile.converted_config import flatten
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.convert.synth import source_config
 from draftsmith.framework.errors import UserError
@@ -18,7 +19,7 @@ def flat(head_dim=128, **kw):
     raw["text_config"]["rotary_dim"] = 32
     raw["text_config"]["layer_types"] = ["sliding_attention", "full_attention", "sliding_attention",
                                          "sliding_attention", "full_attention"]
-    return minimax().flatten_config(raw)
+    return flatten(minimax(), raw)
 
 
 def resolved(head_dim=128, layer=None, device=None, lowering=None) -> ResolvedDrafter:
@@ -44,7 +45,7 @@ def test_windowed_head_dims_without_context_kernel_accepted(head_dim):
 
 
 def test_adapter_synth_config():
-    r = ResolvedDrafter.from_config(minimax().flatten_config(source_config(minimax(), "full")))
+    r = ResolvedDrafter.from_config(flatten(minimax(), source_config(minimax(), "full")))
     assert r.lowering_table("sm90").lowerings == ("triton_window_block",) * 5
 
 

@@ -217,9 +217,6 @@ class Transform:
         """Values from the image of ``forward``; None means any value of the dtype will do."""
         return None
 
-    def describe(self) -> str:
-        return f"{self.name}({self.params.model_dump_json(exclude_defaults=True)})"
-
 
 TRANSFORMS: Registry[type[Transform]] = Registry("transform", builtins=__package__)
 

@@ -41,12 +41,6 @@ class MXFP8Params(Params):
     """Which scale dtype synthetic checkpoints write."""
 
 
-def scale_exponents(scale: torch.Tensor) -> torch.Tensor:
-    """Scale bytes as int32 ``e`` (``2**(e-127)``), from uint8 or float8_e8m0fnu storage."""
-    import torch
-    return scale.view(torch.uint8).to(torch.int32)
-
-
 def dequantize(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, pool=None) -> torch.Tensor:
     """MXFP8 -> ``dtype``. ``weight`` ``[..., K]`` float8_e4m3fn, ``scale`` ``[..., ceil(K/32)]``.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..compile.engine import compile_spec, route
+from ..compile.adapter import compile_spec, route
 from ..convert.checkpoint import drafter_subfolder_hint, read_config
 from ..convert.locate import locate, no_subfolder_hint
 from ..errors import UserError

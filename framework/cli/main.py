@@ -23,18 +23,19 @@ from ..shown import shown
 from .compose import compose
 from .keys import COMMANDS as KEY_TABLE, command_help, usage
 
-#: Command -> its ``run(opts, spec, path) -> exit code`` as ``"module:function"`` of
-#: :mod:`.commands`, imported when the command runs (:func:`draftsmith.registry.load`).
+#: Command -> its ``run(opts, spec, path) -> exit code`` as ``"module:function"`` under
+#: ``draftsmith.framework``, imported when the command runs (:func:`draftsmith.registry.load`):
+#: the command line's own in :mod:`.commands`, ``docs`` in the docs stage (above the command line).
 COMMANDS: dict[str, str] = {
-    "synth": "synth:run", "inspect": "inspect:run", "convert": "convert:run", "draft": "draft:run",
-    "eval": "eval:run", "emit": "emit:run", "docs": "docs:run", "init": "init:run", "schema": "schema:run",
-    "adapters": "adapters:run",
+    **{name: f"cli.commands.{name}:run" for name in
+       ("synth", "inspect", "convert", "draft", "eval", "emit", "init", "schema", "adapters")},
+    "docs": "docs.command:run",
 }
 
 
 def command(name: str):
     """The function that runs command ``name`` (imports its module and the stages it uses)."""
-    return load(f"{__package__}.commands", COMMANDS[name])
+    return load(__package__.rpartition(".")[0], COMMANDS[name])
 
 
 def set_threads(threads) -> None:

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from .dotted import get_dotted, spelled_key
 from .resolved import CONFIG_PREFIX, VALUE_MARK, ResolvedDrafter
+
+if TYPE_CHECKING:
+    from .adapter import Adapter
 
 ROUTING_KEYS = ("architectures", "model_type", "speculators_model_type")
 VALUE_SCALE = "dflash_config.attention_value_scale"
@@ -81,7 +84,7 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) in (int, float) and type(b) in (int, float) and a == b or type(a) is type(b) and a == b
 
 
-def account(adapter, raw: dict[str, Any], merged: dict[str, Any], out: dict[str, Any],
+def account(adapter: Adapter, raw: dict[str, Any], merged: dict[str, Any], out: dict[str, Any],
             resolved: ResolvedDrafter, where: str) -> ResolvedDrafter:
     """Check every key of ``merged`` (the raw config, sections merged) is accounted for, the
     ``fixed`` values, the V scale and ``shift_label``; return ``resolved`` with ``value_scale``,

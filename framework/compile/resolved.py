@@ -94,8 +94,6 @@ class Mlp(_Frozen):
     limit: Optional[float] = Field(None, description="``swiglu_limit``, the clamp (swiglu_oai only)")
 
 
-#: the largest size any dimension may have (a tensor shape is int64; sizes multiply)
-MAX_DIM = 2**31 - 1
 #: bounds checked before anything is allocated (real drafters: heads <= 128, head_dim <= 512,
 #: vocab <= 262 144, hidden <= 16 384, block_size <= 16); the memory estimate refuses the rest
 MAX_HEADS = 4096

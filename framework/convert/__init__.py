@@ -1,2 +1,3 @@
-"""Stage 3, convert: the plan (headers only), the hardened checkpoint reader, execution,
-the sharded writer, synthetic checkpoints and export to other engines' formats."""
+"""Stage 3, convert: the plan (:func:`~.plan.plan`, headers only), the hardened checkpoint
+reader, execution (:func:`~.execute.convert`: plan and execute), the sharded writer, synthetic
+checkpoints and export to other engines' formats."""

@@ -24,11 +24,13 @@ from ..io.host_memory import gib
 from ..io.publish import atomic_dir, publish, remove_temp, step_point
 from .batch import convert_window, finite, windows
 from .checkpoint import TensorReader
-from .plan import Group, Plan
+from .plan import Group, Plan, plan as conversion_plan
 from .writer import ShardWriter, WriteQueue, shard_layout, shard_names
 
 if TYPE_CHECKING:
     import torch
+
+    from ..compile.adapter import Adapter
 
 
 def run_group(plan: Plan, group: Group, source_tensors: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:
@@ -183,3 +185,9 @@ def _write(plan: Plan, tmp: Path, progress: bool, pool=None) -> None:
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
     step_point()
+
+
+def convert(adapter: Adapter, source: Path, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
+    """Convert checkpoint folder ``source`` with ``adapter`` into ``out`` (atomically): its
+    :func:`~.plan.plan`, executed (:func:`execute`). Returns ``out``."""
+    return execute(conversion_plan(adapter, source), out, overwrite=overwrite, progress=progress)

@@ -80,7 +80,8 @@ from ...lowering.base import MaskSpec
 from ...transforms.base import Context
 from ...transforms.names import NameTemplate
 from ...transforms.norm_fold import fold_gemma, unfold_gemma
-from ..compile.engine import load_adapter
+from ..compile.adapter import Adapter, load_adapter
+from ..compile.converted_config import compile_config
 from ..compile.family import get_family
 from ..compile.keys import VALUE_SCALE
 from ..compile.resolved import ResolvedDrafter
@@ -90,6 +91,7 @@ from ..io.scratch import make_scratch
 from ..spec.loading import adapter_files
 from .checkpoint import read_config, read_headers
 from .execute import execute
+from .plan import plan as conversion_plan
 from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
 from ..compile.dotted import get_dotted, pop_dotted, set_dotted
@@ -97,8 +99,6 @@ from ..compile.dotted import get_dotted, pop_dotted, set_dotted
 #: keys export rewrites (identity, or the attention table, compared per layer instead)
 _REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding_window_non_causal",
               "use_sliding_window")
-#: flattened-config keys that never go back into a source config
-_NOT_CARRIED = ("draftsmith",)
 _O_PROJ = NameTemplate("layers.{i}.self_attn.o_proj.weight")
 
 
@@ -106,7 +106,7 @@ def _all_adapters(adapter_dir=None) -> list:
     return [load_adapter(n, adapter_dir=adapter_dir) for n in sorted(adapter_files(adapter_dir))]
 
 
-def _fits(a) -> str:
+def _fits(a: Adapter) -> str:
     """What adapter ``a`` takes under its alias: ``NAME: FAMILY[ with[out] heads]``."""
     h = a.spec.export.with_heads
     return f"{a.name}: {a.family.name}" + ("" if h is None else " with heads" if h else " without heads")
@@ -185,7 +185,7 @@ _FEATURES = {
 }
 
 
-def refuse_unsupported(target, r: ResolvedDrafter) -> None:
+def refuse_unsupported(target: Adapter, r: ResolvedDrafter) -> None:
     """One line naming the first drafter feature ``target``'s format cannot run (first: a drafter of
     another family, e.g. DFlash 2's convolutions and selector in a DFlash format)."""
     if r.family != target.family.name:
@@ -236,7 +236,7 @@ def _get_path(d: Any, key: str) -> Any:
     return d
 
 
-def derived_values(target, flat: dict, r: ResolvedDrafter, source_raw: dict | None,
+def derived_values(target: Adapter, flat: dict, r: ResolvedDrafter, source_raw: dict | None,
                    verifier: str | None) -> dict[str, Any]:
     """The target's ``export.derived`` keys -> values from the drafter (flattened config ``flat``,
     its record ``r``) / the user / the source."""
@@ -261,7 +261,7 @@ def derived_values(target, flat: dict, r: ResolvedDrafter, source_raw: dict | No
     return out
 
 
-def source_config_from_flat(target, flat: dict[str, Any], r: ResolvedDrafter, source_raw: dict | None = None,
+def source_config_from_flat(target: Adapter, flat: dict[str, Any], r: ResolvedDrafter, source_raw: dict | None = None,
                             verifier: str | None = None, markers: set[str] | frozenset = frozenset()) -> dict[str, Any]:
     """The raw ``config.json`` of ``target``'s source format for flattened config ``flat`` and
     its record ``r`` (``source_raw``: the source's own config.json, for the verifier;
@@ -350,13 +350,13 @@ def _compare(flat: dict, back: dict, drop: list[str], prefix: str = "") -> list[
     return out
 
 
-def check_config(target, flat: dict, ours: ResolvedDrafter, raw: dict, markers=frozenset()) -> dict:
+def check_config(target: Adapter, flat: dict, ours: ResolvedDrafter, raw: dict, markers=frozenset()) -> dict:
     """Flatten ``raw`` with ``target``; refuse when it does not read back as ``flat`` (record
     ``ours``; format ``markers`` and the target's derived keys excepted: they are the target
     format's own)."""
     if not target.matches(raw):
         raise UserError(f"to={target.name}: the written config would not route to {target.name}")
-    back, theirs = target.compile_config(raw, where=f"{target.name} config (export)")
+    back, theirs = compile_config(target, raw, where=f"{target.name} config (export)")
     skip = [*target.spec.config.drop, *markers, *target.spec.export.markers, *target.spec.export.derived]
     problems = _compare(family_view(target.family, flat), family_view(target.family, back), [*skip, VALUE_SCALE])
     a = [(m.causal, m.window) for m in ours.masks]
@@ -392,13 +392,13 @@ def restyle_norm(w: torch.Tensor, src: str, dst: str) -> torch.Tensor:
     return unfold_gemma(w, w.dtype)
 
 
-def export(adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None,
+def export(adapter: Adapter, source: Path, out: Path, to: str, overwrite: bool = False, adapter_dir=None,
            progress: bool = False, verifier: str | None = None) -> Path:
     """Convert ``source`` (``adapter``'s format) and write it in adapter ``to``'s source format
     (``progress``: a bar on stderr, shown only on a terminal; ``verifier``: the verifier's model
     id or path, for formats that record it)."""
     source, out = Path(source), Path(out)
-    plan = adapter.plan(source)
+    plan = conversion_plan(adapter, source)
     if not plan.complete:
         raise UserError(*(f"{source}: {l}" for l in plan.report().splitlines()))
     flat, r = plan.config, plan.resolved
@@ -440,7 +440,7 @@ def fold_value_scale(w: torch.Tensor, scale: float) -> torch.Tensor:
     return w if scale == 1.0 else (w.float() * scale).to(w.dtype)
 
 
-def _write(target, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path,
+def _write(target: Adapter, converted: Path, layout, apps, groups, src_styles, dst_styles, ctx, tmp: Path,
            value_scale: float = 1.0) -> None:
     where = {n: st.file for n, st in read_headers(converted).items()}  # the hardened reader's checks
     saver = ShardedSaver(tmp, target.spec.weights.max_shard_bytes)

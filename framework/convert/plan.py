@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 
 from ...transforms.base import Binding, Context, TensorMeta, Transform, TransformError
 
+from ..compile.converted_config import compile_config
 from .checkpoint import SourceTensor, read_config, read_headers
 from ..errors import UserError
 from ..io.gc_pause import paused_gc
 from ..layer_ranges import format_ranges
 
 if TYPE_CHECKING:
+    from ..compile.adapter import Adapter
     from ..compile.resolved import ResolvedDrafter
 
 
@@ -138,20 +140,21 @@ def format_report(problems: list[Problem]) -> str:
     return "\n".join(lines)
 
 
-def build_plan(adapter, source: Path, raw_config: dict | None = None, headers: dict | None = None) -> Plan:
-    """Plan the conversion of ``source`` (reads config.json and headers only)."""
-    raw = raw_config if raw_config is not None else read_config(source)
-    cfg, resolved = adapter.compile_config(raw, where=str(source / "config.json"))
+def plan(adapter: Adapter, source: Path) -> Plan:
+    """The conversion plan of checkpoint folder ``source`` (reads config.json and the
+    safetensors headers only)."""
+    source = Path(source)
+    cfg, resolved = compile_config(adapter, read_config(source), where=str(source / "config.json"))
     try:
         Context(cfg).dtype
     except ValueError as e:
         raise UserError(f"{source / 'config.json'}: torch_dtype: {e}") from None
     with paused_gc():  # hundreds of thousands of live objects for a big header
-        sources = headers if headers is not None else read_headers(source)
+        sources = read_headers(source)
         return plan_from_metas(adapter, cfg, sources, source, resolved)
 
 
-def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None,
+def plan_from_metas(adapter: Adapter, cfg: dict, sources: dict[str, SourceTensor], source: Path | None,
                     resolved: ResolvedDrafter | None = None) -> Plan:
     ctx = Context(cfg)
     problems: list[Problem] = []
@@ -262,7 +265,7 @@ def plan_from_metas(adapter, cfg: dict, sources: dict[str, SourceTensor], source
 
 
 
-def unmatched_rules(adapter, kind: str, used: set[int], names: list[str], only: int | None = None) -> list[Problem]:
+def unmatched_rules(adapter: Adapter, kind: str, used: set[int], names: list[str], only: int | None = None) -> list[Problem]:
     """A Problem for each non-optional ``weights.<kind>`` rule (or rule ``only``) not in ``used``,
     named by its spec location and with the closest of ``names`` (the tensors it was tried on)."""
     rules = adapter.spec.weights.rename if kind == "rename" else adapter.spec.weights.transforms
@@ -293,7 +296,7 @@ def _distinct_shapes(names: list[str], limit: int = 2000) -> list[str]:
     return list(seen.values())
 
 
-def _source_name(adapter, name: str) -> str:
+def _source_name(adapter: Adapter, name: str) -> str:
     """The source spelling of a renamed ``name`` (for messages), or ``name`` itself."""
     try:
         return adapter.renamer.inverse(name)

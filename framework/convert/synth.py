@@ -20,6 +20,8 @@ from ...transforms.base import Binding, Context, Transform
 
 from ..io.publish import atomic_dir, publish, remove_temp
 from ..errors import UserError
+from ..compile.adapter import Adapter
+from ..compile.converted_config import flatten
 from ..compile.dotted import pop_dotted, set_dotted
 from .writer import ShardedSaver
 
@@ -40,17 +42,17 @@ class SynthResult:
 BASE_LAYOUTS = ("transformers4", "transformers5")
 
 
-def layouts(adapter) -> list[str]:
+def layouts(adapter: Adapter) -> list[str]:
     """The ``layout=`` values ``synth`` accepts for ``adapter`` (``spec``: the template as is)."""
     return ["spec", *BASE_LAYOUTS, *(k for k in adapter.spec.synth.layouts if k not in BASE_LAYOUTS)]
 
 
-def _holders(raw: dict, adapter) -> list[dict]:
+def _holders(raw: dict, adapter: Adapter) -> list[dict]:
     """The top level and each ``config.sections`` section present (where backbone keys live)."""
     return [raw, *(raw[s] for s in adapter.spec.config.sections if isinstance(raw.get(s), dict))]
 
 
-def apply_layout(adapter, raw: dict, layout: str) -> None:
+def apply_layout(adapter: Adapter, raw: dict, layout: str) -> None:
     """Rewrite template ``raw`` (in place) the way writer ``layout`` saves it.
 
     transformers 4 (``PretrainedConfig.to_dict`` in 4.x): ``rope_theta`` and ``rope_scaling``
@@ -85,7 +87,7 @@ def apply_layout(adapter, raw: dict, layout: str) -> None:
             set_dotted(raw, key, copy.deepcopy(value))
 
 
-def source_config(adapter, scale: str, layout: str = "spec") -> dict:
+def source_config(adapter: Adapter, scale: str, layout: str = "spec") -> dict:
     """The raw ``config.json`` that ``synth`` writes at ``scale`` (``tiny`` or ``full``) in
     writer ``layout`` (:func:`apply_layout`)."""
     if scale not in ("tiny", "full"):
@@ -98,7 +100,7 @@ def source_config(adapter, scale: str, layout: str = "spec") -> dict:
     return raw
 
 
-def inverse_apps(adapter, layout: dict) -> list[tuple[Transform, Binding]]:
+def inverse_apps(adapter: Adapter, layout: dict) -> list[tuple[Transform, Binding]]:
     """Bindings of every transform application, found from target names backwards."""
     names = set(layout)
     apps: list[tuple[Transform, Binding]] = []
@@ -139,12 +141,12 @@ def _groups(layout: dict, apps: list[tuple[Transform, Binding]]) -> list[list[st
     return list(groups.values())
 
 
-def synthesize(adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = False,
+def synthesize(adapter: Adapter, scale: str, out: Path, seed: int = 0, overwrite: bool = False,
                keep_targets: bool = False, progress: bool = False, layout: str = "spec") -> SynthResult:
     import torch
 
     raw = source_config(adapter, scale, layout)
-    cfg = adapter.flatten_config(raw, where=f"{adapter.path}: synth.config")
+    cfg = flatten(adapter, raw, where=f"{adapter.path}: synth.config")
     ctx = Context(cfg)
     layout = adapter.family.target_layout(cfg)
     apps = inverse_apps(adapter, layout)
@@ -189,7 +191,7 @@ def run_inverse(apps: list[tuple[Transform, Binding]], tensors: dict[str, torch.
     return tensors
 
 
-def _draw(adapter, apps, name: str, layout: dict, gen, ctx) -> dict[str, torch.Tensor]:
+def _draw(adapter: Adapter, apps, name: str, layout: dict, gen, ctx) -> dict[str, torch.Tensor]:
     """Values for target ``name`` from the image of its conversion chain.
 
     The latest application producing ``name`` that can sample does; later
@@ -207,7 +209,7 @@ def _draw(adapter, apps, name: str, layout: dict, gen, ctx) -> dict[str, torch.T
     return {name: adapter.family.sample(name, layout[name], gen)}
 
 
-def _write_target(adapter, cfg: dict, where: Path, gen: torch.Generator) -> dict[str, torch.Tensor]:
+def _write_target(adapter: Adapter, cfg: dict, where: Path, gen: torch.Generator) -> dict[str, torch.Tensor]:
     """Write the borrowed tensors of a synthetic target (embed_tokens, lm_head) and its config;
     return the tensors by name."""
     import torch

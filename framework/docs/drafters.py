@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ...adapters import ADAPTER_DIR
-from ..compile.engine import load_adapter
+from ..compile.adapter import Adapter, load_adapter
+from ..compile.converted_config import compile_config
 from ..compile.resolved import ResolvedDrafter
 from ..compile.trtllm_limits import trtllm_problems
 from ..convert.synth import source_config
@@ -35,7 +36,7 @@ def default_docs_dir() -> Path:
 class Drafter:
     """One compiled adapter plus what the docs derive from it."""
 
-    adapter: Any  # engine.Adapter
+    adapter: Adapter
     config: dict  # flattened full-size config
     resolved: ResolvedDrafter  # its record
 
@@ -68,7 +69,7 @@ def _load(names: list[str], adapter_dir) -> list[Drafter]:
     out = []
     for name in names:
         a = load_adapter(name, adapter_dir=adapter_dir)
-        out.append(Drafter(a, *a.compile_config(source_config(a, "full"), where=f"{a.path}: synth.config")))
+        out.append(Drafter(a, *compile_config(a, source_config(a, "full"), where=f"{a.path}: synth.config")))
     return out
 
 
@@ -76,12 +77,12 @@ def _load(names: list[str], adapter_dir) -> list[Drafter]:
 # supported-drafters.md
 
 
-def norm_handling(adapter) -> dict[str, str]:
+def norm_handling(adapter: Adapter) -> dict[str, str]:
     """Norm kind -> ``fold``, ``keep`` or ``as is`` (see ``Adapter.norm_modes``)."""
     return adapter.norm_modes()
 
 
-def _norms_cell(adapter) -> str:
+def _norms_cell(adapter: Adapter) -> str:
     modes = norm_handling(adapter)
     label = {"fold": "fold `1 + w`", "keep": "keep `w` (Gemma)", "as is": "plain"}
     by: dict[str, list[str]] = {}

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from ...lowering.base import DEVICE_CLASSES, PagedKV, device_class, get_lowering
-from ..compile.flatten import render_engine_keys
+from ..compile.converted_config import render_engine_keys
 from ..compile.resolved import ResolvedDrafter
 from ..compile.trtllm_limits import rope_problem
 from ..errors import UserError
@@ -67,15 +67,9 @@ def config_dict(config: Any) -> dict:
     return dict(vars(config))
 
 
-def rope_scaling_problem(r: ResolvedDrafter) -> Optional[str]:
-    """Why TensorRT-LLM would serve ``r`` with the wrong positions, or None (the one rule:
-    :func:`~..compile.trtllm_limits.rope_problem`)."""
-    return rope_problem(r)
-
-
 def dflash2_keys_problem(r: ResolvedDrafter, config: Mapping[str, Any]) -> Optional[str]:
     """Why the keys TensorRT-LLM's DFlash 2 path reads from ``config`` (``dflash_config``'s four,
-    the top-level ``is_causal``) disagree with what :func:`~..compile.flatten.render_engine_keys`
+    the top-level ``is_causal``) disagree with what :func:`~..compile.converted_config.render_engine_keys`
     renders for ``r``, or None (the converted config was edited after ``draftsmith convert``)."""
     want = render_engine_keys(r, config.get("model_type"))
     dc = config.get("dflash_config") if isinstance(config.get("dflash_config"), Mapping) else {}
@@ -128,7 +122,7 @@ class PackagedDrafter:
         if r.adapter != self.adapter:
             raise ValueError(f"speculative_model was converted with adapter {r.adapter}; this package serves "
                              f"adapter {self.adapter} (emit {r.adapter})")
-        problem = rope_scaling_problem(r) or dflash2_keys_problem(r, config_dict(pretrained_config))
+        problem = rope_problem(r) or dflash2_keys_problem(r, config_dict(pretrained_config))
         if problem:
             raise ValueError(f"speculative_model: {problem}")
         return BoundDrafter(self.adapter, r)
@@ -144,7 +138,6 @@ class PackagedDrafter:
             raise ValueError(
                 f"speculative_model is an unconverted {self.architecture} checkpoint; run `draftsmith convert "
                 f"adapter={self.adapter} source=<that checkpoint> out=<dir>` and point speculative_model at <dir>")
-
 
 
 class BoundDrafter:
@@ -211,14 +204,6 @@ def device_class_of(module: torch.nn.Module) -> str:
     """The device class of ``module``'s parameters (``cpu``, ``sm90``, ``sm100``, ``sm120`` ...)."""
     p = next(module.parameters(), None)
     return device_class(p.device if p is not None else None)
-
-
-def dense_layer_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                      ctx_lens: torch.Tensor) -> PagedKV:
-    """One layer of TensorRT-LLM's VANILLA dense arena (``ctx_k_cache[:, layer]``
-    ``[slots, capacity, nkv, hd]``) as a :class:`PagedKV` with one page of ``capacity`` tokens a
-    slot; ``slots`` ``[N, 1]`` int32. Views, no copy."""
-    return PagedKV(k_cache, v_cache, slots, ctx_lens)
 
 
 def write_block(cache: PagedKV, k: torch.Tensor, v: torch.Tensor) -> None:

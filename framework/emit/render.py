@@ -31,15 +31,17 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from ..compile.engine import compile_spec
+from ..compile.adapter import Adapter, compile_spec
+from ..compile.converted_config import compile_config
 from ..compile.decoding import decoding_type
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
 from ..io.safe_read import MAX_CONFIG_BYTES, load_json
 from ..spec.loading import load_spec
-from ..compile.trtllm_limits import trtllm_notes, trtllm_problems
-from .binding import PACKAGE_DATA, PackagedDrafter, rope_scaling_problem
+from ..compile.trtllm_limits import (builtin_math_differences, norm_problem, trtllm_notes, trtllm_problems,
+                                     worker_mask_problems)
+from .binding import PACKAGE_DATA, PackagedDrafter
 from .fixed import PYTHON_FILES
 from . import names
 from .names import GENERATED, check_backbone, check_identifier, check_package_data
@@ -161,7 +163,7 @@ def _load_config(path: Optional[Path]) -> Optional[dict]:
     return load_json(path, MAX_CONFIG_BYTES, "drafter config.json")
 
 
-def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, ResolvedDrafter]:
+def _emission_config(adapter: Adapter, config: Optional[Path]) -> tuple[dict, ResolvedDrafter]:
     """The flattened config emission derives ``max_draft_len`` from: ``config`` if given,
     else the adapter's ``synth.config`` (the full-size source config it describes)."""
     raw = _load_config(config)
@@ -181,14 +183,14 @@ def _emission_config(adapter: Any, config: Optional[Path]) -> tuple[dict, Resolv
         raise UserError(f"adapter {adapter.name}: no synth.config; pass config=<converted folder>")
     if "draftsmith" in raw:  # an example config that is already a converted one
         return raw, ResolvedDrafter.from_config(raw, where=f"adapter {adapter.name} synth.config")
-    return adapter.compile_config(dict(raw))
+    return compile_config(adapter, dict(raw))
 
 
 #: override prefixes ``emit`` applies itself on a converted ``config=`` (the snippet's ``docs.serving``)
 EMIT_TIME_OVERRIDES = ("docs.",)
 
 
-def refuse_record_overrides(adapter: Any, config: Path) -> None:
+def refuse_record_overrides(adapter: Adapter, config: Path) -> None:
     """One-line UserError for an ``adapter.*`` override that would change the compiled record when
     ``config=`` is a converted config: the package carries that config's record, and TensorRT-LLM's
     drafter binds the converted checkpoint's record at run time, so the override belongs to
@@ -244,7 +246,7 @@ def emit(
     )
 
 
-def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNames:
+def default_engine(adapter: Adapter, backbone: Optional[str] = DEFAULT) -> EngineNames:
     """The backbone resolved (:data:`DEFAULT`: the compiled ``adapter``'s
     ``engine.trtllm_backbone``, else :data:`GENERATED`) and checked."""
     if backbone == DEFAULT:
@@ -255,48 +257,8 @@ def default_engine(adapter: Any, backbone: Optional[str] = DEFAULT) -> EngineNam
         raise UserError(f"adapter {adapter.name}: {e}") from None
 
 
-def check_engine_norms(r: ResolvedDrafter, where: str) -> None:
-    """TensorRT-LLM applies ``hidden_norm`` (``nn.RMSNorm``) and the stacked ``k_norm`` of
-    ``precompute_context_kv`` plainly (modeling_dflash.py @ d70a2287): both must be stored folded."""
-    gemma = [k for k in ("hidden_norm", "k_norm") if r.norms[k] == "gemma"]
-    if gemma:
-        raise UserError(f"{where}: {', '.join(gemma)} stored Gemma-style; TensorRT-LLM applies them plainly "
-                        "(fold them with norm_fold_gemma mode: fold)")
-
-
-def check_engine_rope(r: ResolvedDrafter, where: str) -> None:
-    """A scaled RoPE is refused at emit time (and again when a package binds a checkpoint):
-    see :func:`~.binding.rope_scaling_problem`."""
-    problem = rope_scaling_problem(r)
-    if problem:
-        raise UserError(f"{where}: {problem}")
-
-
-def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
-    """Layers whose mask TensorRT-LLM's built-in classes cannot resolve from the converted config
-    (a worker process builds those; CONTRACT.md R2): causal full layers (only DFlash 2 honours
-    ``is_causal``), causal windows next to non-causal ones (one ``use_sliding_window`` flag), and
-    any causal window under TensorRT-LLM PR #17935's rule (``causal = self._sliding_layers_causal``,
-    false for every non-DFlash-2 drafter). A DFlash 2 drafter whose layers share one causality has
-    none: its rendered top-level ``is_causal`` decides every layer there (``_get_attention_mask_args``)."""
-    if r.dflash2 is not None and len({m.causal for m in r.masks}) == 1:
-        return []
-    out = []
-    causal_full = [i for i, m in enumerate(r.masks) if m.causal and m.window is None]
-    if causal_full:
-        out.append(f"layers {causal_full}: causal full attention")
-    win = {m.causal for m in r.masks if m.window is not None}
-    if len(win) > 1:
-        out.append("causal and non-causal windowed layers together")
-    causal_windows = [i for i, m in enumerate(r.masks) if m.causal and m.window is not None]
-    if causal_windows:
-        out.append(f"layers {causal_windows}: causal windows (run non-causally by releases with TensorRT-LLM "
-                   "PR #17935)")
-    return out
-
-
 def write_package(
-    adapter: Any,
+    adapter: Adapter,
     yaml_path: Path,
     out: Path,
     engine: EngineNames = EngineNames(),
@@ -307,14 +269,16 @@ def write_package(
     overwrite: bool = False,
     target_architecture: Optional[str] = None,
 ) -> EmitResult:
-    """Validate and write the package for a compiled ``adapter`` (needs ``name``,
-    ``architectures``, ``flatten_config``) whose spec file is ``yaml_path``. Every value it
+    """Validate and write the package for a compiled ``adapter`` (read: ``name``,
+    ``architectures``, ``spec``) whose spec file is ``yaml_path``. Every value it
     writes is checked first (:mod:`.names`); a refusal is one :class:`UserError` line and
     leaves nothing written. ``overwrite`` is passed to :func:`atomic_dir` / :func:`publish`."""
     where = f"adapter {adapter.name}"
     flat, resolved = _emission_config(adapter, config)
     max_draft_len, reason = max_draft_len_of(resolved, explicit_max_draft_len)
-    check_engine_norms(resolved, where)
+    norms = norm_problem(resolved)
+    if norms:
+        raise UserError(f"{where}: {norms}")
     problems = trtllm_problems(resolved)  # RoPE scaling, a value scale: the one list of them
     if problems:
         raise UserError(f"{where}: TensorRT-LLM cannot express this drafter: {'; '.join(problems)}")
@@ -375,22 +339,6 @@ def write_package(
                "checked against TensorRT-LLM's own source excerpts and stand-ins (tests/conformance/trtllm); "
                "never run inside TensorRT-LLM itself (docs/serving-on-trtllm.md)"],
     )
-
-
-def builtin_math_differences(r: ResolvedDrafter) -> list[str]:
-    """What TensorRT-LLM's own drafter class would compute differently from ``r`` besides the masks
-    of :func:`worker_mask_problems` (printed on their own lines): it applies neither a DFlash 2
-    unary transform nor an ``input_embedding_scale``."""
-    out = []
-    d2 = r.dflash2
-    if d2 is not None:
-        u = d2.selector.unary
-        if u.multiplier != 1 or u.softcap is not None:
-            out.append(f"the DFlash 2 unary transform (output_multiplier {u.multiplier}, final_logit_softcapping "
-                       f"{u.softcap})")
-        if d2.input_embedding_scale != 1:
-            out.append(f"input_embedding_scale {d2.input_embedding_scale}")
-    return out
 
 
 def worker_note(architecture: str, target_architecture: Optional[str], r: ResolvedDrafter) -> str:

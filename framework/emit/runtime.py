@@ -28,8 +28,7 @@ A DFlash 2 drafter's class also overrides ``select_candidate_path`` (the record'
 transform on the worker's top-k logits before TensorRT-LLM's own selector); its block decode
 scales the block embeddings by ``input_embedding_scale`` (:mod:`.forward`).
 
-Every TensorRT-LLM name is imported through :data:`TRTLLM_NAMES` (the list the conformance
-shim must provide). A second :func:`install` of the same folder returns the first result.
+A second :func:`install` of the same folder returns the first result.
 """
 
 from __future__ import annotations
@@ -61,18 +60,6 @@ REGISTRY_MODULE = "tensorrt_llm._torch.models.modeling_utils"
 #: TensorRT-LLM's built-in model zoo (``_arch_index._ZOO_PACKAGE``).
 ZOO_PACKAGE = "tensorrt_llm._torch.models"
 SPEC_MODE_MODULE = "tensorrt_llm._torch.speculative.interface"
-#: every TensorRT-LLM module.name the installed package reads (besides the backbone's, see
-#: :mod:`.trtllm_backbone`).
-TRTLLM_NAMES = (
-    "tensorrt_llm.__version__",
-    *(f"{m}.{c}" for m, c in DECODING_BASES.values()),
-    f"{REGISTRY_MODULE}.register_auto_model",
-    f"{REGISTRY_MODULE}.register_draft_model",
-    f"{REGISTRY_MODULE}.get_registered_draft_model_builder",
-    f"{REGISTRY_MODULE}.get_registered_model_class (or MODEL_CLASS_MAPPING)",
-    f"{SPEC_MODE_MODULE}.SpeculativeDecodingMode.DFLASH / DSPARK",
-    f"{REGISTRY_MODULE}.MODEL_ARCH_TO_MODULE (or {ZOO_PACKAGE}._arch_index), with a target_architecture",
-)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..convert.checkpoint import read_config
-from ..convert.execute import execute
+from ..convert.execute import convert
 from ..convert.locate import locate
 from ..errors import UserError
 from ..io.publish import remove_temp
@@ -74,7 +74,7 @@ def cli(opts: dict, adapter_for: Callable[[Path], object], subfolders=()) -> int
         if "draftsmith" not in read_config(checkpoint):  # a source checkpoint: convert it first
             adapter = adapter_for(checkpoint)
             scratch = make_scratch(RUN_SCRATCH)  # owned: a killed run's is tidied by the next
-            execute(adapter.plan(checkpoint), scratch / "converted", progress=False)
+            convert(adapter, checkpoint, scratch / "converted", progress=False)
             checkpoint = scratch / "converted"
         report = run_eval(target, checkpoint, opts["prompts"], max_new_tokens=max_new, device=device,
                           dtype=opts.get("dtype"), lowering=opts.get("lowering"), check=bool(opts.get("check")),

@@ -116,18 +116,6 @@ def _place(tmp: Path, out: Path, key: str, overwrite: bool, command: str, owned)
     os.replace(tmp, out)
 
 
-def owned_by_signature(signature: bytes) -> Callable[[Path], bool]:
-    """An ``owned`` test: the file's head carries ``signature``."""
-    return lambda p: head_has(p, signature)
-
-
-def text_bytes(text: str) -> bytes:
-    """``text`` as the UTF-8 bytes written (no newline translation: what is read back is exact)."""
-    return text.encode("utf-8")
-
-
-
-
 def owned_safetensors(command: str) -> Callable[[Path], bool]:
     """An ``owned`` test for safetensors files: a regular file whose header (at most 1 MiB,
     read bounded) has ``__metadata__.written_by == "draftsmith <command>"``."""

@@ -64,15 +64,6 @@ def marker_command(folder: Path) -> str | None:
         return None
 
 
-def is_marked(folder: Path, command: str | None = None) -> bool:
-    """``folder`` carries draftsmith's marker; with ``command``, one naming the same kind of
-    output (:data:`KINDS`)."""
-    found = marker_command(folder)
-    if found is None:
-        return False
-    return command is None or KINDS.get(found, found) == KINDS.get(command, command)
-
-
 def _real(p: Path) -> Path:
     return Path(os.path.realpath(os.path.expanduser(str(p))))
 
@@ -120,7 +111,6 @@ def check_replaceable(out: Path, protect: Iterable[Path] = (), command: str | No
             f"{where}: exists and was not written by draftsmith (no {MARKER} marker); "
             "overwrite=true replaces only folders draftsmith wrote, or empty ones: choose another out="
         )
-
 
 
 #: the owner record inside a temporary folder draftsmith made (see the module docstring)

@@ -174,14 +174,6 @@ def _remove(p: Path) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-
-
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 
 

@@ -39,7 +39,6 @@ MAX_INT = 2**63 - 1
 
 _ASCII_INDEX = re.compile(r"[0-9]+")
 _LONG_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_DIGITS + 1))
-_SCALARS = (str, int, float, bool, type(None))
 
 
 def key_path(path: Iterable) -> str:

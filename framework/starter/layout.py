@@ -4,17 +4,16 @@ The family's ``target_layout`` is asked for the names of a small probe config, o
 layer and once with two: names only in the second are per-layer (``layers.{i}.<rest>``), the
 rest are top-level. Every config size of the probe is a distinct prime, so a part's row count
 factors back into the config keys it is made of (the ``sizes`` of a ``split``). The norms the
-engine runs plainly (stored ``1 + w``) are read off ``emit/render.check_engine_norms``.
+engine runs plainly (stored ``1 + w``) are ``compile/trtllm_limits.PLAIN_NORMS``.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from ..compile.family import GQADFlash
-from ..emit.render import check_engine_norms
+from ..compile.trtllm_limits import PLAIN_NORMS
 from ..errors import UserError
 
 #: config size keys -> distinct primes (order: how a product of them is written)
@@ -88,14 +87,8 @@ def _fused(container: str, shapes: dict[str, tuple]) -> dict[str, Fused]:
 
 def engine_plain_norms(kinds) -> set[str]:
     """The norm kinds the served engine applies plainly, so a Gemma ``w`` must be stored ``1 + w``
-    (what ``check_engine_norms`` refuses stored Gemma-style, asked one kind at a time)."""
-    plain = set()
-    for kind in kinds:
-        try:
-            check_engine_norms(SimpleNamespace(norms={k: "gemma" if k == kind else "plain" for k in kinds}), "init")
-        except UserError:
-            plain.add(kind)
-    return plain
+    (:data:`~..compile.trtllm_limits.PLAIN_NORMS`, which ``emit`` refuses stored Gemma-style)."""
+    return {k for k in kinds if k in PLAIN_NORMS}
 
 
 def target_layout(family: GQADFlash) -> TargetLayout:

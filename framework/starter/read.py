@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compile.flatten import merge_sections
+from ..compile.resolve import merge_sections
 from ..convert.checkpoint import read_config, read_headers
 from ..errors import UserError
 from ..shown import is_shown_as_is, shown

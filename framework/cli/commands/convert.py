@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from ...compile.trtllm_limits import trtllm_warning
+from ...compile.resolve import resolve
 from ...convert.checkpoint import read_config
 from ...convert.execute import execute
+from ...convert.plan import plan as conversion_plan
 from ...convert.export import export
 from ...convert.synth import synthesize
 from ...io.gc_pause import paused_gc
@@ -35,7 +37,7 @@ def run(opts, spec, path) -> int:
         source = chosen_source(opts, spec)
         adapter = chosen_adapter(spec, path, opts, source)
         out = Path(need(opts, "out", "convert"))
-    _, record = adapter.compile_config(read_config(source))
+    record = resolve(adapter, read_config(source))
     warning = trtllm_warning(record)
     if warning:
         say(warning)
@@ -51,7 +53,7 @@ def run(opts, spec, path) -> int:
             print("\n".join(defaults_lines(r)))
         return 0
     with paused_gc():  # one bulk step: no cyclic GC passes over the plan's 10^5-10^6 objects
-        plan = adapter.plan(source)
+        plan = conversion_plan(adapter, source)
         execute(plan, out, overwrite=opts["overwrite"], progress=opts["progress"])
         if quiet:
             print(json.dumps({**plan_dict(plan), "out": str(out), "files": _written(out)}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ...convert.execute import execute
+from ...convert.execute import convert
 from ...convert.locate import converted_by, locate
 from ...convert.synth import synthesize
 from ...errors import UserError
@@ -54,7 +54,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
         scratch.append(work)
         synthesize(adapter, "tiny", work / "synthetic", seed=opts["seed"], progress=opts["progress"])
         checkpoint = work / "converted"
-        execute(adapter.plan(work / "synthetic"), checkpoint, progress=opts["progress"])
+        convert(adapter, work / "synthetic", checkpoint, progress=opts["progress"])
         target = target_folder(opts["target"]) if opts.get("target") else work / "synthetic" / "target"
         note = (f"no checkpoint= given: drafted on the embedded default (a tiny synthetic {adapter.name}, "
                 "converted in a temporary folder removed afterwards)")
@@ -68,7 +68,7 @@ def _draft(opts, spec, path, scratch: list[Path]):
             scratch.append(work)
             print(f"checkpoint={opts['checkpoint']}: not converted yet; converting it with {adapter.name} "
                   "into a temporary folder first", file=sys.stderr)
-            execute(adapter.plan(checkpoint), work / "converted", progress=opts["progress"])
+            convert(adapter, checkpoint, work / "converted", progress=opts["progress"])
             checkpoint = work / "converted"
         if opts.get("target"):
             target = target_folder(opts["target"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ...convert.plan import plan as conversion_plan
 from ...io.gc_pause import paused_gc
 from ..inputs import adapter as chosen_adapter, source as chosen_source
 from ..plan_report import describe_plan, plan_dict, problems_report
@@ -14,7 +15,7 @@ def run(opts, spec, path) -> int:
     source = chosen_source(opts, spec)
     adapter = chosen_adapter(spec, path, opts, source)
     with paused_gc():  # one bulk step: no cyclic GC passes over the plan's 10^5-10^6 objects
-        plan = adapter.plan(source)
+        plan = conversion_plan(adapter, source)
         if opts["format"] == "json":
             print(json.dumps(plan_dict(plan)))
             return 0 if plan.complete else 1

@@ -29,14 +29,15 @@ def _emit_refusals() -> dict:
     """Adapter -> why ``draftsmith emit target=trtllm`` refuses its tiny synthetic drafter
     (``compile/trtllm_limits.py``; e.g. DFlash 2 until its emit path exists): the suite skips
     those adapters, visibly, with that reason."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.resolve import resolve
     from draftsmith.framework.compile.trtllm_limits import trtllm_problems
     from draftsmith.framework.convert.synth import source_config
 
     out = {}
     for name in ADAPTERS:
         a = load_adapter(name)
-        problems = trtllm_problems(a.compile_config(source_config(a, "tiny"))[1])
+        problems = trtllm_problems(resolve(a, source_config(a, "tiny")))
         if problems:
             out[name] = "; ".join(problems)
     return out
@@ -52,7 +53,7 @@ def _driven_elsewhere() -> dict:
     DFlash 2 drafter (family ``gqa_dflash2``) is served through TensorRT-LLM's DFlash 2 path by
     ``test_trtllm_p20_dflash2.py``; these suites build the DFlash excerpt, whose
     ``_validate_dflash2_config`` is omitted (transcribed in ``tests/standins/trtllm_dflash2.py``)."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
 
     return {name: "DFlash 2: built and drafted through TensorRT-LLM's DFlash 2 path by test_trtllm_p20_dflash2.py "
                   "(this test builds the DFlash excerpt, which omits _validate_dflash2_config)"
@@ -67,13 +68,14 @@ def _kind_representatives() -> dict:
     """The first served adapter (by name) of each drafter kind, (family, with DSpark heads): the
     adapters whose emitted packages share every line a kind-independent test reads -> the adapters
     it stands for."""
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.resolve import resolve
     from draftsmith.framework.convert.synth import source_config
 
     kinds: dict = {}
     for name in SERVED:
         a = load_adapter(name)
-        r = a.compile_config(source_config(a, "tiny"))[1]
+        r = resolve(a, source_config(a, "tiny"))
         kinds.setdefault((r.family, bool(r.heads.markov_rank) or r.heads.confidence), []).append(name)
     return {names[0]: names for names in kinds.values()}
 

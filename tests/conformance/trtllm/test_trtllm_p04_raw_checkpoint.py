@@ -50,7 +50,7 @@ def test_trtllm_layout_split_recovers_what_trtllms_attention_fused(tmp_path):
 
     import excerpts
     from draftsmith.framework.cli.main import main
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
     from draftsmith.framework.convert.synth import synthesize
 
     excerpts.require()

@@ -50,7 +50,7 @@ import oracles_dflash2 as orc2  # noqa: E402
 from oracles import draft_oracle  # noqa: E402
 
 from draftsmith.framework.compile.attention import write_back  # noqa: E402
-from draftsmith.framework.compile.flatten import render_engine_keys  # noqa: E402
+from draftsmith.framework.compile.converted_config import render_engine_keys  # noqa: E402
 from draftsmith.framework.compile.resolved import ResolvedDrafter  # noqa: E402
 
 ADAPTER = "zlab_dflash"
@@ -72,7 +72,7 @@ def _standin():
 
 def dflash2_config(config: dict, dflash2: dict = DFLASH2, masks=None) -> dict:
     """``config`` (a converted DFlash one) with a DFlash 2 record and what ``render_engine_keys``
-    renders for it merged in, as ``flatten.compile_config`` merges them."""
+    renders for it merged in, as ``converted_config.render_config`` merges them."""
     out = copy.deepcopy(config)
     rec = out["draftsmith"]
     rec["dflash2"] = copy.deepcopy(dflash2)

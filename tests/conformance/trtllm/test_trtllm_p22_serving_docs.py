@@ -27,13 +27,14 @@ def test_the_lowering_list_is_the_registry_each_name_once():
 
 def test_the_adapters_per_decoding_type_are_what_emit_derives():
     from draftsmith.framework.compile.decoding import decoding_type
-    from draftsmith.framework.compile.engine import load_adapter
+    from draftsmith.framework.compile.adapter import load_adapter
+    from draftsmith.framework.compile.resolve import resolve
     from draftsmith.framework.convert.synth import source_config
 
     want: dict = {}
     for name in ADAPTERS:
         a = load_adapter(name)
-        want.setdefault(decoding_type(a.compile_config(source_config(a, "tiny"))[1]), set()).add(name)
+        want.setdefault(decoding_type(resolve(a, source_config(a, "tiny"))), set()).add(name)
     section = _section("3.")
     got = {m.group(1): {x.strip() for x in m.group(2).split(",")}
            for m in re.finditer(r"^- (DFlash|DSpark): (.+)$", section, re.M)}

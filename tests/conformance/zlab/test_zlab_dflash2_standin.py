@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent / "standin"))
 
 import zlab_dflash2_model as Z  # noqa: E402
 from draftsmith.framework.cli.main import main  # noqa: E402
-from draftsmith.framework.compile.engine import load_adapter  # noqa: E402
+from draftsmith.framework.compile.adapter import load_adapter  # noqa: E402
 from draftsmith.framework.compile.resolved import ResolvedDrafter  # noqa: E402
 from draftsmith.framework.convert.synth import synthesize  # noqa: E402
 from draftsmith.framework.runtime.dflash import DFlashDraftModel  # noqa: E402

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent / "standin"))
 
 import zlab_dflash_model as Z  # noqa: E402
 from draftsmith.framework.cli.main import main  # noqa: E402
-from draftsmith.framework.compile.engine import load_adapter, route  # noqa: E402
+from draftsmith.framework.compile.adapter import load_adapter, route  # noqa: E402
 from draftsmith.framework.convert.export import all_markers  # noqa: E402
 from draftsmith.framework.convert.synth import synthesize  # noqa: E402
 from draftsmith.framework.runtime.draft import run_draft  # noqa: E402

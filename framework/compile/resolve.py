@@ -1,22 +1,25 @@
-"""Config compilation: raw drafter ``config.json`` -> the typed :class:`ResolvedDrafter` and
-the flattened config of ``docs/converted-format.md``. Pure function of (spec, raw config);
-reads no tensors."""
+"""Resolution: a compiled spec and a raw drafter ``config.json`` -> the typed
+:class:`ResolvedDrafter` (the record), by way of the flattened config of
+``docs/converted-format.md``. Pure function of (spec, raw config); reads no tensors. Compile
+ends here: rendering the converted config from the record is :mod:`.converted_config`'s."""
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ..errors import UserError
 from .attention import resolve_layers, write_back
 from .config_types import check_config_types
-from .decoding import decoding_type
 from .dotted import get_dotted, pop_dotted, set_dotted, spelled_key
 from .keys import account
 from .resolved import CONFIG_PREFIX, SPEC_DEFAULT, VALUE_MARK, ResolvedDrafter
+
+if TYPE_CHECKING:
+    from .adapter import Adapter
 
 
 def mlp_kind(hidden_act: str) -> str:
@@ -43,15 +46,17 @@ def merge_sections(raw: dict[str, Any], sections: list[str]) -> dict[str, Any]:
     return out
 
 
-def flatten(adapter, raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
-    """The flattened config alone (see :func:`compile_config`)."""
-    return compile_config(adapter, raw, where)[0]
+def resolve(adapter: Adapter, raw: dict[str, Any], where: str = "config.json") -> ResolvedDrafter:
+    """The record of raw ``config.json`` ``raw`` (``where`` names it in refusals)."""
+    return resolve_flat(adapter, raw, where)[1]
 
 
-def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> tuple[dict[str, Any], ResolvedDrafter]:
-    """``(flattened config, its record)``: the record is what in-process consumers read; the
-    flattened config carries it as its ``draftsmith`` section. ``adapter`` is a compiled
-    :class:`~.engine.Adapter`."""
+def resolve_flat(adapter: Adapter, raw: dict[str, Any],
+                 where: str = "config.json") -> tuple[dict[str, Any], ResolvedDrafter]:
+    """``(flattened config, its record)``: ``raw``'s keys renamed, defaulted and completed as
+    the spec and family say, and the :class:`ResolvedDrafter` read from them (every key of
+    ``raw`` accounted for). The flattened config is not yet the converted one:
+    :func:`~.converted_config.render_config` adds what is rendered from the record."""
     spec = adapter.spec
     cs = spec.config
     if not isinstance(raw, dict):
@@ -129,76 +134,14 @@ def compile_config(adapter, raw: dict[str, Any], where: str = "config.json") -> 
             sources[key] = _source(adapter, raw, merged, cs.sections, key)
     if spec.target_layer_ids == "input":
         sources["dflash_config.target_layer_ids"] += " (input convention, shifted by -1)"
-    resolved = resolve(adapter, out, layers, sources, where, taken)
+    resolved = _record(adapter, out, layers, sources, where, taken)
     resolved = account(adapter, raw, merged, out, resolved, where)  # every key read, fixed or irrelevant
     if spec.max_draft_len is not None and spec.max_draft_len != resolved.max_draft_len:
         raise UserError(
             f"{adapter.path}: max_draft_len: {spec.max_draft_len} contradicts the derived {resolved.max_draft_len} "
             f"(block_size {resolved.block_size}, sample_from_anchor {resolved.sample_from_anchor})"
         )
-    for key, value in render_engine_keys(resolved, out.get("model_type")).items():  # sections key by key
-        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
-    out["draftsmith"] = resolved.section()
-    return dict(sorted(out.items())), resolved
-
-
-#: Flattened ``model_type`` -> the one the converted config carries. TensorRT-LLM's
-#: ``load_pretrained_config`` (NVIDIA/TensorRT-LLM ``_torch/pyexecutor/config_utils.py`` @ 00679c66)
-#: hands a model_type it has no branch for, with no ``auto_map``, to ``AutoConfig``, which raises
-#: for ``minimax_m3`` under transformers 5.5.4 (TensorRT-LLM's pin; 5.23/5.24 know only
-#: ``minimax_m3_vl*``). ``minimax_m2``'s ``MiniMaxM2Config`` keeps every key of the converted config
-#: as written (it adds defaults only) and the math is read from the ``draftsmith`` section alone.
-#: ``muse_glimmer_assistant`` (in the installed 5.19, unknown to 5.5.4) is Qwen3-shaped: ``qwen3``.
-#: Checked by tests/conformance/trtllm/test_trtllm_p12_loaded_config.py.
-TRTLLM_MODEL_TYPES = {"minimax_m3": "minimax_m2", "muse_glimmer_assistant": "qwen3"}
-
-
-def render_engine_keys(resolved: ResolvedDrafter, model_type: str | None) -> dict[str, Any]:
-    """The keys TensorRT-LLM's built-in drafter classes read, rendered from the record alone (and
-    the flattened ``model_type``), so a process that never imported the emitted package resolves
-    the trained masks and slots (tests/conformance/trtllm/CONTRACT.md R2, R6): ``use_sliding_window``
-    (false when a window is non-causal: the window then comes from
-    ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
-    (= ``sample_from_anchor``), the top-level ``dspark_*`` fallbacks (:func:`dspark_fallbacks`) and
-    a ``model_type`` TensorRT-LLM's ``load_pretrained_config`` loads (:data:`TRTLLM_MODEL_TYPES`).
-    For a DFlash 2 record also what its DFlash 2 path reads (amukkara/TensorRT-LLM
-    ``modeling_dflash.py`` @ d70a2287, ``DFlashForCausalLM.__init__``, ``_get_attention_mask_args``):
-    ``dflash_config.{conv_kernel_size, conv_group_size, selector_rank, selector_top_k}`` and a
-    top-level ``is_causal``, which wins over the layer-type rule there (the layers' one causality;
-    null when they differ: TensorRT-LLM then falls back to the layer-type rule, and emit warns).
-    Pure: the caller merges the result into the flattened config (sections key by key)."""
-    windows = [m for m in resolved.masks if m.window is not None]
-    keys: dict[str, Any] = {
-        "model_type": TRTLLM_MODEL_TYPES.get(model_type, model_type),
-        "use_sliding_window": bool(windows) and all(m.causal for m in windows),
-        "dspark_config": {"shift_label": resolved.sample_from_anchor},
-        **dspark_fallbacks(resolved),
-    }
-    d2 = resolved.dflash2
-    if d2 is not None:
-        causal = {m.causal for m in resolved.masks}
-        keys["is_causal"] = causal.pop() if len(causal) == 1 else None
-        keys["dflash_config"] = {"conv_kernel_size": d2.conv.kernel_size, "conv_group_size": d2.conv.group_size,
-                                 "selector_rank": d2.selector.rank, "selector_top_k": d2.selector.top_k}
-    return keys
-
-
-def dspark_fallbacks(resolved: ResolvedDrafter) -> dict[str, Any]:
-    """The top-level ``dspark_*`` keys ``DSparkDecodingConfig`` falls back to for a field the
-    speculative config leaves unset ("If None, read from the draft model config", NVIDIA
-    ``tensorrt_llm/llmapi/llm_args.py`` @ ``00043967``), for a drafter served as DSpark
-    (:func:`~.decoding.decoding_type`); none for DFlash, whose config has no fallbacks.
-    ``resolve_dspark_head_config``'s top-level ``dspark_<key>`` spellings are not written: it
-    reads ``dspark_config`` first, which carries every head switch."""
-    if decoding_type(resolved) != "DSpark":
-        return {}
-    return {
-        "dspark_block_size": resolved.block_size,
-        "dspark_noise_token_id": resolved.mask_token_id,
-        "dspark_target_layer_ids": list(resolved.target_layer_ids),
-        "dspark_markov_rank": resolved.heads.markov_rank,
-        "dspark_markov_head_type": resolved.heads.markov_head_type,
-    }
+    return out, resolved
 
 
 #: ResolvedDrafter field (dotted) -> the flattened config key it is read from.
@@ -220,7 +163,7 @@ ALT_SPELLINGS = {"rope_theta": ("rope_parameters.rope_theta",),
                  "rope_type": ("rope_scaling.rope_type", "rope_scaling.type", "rope_parameters.rope_type")}
 
 
-def _source(adapter, raw, merged, sections, key: str) -> str:
+def _source(adapter: Adapter, raw, merged, sections, key: str) -> str:
     """Where the flattened ``key`` came from when no config.fields rule set it (the raw
     ``config.json`` key, never a file path: the record must not depend on where it was read)."""
     for spelling in (key, *ALT_SPELLINGS.get(key, ())):
@@ -230,7 +173,7 @@ def _source(adapter, raw, merged, sections, key: str) -> str:
     return f"derived: {derived}" if derived else f"family {adapter.family.name} default"
 
 
-def resolve(adapter, out: dict[str, Any], layers, sources: dict[str, str], where: str,
+def _record(adapter: Adapter, out: dict[str, Any], layers, sources: dict[str, str], where: str,
             taken: dict[str, Any] | None = None) -> ResolvedDrafter:
     """The :class:`ResolvedDrafter` of a completed flattened config ``out``. ``taken``: the
     spec defaults flattening took (key -> value); those outside the resolved fields are

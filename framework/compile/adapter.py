@@ -20,8 +20,6 @@ from ...transforms.names import NameTemplate
 
 from ..errors import UserError
 from .family import get_family
-from .flatten import compile_config, flatten
-from ..convert.plan import build_plan
 from ..spec.loading import adapter_files, key_path, load_spec
 from .rename import Renamer
 from .resolved import check_lowering
@@ -29,7 +27,8 @@ from ..spec.schema import AdapterSpec
 from ..spec.yaml_lines import line_of, load_yaml
 
 class Adapter:
-    """A compiled spec: config flattening, weight conversion plan, attention table."""
+    """A compiled spec: family, renames, transforms and the attention lowering table, all checked
+    (a raw config is resolved against it by :func:`~.resolve.resolve`)."""
 
     def __init__(self, spec: AdapterSpec, path: Path | None = None, overrides: Sequence[str] = ()):
         """``overrides``: the ``adapter.KEY=VALUE`` arguments that made ``spec`` from the file at
@@ -151,18 +150,6 @@ class Adapter:
     def norm_styles(self) -> dict[str, str]:
         """Norm kind -> ``gemma`` (kept ``w``, engine applies ``1 + w``) or ``plain``."""
         return {k: "gemma" if m == "keep" else "plain" for k, m in self.norm_modes().items()}
-
-    def flatten_config(self, raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
-        """The flattened config of ``docs/converted-format.md``."""
-        return flatten(self, raw, where)
-
-    def compile_config(self, raw: dict[str, Any], where: str = "config.json"):
-        """``(flattened config, ResolvedDrafter)`` of raw ``config.json`` ``raw``."""
-        return compile_config(self, raw, where)
-
-    def plan(self, source: Path):
-        """The conversion plan of checkpoint folder ``source`` (headers only)."""
-        return build_plan(self, Path(source))
 
 
 def _params_msg(err: dict, cls) -> str:
