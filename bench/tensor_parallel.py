@@ -36,6 +36,7 @@ removed at the end; ``--workdir`` keeps checkpoints and packages for the next ru
 from __future__ import annotations
 
 import argparse
+import importlib
 import datetime
 import json
 import os
@@ -302,7 +303,7 @@ def bench_draft(shim, dm, a, heads):
     clock = Clock(sync)
     for name in list(LOWERINGS):  # every attention lowering's function, where the block decode resolves it
         info = get_lowering(name)
-        module = info._module()
+        module = importlib.import_module(f"draftsmith.lowering.{info.module}")
         setattr(module, info.function, clock.wrap("attention", getattr(module, info.function)))
     reducers = {type(m.all_reduce) for m in dm.modules() if getattr(m, "all_reduce", None) is not None}
     for cls in reducers:

@@ -4,6 +4,11 @@
 :data:`SEED`, keeping synth's target-layout weights), checks its plan is complete,
 converts it, and caches the result for the whole session. The folders are shared: a
 test that alters a checkpoint copies it first (``shutil.copytree``).
+
+Under pytest-xdist (``-n 2 --dist loadgroup``, the README's command) each file's tests run on one
+worker (module fixtures and a module's Triton-interpreter child run once), and the TensorRT-LLM
+suite (``tests/upstream/trtllm``) runs on one worker as a whole (its per-adapter cases and process
+pools are session fixtures, built once): :func:`pytest_collection_modifyitems`.
 """
 
 from __future__ import annotations
@@ -55,3 +60,14 @@ def checkpoints(tmp_path_factory):
         return cache[name]
 
     return get
+
+
+TRTLLM_SUITE = Path(__file__).resolve().parent / "upstream" / "trtllm"
+
+
+def pytest_collection_modifyitems(config, items):
+    """One ``xdist_group`` per test file, one for the whole TensorRT-LLM suite (see the docstring)."""
+    for item in items:
+        path = Path(str(item.path))
+        group = "upstream/trtllm" if TRTLLM_SUITE in path.parents else str(path)
+        item.add_marker(pytest.mark.xdist_group(group))

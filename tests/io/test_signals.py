@@ -13,6 +13,11 @@ import pytest
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
+    # as an interactive shell starts a command (a background job or nohup inherits SIG_IGN, which
+    # draftsmith keeps: it never overrides an ignored signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from draftsmith.framework.io.publish import install_signal_handlers
     install_signal_handlers()
 

@@ -288,7 +288,7 @@ def record_lowerings():
     calls = []
     for name in list(LOWERINGS):
         info = get_lowering(name)
-        module = info._module()
+        module = importlib.import_module(f"draftsmith.lowering.{info.module}")
         fn = getattr(module, info.function)
 
         def rec(*x, _f=fn, _n=name, **k):
