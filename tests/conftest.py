@@ -5,10 +5,8 @@
 converts it, and caches the result for the whole session. The folders are shared: a
 test that alters a checkpoint copies it first (``shutil.copytree``).
 
-Under pytest-xdist (``-n 2 --dist loadgroup``, the README's command) each file's tests run on one
-worker (module fixtures and a module's Triton-interpreter child run once), and the TensorRT-LLM
-suite (``tests/upstream/trtllm``) runs on one worker as a whole (its per-adapter cases and process
-pools are session fixtures, built once): :func:`pytest_collection_modifyitems`.
+Under pytest-xdist the scheduling unit is a file, and the TensorRT-LLM suite as a whole
+(:func:`pytest_xdist_make_scheduler`).
 """
 
 from __future__ import annotations
@@ -62,12 +60,18 @@ def checkpoints(tmp_path_factory):
     return get
 
 
-TRTLLM_SUITE = Path(__file__).resolve().parent / "upstream" / "trtllm"
+#: node-id prefix of the TensorRT-LLM suite: one scheduling unit under pytest-xdist
+TRTLLM_SUITE = "tests/upstream/trtllm/"
 
 
-def pytest_collection_modifyitems(config, items):
-    """One ``xdist_group`` per test file, one for the whole TensorRT-LLM suite (see the docstring)."""
-    for item in items:
-        path = Path(str(item.path))
-        group = "upstream/trtllm" if TRTLLM_SUITE in path.parents else str(path)
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n 2``, the README's command): each file's tests on one worker (module
+    fixtures and a module's Triton-interpreter child run once), and the TensorRT-LLM suite on one
+    worker as a whole (its per-adapter cases, drives and process pools are built once a session)."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrSuiteScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return TRTLLM_SUITE if nodeid.startswith(TRTLLM_SUITE) else super()._split_scope(nodeid)
+
+    return FileOrSuiteScheduling(config, log)

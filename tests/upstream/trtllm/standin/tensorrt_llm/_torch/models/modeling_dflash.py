@@ -35,7 +35,7 @@ if not OLD:
 
 
 def _load_dflash2_transcription():
-    path = Path(__file__).resolve().parents[6] / "standins" / "trtllm_dflash2.py"
+    path = Path(__file__).resolve().parents[4] / "trtllm_dflash2.py"  # tests/upstream/trtllm/
     spec = importlib.util.spec_from_file_location("_trtllm_dflash2_transcription", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
