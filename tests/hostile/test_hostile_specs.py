@@ -32,7 +32,7 @@ from support.reliability_log import record
 
 BASE_FILE = Path(__file__).resolve().parents[2] / "adapters" / "minimax_dspark.yaml"
 BASE = yaml.safe_load(BASE_FILE.read_text())
-CASES = settings(max_examples=30, deadline=None, derandomize=False,
+CASES = settings(max_examples=15, deadline=None, derandomize=False,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 

@@ -10,7 +10,8 @@ from harness import CONTEXT, assert_matches_oracle, expected_mask, mask_matrix
 
 
 @pytest.mark.builds_drafter
-def test_serving_process_masks_and_draft_match_the_reference(case):
+def test_serving_process_masks_and_draft_match_the_reference(kind_case):
+    case = kind_case  # one adapter per drafter kind: the same emitted code for every adapter of a kind
     res = case.serve()
     b = case.config["dflash_config"]["block_size"]
     noncausal_windowed = any(not l["causal"] and l["window"] is not None for l in case.layers)

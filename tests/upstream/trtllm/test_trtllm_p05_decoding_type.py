@@ -5,7 +5,8 @@ right block slots (CONTRACT.md R5)."""
 from harness import cli
 
 
-def test_every_adapter_emits_with_its_decoding_type(case):
+def test_each_kind_emits_with_its_decoding_type(kind_case):
+    case = kind_case  # one adapter per drafter kind: the same emitted code for every adapter of a kind
     pkg = case.package()
     res = case.serve()
     want = "DFlash" if case.is_dflash else "DSpark"
@@ -20,7 +21,8 @@ def test_every_adapter_emits_with_its_decoding_type(case):
     assert pkg.is_dir()
 
 
-def test_worker_reads_the_slots_the_drafter_was_trained_for(case):
+def test_worker_reads_the_slots_the_drafter_was_trained_for(kind_case):
+    case = kind_case  # one adapter per drafter kind: the same emitted code for every adapter of a kind
     out = case.serve()["backends"]["VANILLA"]
     assert "slots" in out, f"{case.adapter}: no draft step ran: {out.get('build') or out.get('load') or out.get('decode')}"
     k = case.config["draftsmith"]["max_draft_len"]

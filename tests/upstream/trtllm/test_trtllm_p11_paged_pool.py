@@ -34,7 +34,8 @@ def _check_pool(case, run, out):
 
 
 @pytest.mark.builds_drafter
-def test_emitted_forward_reads_the_paged_pool_in_place(case):
+def test_emitted_forward_reads_the_paged_pool_in_place(kind_case):
+    case = kind_case  # one adapter per drafter kind: the same emitted code for every adapter of a kind
     res = case.drive("serve", backends=PAGED_RUNS)
     engine_layers = sum(1 for l in case.layers if l["lowering"]["cpu"] in ENGINE_LOWERINGS)
     for run in PAGED_RUNS:
@@ -54,7 +55,8 @@ def test_emitted_forward_reads_the_paged_pool_in_place(case):
 
 
 @pytest.mark.builds_drafter
-def test_standin_trtllm_forward_over_the_same_pools_matches_the_oracle(case):
+def test_standin_trtllm_forward_over_the_same_pools_matches_the_oracle(kind_case):
+    case = kind_case  # one adapter per drafter kind: the same emitted code for every adapter of a kind
     """The built-in class (a worker process, one build per process as in a deployment) through
     the stand-in's own paged kernels: the pools the emitted class is checked on, and their
     semantics, are TensorRT-LLM's, not ours."""
