@@ -24,7 +24,7 @@ sequence, layer 1 of 2 read in place). Each (tp, layout) prints its table as it 
 ``--sweep`` also times tile/split variants of the Triton kernel (written to ``--log``).
 The timing method, ceilings and shape are ``timing.py``'s (shared by the benches). ``--tiny``:
 ``timing.TINY``'s shape, a smoke run that also runs on CPU under ``TRITON_INTERPRET=1``
-(``tests/test_benches.py``).
+(``tests/docs/test_benches.py``).
 """
 
 import argparse

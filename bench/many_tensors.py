@@ -17,7 +17,7 @@ then took 25.5 s one tensor at a time, 7.4-7.8 s with small tensors stacked
 (framework/convert/batch.py; 2026-11-30, docs/benchmarks.md).
 
 Usage: ``python bench/many_tensors.py [N ...]`` (default: 20000 100000). CI bounds it in
-``tests/test_hostile_bounds.py`` (``test_many_tensor_header_in_seconds``,
+``tests/hostile/test_hostile_bounds.py`` (``test_many_tensor_header_in_seconds``,
 ``test_many_tensor_checkpoint_converts_in_seconds``). Numbers: docs/benchmarks.md.
 """
 

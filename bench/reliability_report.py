@@ -2,7 +2,7 @@
 
 Runs ``pytest`` on the four reliability test files with ``DRAFTSMITH_RELIABILITY_LOG`` set;
 each test appends one JSON line per case that ended the way the test demands
-(``tests/reliability_log.py``), and this script counts them by area, kind and result.
+(``tests/support/reliability_log.py``), and this script counts them by area, kind and result.
 Nothing here is hand-typed: rerun it and the numbers change with the random draws.
 
     python bench/reliability_report.py            # writes docs/reliability.md
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_hostile_specs.py", "tests/test_hostile_checkpoints.py", "tests/test_hostile_bounds.py",
-         "tests/test_hostile_draft.py", "tests/test_hostile_runs.py", "tests/test_interrupt.py",
-         "tests/test_hostile_outputs.py", "tests/test_determinism.py", "tests/test_hostile_allocation.py",
-         "tests/test_hostile_inputs4.py", "tests/test_published_configs.py",
-         "tests/test_hostile_ownership.py", "tests/test_hostile_overrides.py", "tests/test_hostile_yaml.py"]
+TESTS = ["tests/hostile/test_hostile_specs.py", "tests/hostile/test_hostile_checkpoints.py", "tests/hostile/test_hostile_bounds.py",
+         "tests/hostile/test_hostile_draft.py", "tests/hostile/test_hostile_runs.py", "tests/io/test_interrupt.py",
+         "tests/hostile/test_hostile_outputs.py", "tests/convert/test_determinism.py", "tests/hostile/test_hostile_allocation.py",
+         "tests/hostile/test_hostile_inputs4.py", "tests/compile/test_published_configs.py",
+         "tests/hostile/test_hostile_ownership.py", "tests/hostile/test_hostile_overrides.py", "tests/hostile/test_hostile_yaml.py"]
 AREAS = {
     "specs": "Adapter specs (`draftsmith inspect adapter=... adapter_dir=...`, in-process)",
     "checkpoints": "Checkpoints (`draftsmith convert`, a fresh synthetic tiny MiniMax DSpark checkpoint corrupted at random)",

@@ -3,7 +3,7 @@
 For the MiniMax DSpark adapter and one DFlash adapter (``zlab_dflash``): ``draftsmith synth`` +
 ``convert`` (``--scale tiny``: 8 query / 4 KV heads, so TP 8 duplicates KV heads; ``full``: the
 adapter's real shapes) and ``emit ... target_architecture=MiniMaxM3SparseForCausalLM``. Then the
-conformance suite's deployment (``tests/conformance/trtllm/worker_drive.py``, imported, not copied):
+conformance suite's deployment (``tests/upstream/trtllm/worker_drive.py``, imported, not copied):
 a serving process imports the package and exports the architecture -> module map; each rank is a
 fresh worker that never imported the package, declares the map, resolves the target's class, builds
 the drafter through TensorRT-LLM's verbatim ``get_registered_draft_model_builder`` with the target's
@@ -18,7 +18,7 @@ Each rank drafts one step through the worker's verbatim ``dflash_forward(...)`` 
 slot 0, as TensorRT-LLM pads a captured batch); on CUDA the step is captured in a CUDA graph and
 replayed (outputs poisoned with NaN before the checked replay), on CPU it runs eagerly. Float32
 throughout (the checkpoint's bf16 values, as the suite's worker computes them). Checks, per adapter,
-TP and batch: every rank's tokens equal TP 1's and the float64 oracle's (``tests/oracles.py``, on the
+TP and batch: every rank's tokens equal TP 1's and the float64 oracle's (``tests/support/oracles.py``, on the
 first ``--oracle-seqs`` sequences), logits within ``1e-4`` of TP 1's and ``2e-3`` of the oracle's
 (relative to the largest logit, as the suite's p17 / harness checks). Any difference: exit 1.
 
@@ -30,12 +30,13 @@ wall clock (so the shares include launch overhead; sum over the step / the step'
 Usage: ``python bench/tensor_parallel.py [--tp 1,2,4] [--batches 1,16,64] [--scale tiny|full]
 [--adapters minimax_dspark,zlab_dflash] [--iters 20] [--workdir DIR]`` (default: a temporary folder,
 removed at the end; ``--workdir`` keeps checkpoints and packages for the next run). CI runs ``--scale tiny --tp 1,2
---batches 1`` on CPU (``tests/test_benches.py``).
+--batches 1`` on CPU (``tests/docs/test_benches.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import datetime
 import json
 import os
@@ -50,7 +51,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITE = ROOT / "tests" / "conformance" / "trtllm"
+SUITE = ROOT / "tests" / "upstream" / "trtllm"
 sys.path[:0] = [str(SUITE), str(ROOT / "tests")]
 
 ADAPTERS = ("minimax_dspark", "zlab_dflash")
@@ -166,11 +167,11 @@ def run_ranks(case: dict, served: dict, src: Path, root: Path, tp: int, opts) ->
 
 
 def oracle_rows(case: dict, n: int):
-    """Float64 oracle (tests/oracles.py) tokens and logits of the first ``n`` sequences."""
+    """Float64 oracle (tests/support/oracles.py) tokens and logits of the first ``n`` sequences."""
     import torch
     from safetensors.torch import load_file
 
-    from oracles import draft_oracle
+    from support.oracles import draft_oracle
 
     weights = {}
     for f in case["converted"].glob("*.safetensors"):
@@ -302,7 +303,7 @@ def bench_draft(shim, dm, a, heads):
     clock = Clock(sync)
     for name in list(LOWERINGS):  # every attention lowering's function, where the block decode resolves it
         info = get_lowering(name)
-        module = info._module()
+        module = importlib.import_module(f"draftsmith.lowering.{info.module}")
         setattr(module, info.function, clock.wrap("attention", getattr(module, info.function)))
     reducers = {type(m.all_reduce) for m in dm.modules() if getattr(m, "all_reduce", None) is not None}
     for cls in reducers:

@@ -2,7 +2,7 @@
 read against.
 
 - :data:`MINIMAX`: the MiniMax-M3.1 drafter's attention shape (:data:`TINY`: a few keys and
-  heads, for the CPU runs of ``tests/test_benches.py``).
+  heads, for the CPU runs of ``tests/docs/test_benches.py``).
 - :func:`bench_graph`: median milliseconds of one CUDA-graph replay of ``fn``, the L2 flushed
   (a 256 MiB memset) before each replay, device events around the replay only (a drafter
   step runs in a graph when served, so the Python launch cost is left out); ``None`` if

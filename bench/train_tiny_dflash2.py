@@ -40,7 +40,7 @@ speculators' ``dflash_loss_decay`` without ``sample_from_anchor``), weights norm
   is ``UnaryTransform(output_multiplier 1.0, final_logit_softcapping 20.0, scale_then_cap)``
   of the logit (z-lab's ``compute_logits``; speculators scores the raw logit, TensorRT-LLM
   too: docs/dflash2-reference.md section 7 row 1). ``loss = unary + 1.0 * selector``
-  (``selector_loss_alpha`` 1). tests/test_train_tiny_dflash2.py checks this loss against
+  (``selector_loss_alpha`` 1). tests/eval/test_train_tiny_dflash2.py checks this loss against
   speculators 0.9.0's own functions (with the identity transform).
 
 After training, held-out windows give a teacher-forced estimate of the accepted length with

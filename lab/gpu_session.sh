@@ -26,19 +26,19 @@ fi
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
-    tests-kernel) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
+    tests-kernel) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/lowering/test_triton_window_block.py \
                     -k "${KSEL:-minimax or cuda_graph}" 2>&1 | tail -15 ;;
-    tests-core) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
-                  tests/test_fused_host_kernels.py tests/test_host.py 2>&1 | tail -25 ;;
-    tests-host) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_fused_host_kernels.py \
-                  tests/test_host.py 2>&1 | tail -15 ;;
+    tests-core) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/lowering/test_triton_window_block.py \
+                  tests/runtime/test_fused_host_kernels.py tests/runtime/test_host.py 2>&1 | tail -25 ;;
+    tests-host) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/runtime/test_fused_host_kernels.py \
+                  tests/runtime/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
     tests-lab) timeout 300 python3 -P -m pytest -q -p no:cacheprovider lab/tests 2>&1 | tail -15 ;;
     after-kernel-edit) # what a change to lowering/gluon_window_block.py must pass on the H200
-             timeout 540 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_window_block.py \
+             timeout 540 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/lowering/test_triton_window_block.py \
                2>&1 | tail -15
-             timeout 300 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_lowerings.py \
-               tests/test_fused_host_kernels.py tests/test_host.py lab/tests/test_gluon_ptxas.py lab/tests/test_timed_kernel.py 2>&1 | tail -15
+             timeout 300 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/lowering/test_lowerings.py \
+               tests/runtime/test_fused_host_kernels.py tests/runtime/test_host.py lab/tests/test_gluon_ptxas.py lab/tests/test_timed_kernel.py 2>&1 | tail -15
              for d in 128 64 256; do
                timeout 300 python3 bench/attention.py --head-dim $d --only-triton --no-flex \
                  --log "$OUT/attention_d$d.jsonl" > "$OUT/attention_d$d.txt" 2>&1; tail -8 "$OUT/attention_d$d.txt"
@@ -62,12 +62,12 @@ for step in "$@"; do
       [ -d /tmp/trtllm_src ] && export DRAFTSMITH_TRTLLM_SRC=/tmp/trtllm_src
       echo "TensorRT-LLM excerpts: ${DRAFTSMITH_TRTLLM_SRC:-none (the emitted-forward tests skip)}"
       pyt="timeout ${TESTS_S:-300} python3 -P -m pytest -q -rs -p no:cacheprovider -p pytest_shard"
-      OMP_NUM_THREADS=2 $pyt -m gpu tests/test_emit_capture_every_adapter.py tests/test_emit_runtime.py \
-        tests/test_emit_dense_arena.py > "$OUT/tests_capture.txt" 2>&1 &
-      OMP_NUM_THREADS=2 $pyt -m gpu tests/test_lowerings.py tests/test_lowering_capture_safe.py \
+      OMP_NUM_THREADS=2 $pyt -m gpu tests/emit/test_emit_capture_every_adapter.py tests/emit/test_emit_runtime.py \
+        tests/emit/test_emit_dense_arena.py > "$OUT/tests_capture.txt" 2>&1 &
+      OMP_NUM_THREADS=2 $pyt -m gpu tests/lowering/test_lowerings.py tests/lowering/test_lowering_capture_safe.py \
         > "$OUT/tests_lowerings.txt" 2>&1 &
       for i in 0 1 2 3; do
-        OMP_NUM_THREADS=2 PYTEST_SHARD=$i/4 $pyt -m gpu tests/test_triton_window_block.py > "$OUT/tests_kernel_$i.txt" 2>&1 &
+        OMP_NUM_THREADS=2 PYTEST_SHARD=$i/4 $pyt -m gpu tests/lowering/test_triton_window_block.py > "$OUT/tests_kernel_$i.txt" 2>&1 &
       done
       wait
       for f in "$OUT"/tests_*.txt; do echo "--- $(basename "$f")"; grep -E "^(FAILED|ERROR)" "$f" | head -20; tail -2 "$f"; done
@@ -132,11 +132,11 @@ for step in "$@"; do
       tests_s=${TESTS_S:-300}
       pyt="timeout $tests_s python3 -P -m pytest -q -rs -p no:cacheprovider -p pytest_shard"
       for i in $(seq 0 $((shards - 1))); do
-        OMP_NUM_THREADS=2 PYTEST_SHARD=$i/$shards $pyt -m gpu tests/test_triton_window_block.py \
+        OMP_NUM_THREADS=2 PYTEST_SHARD=$i/$shards $pyt -m gpu tests/lowering/test_triton_window_block.py \
           > "$OUT/tests_kernel_$i.txt" 2>&1 &
       done
       OMP_NUM_THREADS=2 $pyt -m gpu tests/test_emit*.py > "$OUT/tests_emit.txt" 2>&1 &
-      OMP_NUM_THREADS=2 $pyt -m gpu tests/test_lowerings.py tests/test_fused_host_kernels.py tests/test_host.py \
+      OMP_NUM_THREADS=2 $pyt -m gpu tests/lowering/test_lowerings.py tests/runtime/test_fused_host_kernels.py tests/runtime/test_host.py \
         > "$OUT/tests_host.txt" 2>&1 &
       OMP_NUM_THREADS=2 $pyt lab/tests/test_gluon_ptxas.py > "$OUT/tests_ptxas.txt" 2>&1 &
       wait

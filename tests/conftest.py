@@ -4,6 +4,9 @@
 :data:`SEED`, keeping synth's target-layout weights), checks its plan is complete,
 converts it, and caches the result for the whole session. The folders are shared: a
 test that alters a checkpoint copies it first (``shutil.copytree``).
+
+Under pytest-xdist the scheduling unit is a file, and the TensorRT-LLM suite as a whole
+(:func:`pytest_xdist_make_scheduler`).
 """
 
 from __future__ import annotations
@@ -55,3 +58,20 @@ def checkpoints(tmp_path_factory):
         return cache[name]
 
     return get
+
+
+#: node-id prefix of the TensorRT-LLM suite: one scheduling unit under pytest-xdist
+TRTLLM_SUITE = "tests/upstream/trtllm/"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n 2``, the README's command): each file's tests on one worker (module
+    fixtures and a module's Triton-interpreter child run once), and the TensorRT-LLM suite on one
+    worker as a whole (its per-adapter cases, drives and process pools are built once a session)."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrSuiteScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return TRTLLM_SUITE if nodeid.startswith(TRTLLM_SUITE) else super()._split_scope(nodeid)
+
+    return FileOrSuiteScheduling(config, log)

@@ -45,14 +45,14 @@ def render_config(flat: dict[str, Any], resolved: ResolvedDrafter) -> dict[str, 
 #: ``minimax_m3_vl*``). ``minimax_m2``'s ``MiniMaxM2Config`` keeps every key of the converted config
 #: as written (it adds defaults only) and the math is read from the ``draftsmith`` section alone.
 #: ``muse_glimmer_assistant`` (in the installed 5.19, unknown to 5.5.4) is Qwen3-shaped: ``qwen3``.
-#: Checked by tests/conformance/trtllm/test_trtllm_p12_loaded_config.py.
+#: Checked by tests/upstream/trtllm/test_trtllm_p12_loaded_config.py.
 TRTLLM_MODEL_TYPES = {"minimax_m3": "minimax_m2", "muse_glimmer_assistant": "qwen3"}
 
 
 def render_engine_keys(resolved: ResolvedDrafter, model_type: str | None) -> dict[str, Any]:
     """The keys TensorRT-LLM's built-in drafter classes read, rendered from the record alone (and
     the flattened ``model_type``), so a process that never imported the emitted package resolves
-    the trained masks and slots (tests/conformance/trtllm/CONTRACT.md R2, R6): ``use_sliding_window``
+    the trained masks and slots (tests/upstream/trtllm/CONTRACT.md R2, R6): ``use_sliding_window``
     (false when a window is non-causal: the window then comes from
     ``dflash_config.use_swa``/``swa_window_size`` as ``(W-1, W-1)``), ``dspark_config.shift_label``
     (= ``sample_from_anchor``), the top-level ``dspark_*`` fallbacks (:func:`dspark_fallbacks`) and

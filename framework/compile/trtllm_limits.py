@@ -86,7 +86,7 @@ def trtllm_warning(resolved: ResolvedDrafter) -> Optional[str]:
 
 def worker_mask_problems(r: ResolvedDrafter) -> list[str]:
     """Layers whose mask TensorRT-LLM's built-in classes cannot resolve from the converted config
-    (a worker process builds those; tests/conformance/trtllm/CONTRACT.md R2): causal full layers (only DFlash 2 honours
+    (a worker process builds those; tests/upstream/trtllm/CONTRACT.md R2): causal full layers (only DFlash 2 honours
     ``is_causal``), causal windows next to non-causal ones (one ``use_sliding_window`` flag), and
     any causal window under TensorRT-LLM PR #17935's rule (``causal = self._sliding_layers_causal``,
     false for every non-DFlash-2 drafter). A DFlash 2 drafter whose layers share one causality has

@@ -36,7 +36,7 @@ The config is an inverse of :func:`~.flatten.flatten`, derived from the flattene
   ``export.unsupported`` (the clamped SwiGLU, partial rotary, causal windows, Markov/confidence
   heads, layers of differing causality), refuses the export in one line; what the serving
   engines' own readers would run is checked by tests/test_crosscheck_readers_*.py (DFlash 2:
-  tests/test_export_dflash2.py).
+  tests/upstream/readers/test_export_dflash2.py).
 
 Norm styles: a norm the source runs Gemma style (``rms(x) * (1 + w)``) but the target
 adapter reads plainly is stored as ``bf16(1 + float32(w))`` (rounded once), and the

@@ -236,7 +236,7 @@ def supported_drafters_md(drafters: list[Drafter]) -> str:
         ),
         "",
         "TensorRT-LLM path: TensorRT-LLM cannot be installed in this project's environment, so the plugin "
-        "package (`draftsmith emit`) is checked by tests/conformance/trtllm against TensorRT-LLM's own source "
+        "package (`draftsmith emit`) is checked by tests/upstream/trtllm against TensorRT-LLM's own source "
         "(verbatim excerpts executed, stand-ins transcribed from its source where no excerpt covers; "
         "docs/serving-on-trtllm.md says which); no row here has been served by TensorRT-LLM itself yet.",
         "",

@@ -18,7 +18,7 @@ GUIDE_FILE = "writing-an-adapter.md"
 README_BEGIN = "<!-- supported-drafters:begin -->"
 README_END = "<!-- supported-drafters:end -->"
 #: The TensorRT-LLM engine cannot be installed in this project's environment: its plugin
-#: package is generated (``draftsmith emit``) and checked by tests/conformance/trtllm against
+#: package is generated (``draftsmith emit``) and checked by tests/upstream/trtllm against
 #: TensorRT-LLM's own source excerpts. Change this when a TensorRT-LLM run backs the table.
 TRTLLM_STATUS = "emitted; conformance suite on TensorRT-LLM's own source excerpts, never run in TensorRT-LLM"
 DEVICES = (("sm100", "SM100"), ("sm90", "SM90"), ("cpu", "CPU"))

@@ -336,7 +336,7 @@ def write_package(
                  worker_mask_problems(resolved) if target_architecture is None),
                *(f"warning: {n}" for n in trtllm_notes(resolved)),
                f"max_draft_len: {reason}",
-               "checked against TensorRT-LLM's own source excerpts and stand-ins (tests/conformance/trtllm); "
+               "checked against TensorRT-LLM's own source excerpts and stand-ins (tests/upstream/trtllm); "
                "never run inside TensorRT-LLM itself (docs/serving-on-trtllm.md)"],
     )
 

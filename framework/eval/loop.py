@@ -12,7 +12,7 @@ cache) and anchor ``a`` at position ``C`` (the target's last token, not yet run 
    ``a, d_1..d_n``, and ``g_n`` is the next anchor at ``C+n+1``.
 
 Every emitted token is a target argmax given the tokens before it, so the output is the
-target's own greedy generation (tests/test_eval.py checks it against ``generate``).
+target's own greedy generation (tests/eval/test_eval.py checks it against ``generate``).
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ _step_hook: Optional[Callable[[], None]] = None
 
 def set_step_hook(hook: Optional[Callable[[], None]]) -> None:
     """Install ``hook``, called at every step point (``None`` removes it). Used by the
-    interruption tests (tests/test_interrupt.py) to kill a run at an exact step."""
+    interruption tests (tests/io/test_interrupt.py) to kill a run at an exact step."""
     global _step_hook
     _step_hook = hook
 

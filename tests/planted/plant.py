@@ -29,7 +29,7 @@ Usage (from the repository root, with the project's venv active)::
 
 ``DRAFTSMITH_READERS_SRC`` and ``DRAFTSMITH_TRTLLM_SRC`` are passed through when set. The file is
 not named ``test_*.py`` and ``tests/planted`` holds no tests, so pytest never collects it;
-``tests/test_planted_catalogue.py`` runs ``--check``'s logic in CI.
+``tests/planted/test_planted_catalogue.py`` runs ``--check``'s logic in CI.
 """
 
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Stand-in package (see tensorrt_llm/PROVENANCE.md)."""

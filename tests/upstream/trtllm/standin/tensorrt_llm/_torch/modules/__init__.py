@@ -1,0 +1,1 @@
+"""Stand-in package (see tests/upstream/trtllm/PROVENANCE.md)."""
