@@ -43,9 +43,6 @@ class FakeAdapter:
         self.name, self.architectures = name, [ARCH]
         self.spec = SimpleNamespace(synth=SimpleNamespace(config=config), docs=SimpleNamespace(serving={}))
 
-    def flatten_config(self, raw: dict) -> dict:
-        return dict(raw)
-
 
 
 def adapter_file(tmp_path: Path) -> Path:

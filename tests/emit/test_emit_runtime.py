@@ -35,9 +35,6 @@ class FakeAdapter:
         self.name, self.architectures = name, list(architectures)
         self.spec = SimpleNamespace(synth=SimpleNamespace(config=config), docs=SimpleNamespace(serving={}))
 
-    def flatten_config(self, raw):
-        return dict(raw)
-
 
 def emit_package(tmp_path, config, package="draftsmith_tiny_runtime"):
     spec_file = tmp_path / "test.yaml"
