@@ -42,17 +42,20 @@ def source(checkpoints):
     return checkpoints("minimax_dspark").source
 
 
-TMP_ROOT = Path(tempfile.mkdtemp(prefix="draftsmith-hostile-specs-"))
+_TMP_ROOT: list[Path] = []  # made by the first test that writes a spec (not at collection), removed after the module
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _tidy():
     yield
-    shutil.rmtree(TMP_ROOT, ignore_errors=True)
+    for root in _TMP_ROOT:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def fresh_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="spec-", dir=TMP_ROOT))
+    if not _TMP_ROOT:
+        _TMP_ROOT.append(Path(tempfile.mkdtemp(prefix="draftsmith-hostile-specs-")))
+    return Path(tempfile.mkdtemp(prefix="spec-", dir=_TMP_ROOT[0]))
 
 
 def expect_refused(args: list[str], file: Path | str, *, key: str | None = None, line: bool = False,

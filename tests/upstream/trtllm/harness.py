@@ -17,6 +17,7 @@ import torch
 
 import excerpts
 from support.cli import cli_subprocess, run_cli
+from support.forkserver import run_script
 
 REPO = Path(__file__).resolve().parents[3]
 PINNED = (Path(__file__).resolve().parent / "standin" / "tensorrt_llm" / "pinned.py").read_text()
@@ -206,7 +207,7 @@ class Case:
     def drive(self, mode: str, checkpoint: Optional[Path] = None, env: Optional[dict] = None,
               package: Optional[Path] = None, arch_modules: Optional[dict] = None,
               backends: Optional[list] = None) -> dict:
-        """Run drive.py in a fresh process (cached by arguments). ``backends``: drive.py's runs
+        """Run drive.py in its own process (``support.forkserver``; cached by arguments). ``backends``: drive.py's runs
         (default ``VANILLA``, ``TRTLLM``; ``NAME:arena`` for a paged backend on the private arena)."""
         pkg = package or (self.root if mode == "config" else self.package())
         key = (mode, str(checkpoint), json.dumps(env, sort_keys=True), str(pkg), json.dumps(arch_modules),
@@ -223,8 +224,7 @@ class Case:
 
         e = {k: v for k, v in os.environ.items() if k != "DS_STANDIN_TRTLLM_VERSION"}
         e.update(env or {})
-        p = subprocess.run([sys.executable, str(HERE / "drive.py"), str(self.root / f"args{n}.json")],
-                           capture_output=True, text=True, timeout=300, env=e)
+        p = run_script(HERE / "drive.py", self.root / f"args{n}.json", timeout=300, env=e)
         assert Path(args["result"]).is_file(), f"driver died: {p.stderr[-3000:]}"
         res = json.loads(Path(args["result"]).read_text())
         self.runs[key] = res

@@ -3,7 +3,6 @@ carries the ``dspark_*`` fallbacks rendered from the record, sets ``use_sliding_
 ``target_layer_ids``, ``mask_token_id``, ``block_size`` and a valid ``attention_backend``
 (CONTRACT.md R6)."""
 
-import pytest
 
 
 def test_shift_label_resolves_to_the_trained_slot_convention(case):

@@ -8,11 +8,10 @@ the converted checkpoint; every tensor must equal the checkpoint's (shards.py). 
 test_trtllm_p17_tensor_parallel.py."""
 
 import json
-import subprocess
-import sys
 
 import torch
 
+from support.forkserver import run_script
 import excerpts
 from harness import HERE
 from shards import rank_slices
@@ -24,8 +23,7 @@ def test_fused_modules_load_through_trtllms_loader(case):
             "params": str(case.root / "verbatim_tp1.pt"), "result": str(case.root / "verbatim_tp1.json"),
             "mapping": {"world_size": 1, "rank": 0, "tp_size": 1}}
     (case.root / "verbatim_tp1_args.json").write_text(json.dumps(args))
-    p = subprocess.run([sys.executable, str(HERE / "verbatim_load.py"), str(case.root / "verbatim_tp1_args.json")],
-                       capture_output=True, text=True, timeout=300)
+    p = run_script(HERE / "verbatim_load.py", case.root / "verbatim_tp1_args.json", timeout=300)
     res = json.loads((case.root / "verbatim_tp1.json").read_text())
     assert "fatal" not in res, f"{case.adapter}: {res.get('fatal')}\n{res.get('trace')}\n{p.stderr[-1500:]}"
     assert "load" not in res, f"{case.adapter}: TensorRT-LLM's loader refused: {res['load']['error']}\n{res['load']['trace']}"

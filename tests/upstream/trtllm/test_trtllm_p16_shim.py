@@ -8,12 +8,11 @@ package of a kind (the representatives hold both a non-causal window and none); 
 a worker resolves them are test_trtllm_p02_processes.py's."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from support.forkserver import run_script
 import excerpts
 from harness import CONTEXT, HERE, expected_mask, mask_matrix
 
@@ -26,8 +25,7 @@ def shim_drive(case, mode, arch_modules=None):
                 "arch_modules": arch_modules, "result": str(case.root / f"{key}.json")}
         (case.root / f"{key}_args.json").write_text(json.dumps(args))
         env = {**__import__("os").environ, excerpts.ENV: str(src)}
-        p = subprocess.run([sys.executable, str(HERE / "shim_drive.py"), str(case.root / f"{key}_args.json")],
-                           capture_output=True, text=True, timeout=300, env=env)
+        p = run_script(HERE / "shim_drive.py", case.root / f"{key}_args.json", timeout=300, env=env)
         res = json.loads((case.root / f"{key}.json").read_text())
         assert "fatal" not in res, f"{case.adapter} {mode}: {res['fatal']['error']}\n{res['fatal']['trace']}\n{p.stderr[-1000:]}"
         case.runs[key] = res

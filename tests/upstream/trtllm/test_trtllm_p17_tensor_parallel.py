@@ -22,13 +22,12 @@ architectures (one package per architecture and process, as a deployment has it)
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from support.forkserver import start_script
 import excerpts
 
 from shards import rank_slices
@@ -76,8 +75,7 @@ def pools(tmp_path_factory):
                                  "result": res, "attention_dp": dp})
             job = root / f"job.tp{tp}.{i}.json"
             job.write_text(json.dumps({"world_size": tp, "tp_size": tp, "port": _free_port(), "runs": runs}))
-            procs = [subprocess.Popen([sys.executable, str(HERE / "tp_drive.py"), str(job), str(r)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(tp)]
+            procs = [start_script(HERE / "tp_drive.py", job, r) for r in range(tp)]
             errs = []
             for p in procs:
                 _, e = p.communicate(timeout=600)

@@ -5,11 +5,10 @@ drafter kind (``kind_case``): the tie block sees the same embedding and head mod
 kind."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from support.forkserver import run_script
 import excerpts
 from harness import HERE
 
@@ -23,8 +22,7 @@ def test_tied_embeddings_build_as_tensorrt_llm_builds_them(kind_case, where):
                 "result": str(case.root / "tie.json")}
         (case.root / "tie_args.json").write_text(json.dumps(args))
         env = {**__import__("os").environ, excerpts.ENV: str(src)}
-        p = subprocess.run([sys.executable, str(HERE / "tie_check.py"), str(case.root / "tie_args.json")],
-                           capture_output=True, text=True, timeout=300, env=env)
+        p = run_script(HERE / "tie_check.py", case.root / "tie_args.json", timeout=300, env=env)
         res = json.loads((case.root / "tie.json").read_text())
         assert "fatal" not in res, f"{case.adapter}: {res['fatal']}\n{res['trace']}\n{p.stderr[-800:]}"
         case.runs["tie"] = res

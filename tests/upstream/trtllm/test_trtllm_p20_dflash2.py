@@ -33,7 +33,6 @@ import importlib.util
 import json
 import math
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,6 +41,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from support.forkserver import start_script
 import excerpts
 from harness import HERE, REPO, Case, cli, expected_mask, get_wide_case, mask_matrix, one_line
 
@@ -329,8 +329,7 @@ def test_tp2_every_rank_drafts_the_oracle_path(request, record):
            "backends": ["VANILLA"], "result": res, "attention_dp": False, "shard_lm_head": True}
     job = d2.root / "tp2.job.json"
     job.write_text(json.dumps({"world_size": tp, "tp_size": tp, "port": _free_port(), "runs": [run]}))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "tp_drive.py"), str(job), str(r)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(tp)]
+    procs = [start_script(HERE / "tp_drive.py", job, r) for r in range(tp)]
     errs = [p.communicate(timeout=300)[1] for p in procs]
     vocab = d2.config["vocab_size"]
     tp1 = d2.case.serve()["backends"]["VANILLA"]

@@ -1,0 +1,48 @@
+"""The suite's driver processes (``support/forkserver.py``: forked from a server that imported torch)
+start as ``python SCRIPT`` starts, in every respect a driver reads: argv, ``sys.path``, environment,
+working directory, stdout / stderr, exit code, ``atexit``; and hold nothing of draftsmith, of an
+emitted package or of TensorRT-LLM when the script begins."""
+
+import json
+import os
+import subprocess
+import sys
+
+from support.forkserver import run_script, start_script
+
+SCRIPT = r'''
+import atexit, json, os, sys
+seen = sorted(m for m in sys.modules if m.split(".")[0].startswith(("draftsmith", "tensorrt_llm")))
+atexit.register(lambda: print("atexit ran", file=sys.stderr))
+print(json.dumps({"argv": sys.argv[1:], "path": sys.path, "cwd": os.getcwd(), "env": os.environ.get("DRIVER_PROBE"),
+                  "seen": seen, "main": __name__, "pid": os.getpid()}))
+sys.exit(int(sys.argv[1]))
+'''
+
+
+def test_a_forked_driver_starts_as_a_fresh_interpreter(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    env = {**os.environ, "DRIVER_PROBE": "yes", "PYTHONPATH": os.pathsep.join(
+        [str(extra)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    fresh = subprocess.run([sys.executable, str(script), "3", "x y"], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=60)
+    forked = run_script(script, 3, "x y", env=env, cwd=tmp_path, timeout=60)
+    assert (forked.returncode, fresh.returncode) == (3, 3), forked.stderr
+    got, want = json.loads(forked.stdout), json.loads(fresh.stdout)
+    assert got["pid"] != os.getpid()
+    for key in ("argv", "path", "cwd", "env", "seen", "main"):
+        assert got[key] == want[key], f"{key}: forked {got[key]!r}, python SCRIPT {want[key]!r}"
+    assert got["seen"] == [], got["seen"]
+    assert forked.stderr.strip() == fresh.stderr.strip() == "atexit ran"
+
+
+def test_a_forked_driver_reports_an_exception_and_runs_concurrently(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text("import sys, time\ntime.sleep(float(sys.argv[1]))\nraise ValueError('boom ' + sys.argv[1])\n")
+    procs = [start_script(script, s) for s in ("0.5", "0.5")]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [1, 1]
+    assert all("ValueError: boom 0.5" in err and "Traceback" in err for _, err in outs), outs
