@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from support.forkserver import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
@@ -20,12 +20,12 @@ NOT_BENCHES = {"timing.py", "reliability_report.py"}  # the shared module; the r
 
 
 def run(script: str, *args: str, interpret: bool = False, timeout: int = 240) -> str:
-    """``python bench/<script> args...`` on CPU (no GPU visible); its stdout, after checking exit 0."""
+    """``python bench/<script> args...`` on CPU (no GPU visible), in its own process
+    (``support.forkserver``); its stdout, after checking exit 0."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    p = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env, capture_output=True,
-                       text=True, timeout=timeout)
+    p = run_script(BENCH / script, *args, cwd=BENCH, env=env, timeout=timeout)
     assert p.returncode == 0, f"{script} exited {p.returncode}:\n{p.stderr[-3000:]}"
     return p.stdout
 
