@@ -19,6 +19,7 @@ from ...lowering.base import DEVICE_CLASSES, DeviceClass, LoweringInfo, MaskSpec
 from ...transforms.base import dtype_from_name
 from ..errors import UserError
 from .rope import read_scaling
+from ..spec.overrides import reach
 
 #: Version of the ``draftsmith`` section this code writes and reads.
 RESOLVED_VERSION = 1
@@ -415,10 +416,8 @@ def source_rows(resolved: ResolvedDrafter) -> list[tuple[str, Any, str]]:
             src, _, text = src.partition(VALUE_MARK)
             rows.append((key, json.loads(text), src))
             continue
-        value: Any = flat
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        rows.append((key, value, src))
+        value, found = reach(flat, key.split("."))
+        rows.append((key, value if found == len(key.split(".")) else None, src))
     return rows
 
 

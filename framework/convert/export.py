@@ -66,8 +66,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
@@ -95,6 +93,7 @@ from .plan import plan as conversion_plan
 from .synth import _groups, inverse_apps, run_inverse
 from .writer import ShardedSaver
 from ..compile.dotted import get_dotted, pop_dotted, set_dotted
+from ..spec.overrides import reach
 
 #: keys export rewrites (identity, or the attention table, compared per layer instead)
 _REWRITTEN = ("architectures", "model_type", "draftsmith", "is_causal", "sliding_window_non_causal",
@@ -226,14 +225,10 @@ def _set_path(d: Any, key: str, value: Any, where: str) -> None:
 
 
 def _get_path(d: Any, key: str) -> Any:
-    for part in key.split("."):
-        if isinstance(d, list) and part.isdigit() and int(part) < len(d):
-            d = d[int(part)]
-        elif isinstance(d, dict) and part in d:
-            d = d[part]
-        else:
-            return None
-    return d
+    """The value at dotted ``key`` (a digit step indexes a list), ``None`` where a step is missing."""
+    steps = [int(p) if p.isdigit() else p for p in key.split(".")]
+    value, found = reach(d, steps)
+    return value if found == len(steps) else None
 
 
 def derived_values(target: Adapter, flat: dict, r: ResolvedDrafter, source_raw: dict | None,

@@ -16,7 +16,7 @@ from ...convert.export import export
 from ...convert.synth import synthesize
 from ...io.gc_pause import paused_gc
 from ..inputs import adapter as chosen_adapter, need, source as chosen_source
-from ..plan_report import defaults_json, defaults_lines, plan_dict
+from ...convert.report import defaults_json, defaults_lines, plan_dict
 
 
 def _written(out: Path) -> list[str]:

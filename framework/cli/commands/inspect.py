@@ -8,7 +8,7 @@ import json
 from ...convert.plan import plan as conversion_plan
 from ...io.gc_pause import paused_gc
 from ..inputs import adapter as chosen_adapter, source as chosen_source
-from ..plan_report import describe_plan, plan_dict, problems_report
+from ...convert.report import describe_plan, plan_dict, problems_report
 
 
 def run(opts, spec, path) -> int:

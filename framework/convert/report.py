@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..compile.resolved import ResolvedDrafter, defaulted, dump_sources
 from ..compile.trtllm_limits import trtllm_warning
-from ..convert.plan import Problem, format_report as format_plan_rows
+from .plan import Problem, format_report as format_plan_rows
 from ..shown import shown
 
 
