@@ -43,8 +43,10 @@ def _context():
     return _CONTEXT
 
 
-def _child(script: str, argv: list, env: dict, cwd, out_path: str, err_path: str, base_path: list):
-    """In the forked child: become ``python script *argv`` and run it as ``__main__``."""
+def _child(script: str, argv: list, env: dict, cwd, out_path: str, err_path: str, base_path: list,
+           module: bool = False):
+    """In the forked child: become ``python script *argv`` (``module``: ``python -m script *argv``)
+    and run it as ``__main__``."""
     for fd, path in ((1, out_path), (2, err_path)):
         sys.stdout.flush(), sys.stderr.flush()
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -55,11 +57,14 @@ def _child(script: str, argv: list, env: dict, cwd, out_path: str, err_path: str
     if cwd is not None:
         os.chdir(cwd)
     extra = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    path = [os.path.dirname(os.path.abspath(script))] + extra + base_path
-    sys.path[:] = list(dict.fromkeys(path))  # first occurrence kept, as site.removeduppaths does
+    first = os.getcwd() if module else os.path.dirname(os.path.abspath(script))
+    sys.path[:] = list(dict.fromkeys([first] + extra + base_path))  # first kept, as site.removeduppaths does
     sys.argv = [script, *argv]
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy.run_module(script, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
     finally:
         atexit._run_exitfuncs()
         sys.stdout.flush(), sys.stderr.flush()
@@ -69,12 +74,13 @@ class Started:
     """A driver started by :func:`start_script`: ``communicate(timeout)`` -> ``(stdout, stderr)``,
     then ``returncode`` (negative: killed by that signal), as ``subprocess.Popen`` with text pipes."""
 
-    def __init__(self, script: str, argv: list, env: dict, cwd=None):
+    def __init__(self, script: str, argv: list, env: dict, cwd=None, module: bool = False):
         ctx = _context()
-        self.args = [sys.executable, script, *argv]
+        self.args = [sys.executable, *(["-m"] if module else []), script, *argv]
         self._dir = tempfile.mkdtemp(prefix="draftsmith-driver-")
         self._out, self._err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
-        self._proc = ctx.Process(target=_child, args=(script, argv, env, cwd, self._out, self._err, list(_BASE_PATH)))
+        self._proc = ctx.Process(target=_child, args=(script, argv, env, cwd, self._out, self._err, list(_BASE_PATH),
+                                                      module))
         self._proc.start()
         self.returncode = None
 
@@ -100,5 +106,12 @@ def start_script(script, *argv, env=None, cwd=None) -> Started:
 def run_script(script, *argv, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     """``subprocess.run([python, script, *argv], capture_output=True, text=True, timeout=...)``, forked."""
     p = start_script(script, *argv, env=env, cwd=cwd)
+    out, err = p.communicate(timeout)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def run_module(module: str, *argv, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    """``python -m module *argv`` as :func:`run_script` runs a script."""
+    p = Started(module, [str(a) for a in argv], dict(os.environ if env is None else env), cwd, module=True)
     out, err = p.communicate(timeout)
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)

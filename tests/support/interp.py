@@ -4,7 +4,8 @@ Triton decides interpreter mode when its own library is imported, so a test modu
 sets ``TRITON_INTERPRET`` for the pytest process (other modules would be affected): if the
 interpreter is not already active in-process, the first interpreter test of a module runs
 all of that module's ``interp`` tests once in a child pytest with ``TRITON_INTERPRET=1`` and
-no visible GPU, and each test then reports its own outcome from there.
+no visible GPU (``python -m pytest``, forked by :mod:`support.forkserver`, where triton is not
+imported yet), and each test then reports its own outcome from there.
 
 Use: ``_child_results, interp_test = interpreter_suite(__file__)`` at module level (the
 fixture must keep that name), then decorate each ``test_interp_*`` with ``@interp_test``.
@@ -13,12 +14,12 @@ fixture must keep that name), then decorate each ``test_interp_*`` with ``@inter
 import functools
 import inspect
 import os
-import subprocess
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
 import pytest
+
+from .forkserver import run_module
 
 
 def interpreter_active() -> bool:
@@ -40,11 +41,8 @@ def interpreter_suite(test_file: str):
         with tempfile.TemporaryDirectory() as tmp:
             xml_path = os.path.join(tmp, "junit.xml")
             env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-            proc = subprocess.run(
-                [sys.executable, "-m", "pytest", test_file, "-k", "interp", "-q", "-p", "no:cacheprovider",
-                 f"--junitxml={xml_path}"],
-                env=env, capture_output=True, text=True, timeout=1200,
-            )
+            proc = run_module("pytest", test_file, "-k", "interp", "-q", "-p", "no:cacheprovider",
+                              f"--junitxml={xml_path}", env=env, timeout=1200)
             if not os.path.exists(xml_path):
                 raise RuntimeError(f"child pytest produced no report:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
             results = {}

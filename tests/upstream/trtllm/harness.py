@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 import excerpts
-from support.cli import cli_subprocess, run_cli
+from support.cli import run_cli
 from support.forkserver import run_script
 
 REPO = Path(__file__).resolve().parents[3]
@@ -89,11 +89,8 @@ CONTEXT = 12  # target tokens of context; above the tiny adapters' window of 8
 SEED = 1729
 
 
-def cli(*args, cwd=None, timeout=300, fresh_process=False):
-    """``draftsmith ARGS`` as a CompletedProcess: in this process (``support.cli.run_cli``), or with
-    ``fresh_process`` / ``cwd`` as ``python -m draftsmith ARGS`` (``support.cli.cli_subprocess``)."""
-    if fresh_process or cwd is not None:
-        return cli_subprocess(args, timeout=timeout, cwd=cwd)
+def cli(*args):
+    """``draftsmith ARGS`` in this process (``support.cli.run_cli``), as a CompletedProcess."""
     r = run_cli(args)
     return subprocess.CompletedProcess(["draftsmith", *args], r.code, r.out, r.err)
 

@@ -1,8 +1,8 @@
 """Issue 35 item 3, issue 45 point 1: tensor parallelism and attention DP across real processes (CPU, gloo).
 
 Every adapter at tiny scale with 8 query and 4 KV heads (the MiniMax drafter's 4 KV heads; harness
-``get_wide_case``), for tp 1, 2, 4 and attention DP at tp 4; tp 8 (8 > 4 KV heads: duplication) for one
-adapter per drafter kind (harness ``KIND_REPRESENTATIVES``). One pool of ``tp`` processes (tp_drive.py) per
+``get_wide_case``), for tp 1, 2, 4 and attention DP at tp 4; tp 8 (8 > 4 KV heads: duplication) for the
+MiniMax DSpark adapter (``DUPLICATION_ADAPTER``). One pool of ``tp`` processes (tp_drive.py) per
 tp size serves every adapter, with and without attention DP, one round per set of adapters with distinct
 architectures (one package per architecture and process, as a deployment has it). For each run a rank
 
@@ -31,12 +31,14 @@ from support.forkserver import start_script
 import excerpts
 
 from shards import rank_slices
-from harness import KIND_REPRESENTATIVES, SERVED as ADAPTERS, HERE, assert_matches_oracle, get_wide_case
+from harness import SERVED as ADAPTERS, HERE, assert_matches_oracle, get_wide_case
 
 TP_SIZES = (1, 2, 4, 8)
-#: tp sizes run for one adapter per drafter kind only (KV duplication, 8 > 4 KV heads: the same sharding
-#: code for every layout, which tp 2 and 4 already cover per adapter)
+#: tp sizes run for one adapter only: KV duplication (8 ranks > 4 KV heads) is ``_load_weights_impl``'s
+#: ``duplicate_kv_weight`` and the k/v projections' head count, the same code for every layout and drafter
+#: kind; every other tensor shards there as at tp 2 and 4, which run for every adapter
 KIND_ONLY = (8,)
+DUPLICATION_ADAPTER = "minimax_dspark"
 ATTENTION_DP_SIZES = (4,)
 POOLS = [(tp, False) for tp in TP_SIZES] + [(tp, True) for tp in ATTENTION_DP_SIZES]
 
@@ -61,7 +63,7 @@ def pools(tmp_path_factory):
     for tp in TP_SIZES:
         variants = [dp for t, dp in POOLS if t == tp]
         for i, names in enumerate(rounds):
-            names = [n for n in names if tp not in KIND_ONLY or n in KIND_REPRESENTATIVES]
+            names = [n for n in names if tp not in KIND_ONLY or n == DUPLICATION_ADAPTER]
             if not names:
                 continue
             runs = []
@@ -97,9 +99,8 @@ def pools(tmp_path_factory):
 @pytest.fixture
 def wide(case, tmp_path_factory, request):
     tp = request.node.callspec.params.get("tp")
-    if tp in KIND_ONLY and case.adapter not in KIND_REPRESENTATIVES:
-        stand_in = next(k for k, names in KIND_REPRESENTATIVES.items() if case.adapter in names)
-        pytest.skip(f"{case.adapter}: tp {tp} runs for one adapter of its kind ({stand_in}); tp 1, 2, 4 run for it")
+    if tp in KIND_ONLY and case.adapter != DUPLICATION_ADAPTER:
+        pytest.skip(f"{case.adapter}: tp {tp} (KV heads duplicated) runs for {DUPLICATION_ADAPTER}; tp 1, 2, 4 run for it")
     return get_wide_case(case.adapter, tmp_path_factory)
 
 
