@@ -26,6 +26,7 @@ import os
 import types as _types
 import typing as _typing
 
+import torch as _torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parameter import Parameter
@@ -36,6 +37,12 @@ from ..._deep import loader as _loader, run as _run
 
 _ld = _loader()
 torch = _ld.torch_proxy()
+# The proxy makes ``torch.device('cuda:0')`` the CPU; on a machine with a GPU, ``Linear.__init__``'s
+# capability probe (``torch.cuda.get_device_capability(torch.device('cuda:0'))``) would then ask CUDA
+# about the CPU: it asks about the GPU ``cuda:0`` names, as in TensorRT-LLM.
+_capability = torch.cuda.get_device_capability
+torch.cuda.get_device_capability = lambda device=None: _capability(
+    0 if isinstance(device, _torch.device) and device.type == "cpu" else device)
 dataclass, ABC, abstractmethod = _dataclasses.dataclass, _abc.ABC, _abc.abstractmethod
 Dict, List, Optional, Union = _typing.Dict, _typing.List, _typing.Optional, _typing.Union
 QuantConfig = _ld.QuantConfig
