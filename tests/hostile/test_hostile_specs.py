@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from draftsmith.framework.spec import schema as S
 from draftsmith.transforms.regex import MAX_REGEX_LEN, compile_regex
-from draftsmith.framework.compile.adapter import load_adapter
+from draftsmith.framework.compile.family import get_family
+from draftsmith.transforms.base import check_dtype_name, get_transform
 from draftsmith.framework.cli.compose import CLI_KEYS
 from support.cli import run_cli
 from support.reliability_log import record
@@ -472,6 +473,15 @@ def test_missing_sections(paths, source):
 ident = st.text(string.ascii_lowercase, min_size=3, max_size=8)
 
 
+def _known(lookup, name: str) -> bool:
+    """Whether registry lookup ``lookup`` accepts ``name``."""
+    try:
+        lookup(name)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
 @st.composite
 def impossible(draw):
     """(where, value, key path the error must name, text it must contain, label)."""
@@ -496,11 +506,14 @@ def impossible(draw):
         n = draw(st.integers(1, 50).filter(lambda n: n != 7))
         return ("max_draft_len",), n, "max_draft_len", "contradicts", "max_draft_len contradicting the derived value"
     if k == 6:
+        assume(not _known(get_family, w))  # a random identifier may name a real family
         return ("family",), w, "family", "unknown family", "unknown family"
     if k == 7:
+        assume(not _known(get_transform, w))  # "fuse", "cast" and "split" are real transforms
         return ("weights", "transforms", 0, "op"), w, "weights.transforms[0].op", "unknown transform", "unknown transform op"
     if k == 8:
         return ("attention", "window"), draw(st.integers(-100, 0)), "attention.window", "greater than or equal to 1", "window < 1"
+    assume(not _known(check_dtype_name, w))  # a random identifier may name a dtype
     return ("weights", "transforms", 0, "params"), {"dtype": w}, "weights.transforms[0].params.dtype", "unknown dtype", "unknown dtype in transform params"
 
 
