@@ -6,7 +6,7 @@ converts it, and caches the result for the whole session. The folders are shared
 test that alters a checkpoint copies it first (``shutil.copytree``).
 
 Under pytest-xdist the scheduling unit is a file, and the TensorRT-LLM suite as a whole
-(:func:`pytest_xdist_make_scheduler`).
+(:func:`pytest_xdist_make_scheduler`), which is collected first (:func:`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
@@ -62,6 +62,12 @@ def checkpoints(tmp_path_factory):
 
 #: node-id prefix of the TensorRT-LLM suite: one scheduling unit under pytest-xdist
 TRTLLM_SUITE = "tests/upstream/trtllm/"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The TensorRT-LLM suite first (a stable sort; the rest keep their order): it is the longest
+    scheduling unit, and collected last it ran alone on one worker at the end of an ``-n 2`` run."""
+    items.sort(key=lambda item: not item.nodeid.startswith(TRTLLM_SUITE))
 
 
 def pytest_xdist_make_scheduler(config, log):
