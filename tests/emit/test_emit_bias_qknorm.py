@@ -15,8 +15,7 @@ import pytest
 import torch
 
 from draftsmith.framework.compile.resolved import ResolvedDrafter
-from support.oracles import oracle
-from test_emit_runtime import build_drafter, decode_inputs, emit_package, random_weights, rms, rope64, tiny_config
+from test_emit_runtime import build_drafter, decode_inputs, emit_package, oracle_block_decode, random_weights, tiny_config
 from support.trtllm_shim import fake_trtllm  # noqa: F401  (fixture)
 from support.host_case import BLOCK, D, HID, HKV, HQ, INTER, LAYERS
 
@@ -46,43 +45,6 @@ def variant_weights(v: dict, seed=0) -> dict:
     return w
 
 
-def oracle_decode(r: ResolvedDrafter, w, noise, pos, ctx_k, ctx_v):
-    """float64 block part of drafter reference section 1 step 3, a bias added where ``w`` has one,
-    q/k normed only where ``w`` has their norms."""
-    b, blk = noise.shape[:2]
-    x = noise.double().reshape(b * blk, -1)
-    eps = r.rms_norm_eps
-    for i, layer in enumerate(r.layers):
-        p = f"model.layers.{i}."
-        W = {k[len(p):]: t.double() for k, t in w.items() if k.startswith(p)}
-
-        def lin(h, name):
-            out = h @ W[name + ".weight"].T
-            return out + W[name + ".bias"] if name + ".bias" in W else out
-
-        y = rms(x, W["input_layernorm.weight"], r.norms["input_layernorm"] == "gemma", eps)
-        q = lin(y, "self_attn.q_proj").view(b, blk, HQ, D)
-        k = lin(y, "self_attn.k_proj").view(b, blk, HKV, D)
-        v = lin(y, "self_attn.v_proj").view(b, blk, HKV, D)
-        if "self_attn.q_norm.weight" in W:
-            q = rms(q, W["self_attn.q_norm.weight"], r.norms["q_norm"] == "gemma", eps)
-            k = rms(k, W["self_attn.k_norm.weight"], r.norms["k_norm"] == "gemma", eps)
-        q, k = rope64(q, pos, r.dims.rotary_dim, r.rope.theta), rope64(k, pos, r.dims.rotary_dim, r.rope.theta)
-        m = layer.mask
-        att, _ = oracle(q, [c.double() for c in ctx_k[i]], [c.double() for c in ctx_v[i]], k, v, m.causal, m.window,
-                        D ** -0.5)
-        x = x + lin(att.reshape(b * blk, -1), "self_attn.o_proj")
-        h = rms(x, W["post_attention_layernorm.weight"], r.norms["post_attention_layernorm"] == "gemma", eps)
-        gate, up = lin(h, "mlp.gate_proj"), lin(h, "mlp.up_proj")
-        if r.mlp.kind == "swiglu_oai":
-            gg, u = gate.clamp(max=r.mlp.limit), up.clamp(-r.mlp.limit, r.mlp.limit)
-            act = gg * torch.sigmoid(r.mlp.alpha * gg) * (u + 1)
-        else:
-            act = torch.nn.functional.silu(gate) * up
-        x = x + lin(act, "mlp.down_proj")
-    return rms(x, w["model.norm.weight"].double(), r.norms["norm"] == "gemma", eps)
-
-
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_emitted_block_decode_matches_the_oracle(tmp_path, fake_trtllm, monkeypatch, name):  # noqa: F811
     v = VARIANTS[name]
@@ -105,10 +67,10 @@ def test_emitted_block_decode_matches_the_oracle(tmp_path, fake_trtllm, monkeypa
         ctx_v = [[vc[s, i, :c].clone() for s, c in zip(slots, ctx)] for i in range(len(LAYERS))]
         out = model.dflash_forward(noise, pos, ctx, kc, vc, slots)
         r = ResolvedDrafter.from_config(config)
-        want = oracle_decode(r, w, noise, pos.view(2, BLOCK), ctx_k, ctx_v)
+        want = oracle_block_decode(r, w, noise, pos.view(2, BLOCK), ctx_k, ctx_v)
         torch.testing.assert_close(out.double(), want, atol=1e-4, rtol=1e-4)
         if v["attention_bias"]:  # planted: the biases dropped move the output far off
-            unbiased = oracle_decode(r, {k: t for k, t in w.items() if not k.endswith(".bias")}, noise,
+            unbiased = oracle_block_decode(r, {k: t for k, t in w.items() if not k.endswith(".bias")}, noise,
                                      pos.view(2, BLOCK), ctx_k, ctx_v)
             assert (unbiased - want).abs().max() > 0.05 * want.abs().max()
     finally:

@@ -192,32 +192,39 @@ def rope64(x, pos, rot, theta):
 
 def oracle_block_decode(r: ResolvedDrafter, w, noise, pos, ctx_k, ctx_v):
     """float64, drafter reference section 1 step 3 (block part): ctx_k/ctx_v[layer][n] the
-    context K/V (already normed and roped)."""
+    context K/V (already normed and roped); a bias added where ``w`` has one, q/k normed only
+    where ``w`` has their norms."""
     b, blk = noise.shape[:2]
     x = noise.double().reshape(b * blk, -1)
     eps = r.rms_norm_eps
     for i, layer in enumerate(r.layers):
         p = f"model.layers.{i}."
-        W = {k[len(p):]: v.double() for k, v in w.items() if k.startswith(p)}
+        W = {k[len(p):]: t.double() for k, t in w.items() if k.startswith(p)}
+
+        def lin(h, name):
+            out = h @ W[name + ".weight"].T
+            return out + W[name + ".bias"] if name + ".bias" in W else out
+
         y = rms(x, W["input_layernorm.weight"], r.norms["input_layernorm"] == "gemma", eps)
-        q = (y @ W["self_attn.q_proj.weight"].T).view(b, blk, HQ, D)
-        k = (y @ W["self_attn.k_proj.weight"].T).view(b, blk, HKV, D)
-        v = (y @ W["self_attn.v_proj.weight"].T).view(b, blk, HKV, D)
-        q = rms(q, W["self_attn.q_norm.weight"], r.norms["q_norm"] == "gemma", eps)
-        k = rms(k, W["self_attn.k_norm.weight"], r.norms["k_norm"] == "gemma", eps)
+        q = lin(y, "self_attn.q_proj").view(b, blk, HQ, D)
+        k = lin(y, "self_attn.k_proj").view(b, blk, HKV, D)
+        v = lin(y, "self_attn.v_proj").view(b, blk, HKV, D)
+        if "self_attn.q_norm.weight" in W:
+            q = rms(q, W["self_attn.q_norm.weight"], r.norms["q_norm"] == "gemma", eps)
+            k = rms(k, W["self_attn.k_norm.weight"], r.norms["k_norm"] == "gemma", eps)
         q, k = rope64(q, pos, r.dims.rotary_dim, r.rope.theta), rope64(k, pos, r.dims.rotary_dim, r.rope.theta)
         m = layer.mask
         att, _ = oracle(q, [c.double() for c in ctx_k[i]], [c.double() for c in ctx_v[i]], k, v, m.causal, m.window,
                         D ** -0.5)
-        x = x + att.reshape(b * blk, -1) @ W["self_attn.o_proj.weight"].T
+        x = x + lin(att.reshape(b * blk, -1), "self_attn.o_proj")
         h = rms(x, W["post_attention_layernorm.weight"], r.norms["post_attention_layernorm"] == "gemma", eps)
-        gate, up = h @ W["mlp.gate_proj.weight"].T, h @ W["mlp.up_proj.weight"].T
+        gate, up = lin(h, "mlp.gate_proj"), lin(h, "mlp.up_proj")
         if r.mlp.kind == "swiglu_oai":
-            g, u = gate.clamp(max=r.mlp.limit), up.clamp(-r.mlp.limit, r.mlp.limit)
-            act = g * torch.sigmoid(r.mlp.alpha * g) * (u + 1)
+            gg, u = gate.clamp(max=r.mlp.limit), up.clamp(-r.mlp.limit, r.mlp.limit)
+            act = gg * torch.sigmoid(r.mlp.alpha * gg) * (u + 1)
         else:
             act = torch.nn.functional.silu(gate) * up
-        x = x + act @ W["mlp.down_proj.weight"].T
+        x = x + lin(act, "mlp.down_proj")
     return rms(x, w["model.norm.weight"].double(), r.norms["norm"] == "gemma", eps)
 
 
