@@ -98,20 +98,19 @@ class Started:
         return out, err
 
 
-def start_script(script, *argv, env=None, cwd=None) -> Started:
-    """Start ``python script *argv`` (``env``: the whole environment, default this process's)."""
-    return Started(str(script), [str(a) for a in argv], dict(os.environ if env is None else env), cwd)
+def start_script(script, *argv, env=None, cwd=None, module: bool = False) -> Started:
+    """Start ``python script *argv`` (``module``: ``python -m script *argv``; ``env``: the whole
+    environment, default this process's)."""
+    return Started(str(script), [str(a) for a in argv], dict(os.environ if env is None else env), cwd, module)
 
 
-def run_script(script, *argv, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+def run_script(script, *argv, env=None, cwd=None, timeout=300, module: bool = False) -> subprocess.CompletedProcess:
     """``subprocess.run([python, script, *argv], capture_output=True, text=True, timeout=...)``, forked."""
-    p = start_script(script, *argv, env=env, cwd=cwd)
+    p = start_script(script, *argv, env=env, cwd=cwd, module=module)
     out, err = p.communicate(timeout)
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def run_module(module: str, *argv, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     """``python -m module *argv`` as :func:`run_script` runs a script."""
-    p = Started(module, [str(a) for a in argv], dict(os.environ if env is None else env), cwd, module=True)
-    out, err = p.communicate(timeout)
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    return run_script(module, *argv, env=env, cwd=cwd, timeout=timeout, module=True)
