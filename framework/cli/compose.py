@@ -2,8 +2,8 @@
 
 The flow for ``draftsmith <command> key=value ...``::
 
-    adapter YAML files --(safe YAML, no code: spec/loading.py)--> ConfigStore group ``adapter``
-    --(Hydra compose with the command line)--> OmegaConf.to_container(resolve=False)
+    adapter YAML file --(safe YAML, no code: spec/loading.py)--> {"adapter": spec, defaults filled}
+    --(Hydra's overrides from the command line: apply_hydra_overrides)--> OmegaConf.to_container(resolve=False)
     --(no ``${`` anywhere in the composed tree)--> (pydantic) --> AdapterSpec
 
 Nothing is interpolated: a ``${`` in a spec file or a command-line value (however nested or
@@ -19,10 +19,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hydra import compose as hydra_compose
-from hydra import initialize
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 from pydantic import ValidationError
 
@@ -58,13 +57,9 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
         return opts, None, None
     chosen, files = find_adapter(chosen, adapter_dir)
 
-    cs = ConfigStore.instance()
-    # hold only this call's adapter: Hydra deep-copies the whole store on every compose, so
-    # specs left from earlier calls would make each compose slower in a long-lived process
-    cs.repo.pop("adapter", None)
     data, lines, path = read_spec_data(chosen, files)
-    # validate the file alone first (errors carry its line numbers), then store it with
-    # every default filled in, so that overrides can reach any field of the schema
+    # validate the file alone first (errors carry its line numbers), then fill in every
+    # default, so that overrides can reach any field of the schema
     full = validate_spec(data, path, lines).model_dump(mode="json", by_alias=True)
     # every argument checked as data first (bounded, linear, lists addressed by plain indices);
     # Hydra's keys cannot hold a dot: overrides that name a dotted key (``config.fields`` and
@@ -75,25 +70,34 @@ def compose(command: str, args: list[str]) -> tuple[dict, AdapterSpec | None, Pa
                addresses_dotted_key(full, split_argument(o)[1], f"command line: {short(o)}")]
     if library:
         full = apply_overrides(full, library, origin="command line")
-        check_composed(full, library, lambda o: _override_path(o, full))  # before Hydra's store parses any `${`
-    cs.store(group="adapter", name=chosen, node=full)
-    cs.store(name="draftsmith_cli", node={"defaults": [{"adapter": chosen}, "_self_"]})
+        check_composed(full, library, lambda o: _override_path(o, full))  # before OmegaConf parses any `${`
     quoted = [quote_override(o) for o in overrides if o not in library]
-    GlobalHydra.instance().clear()
     try:
-        with initialize(version_base=None, config_path=None):
-            cfg = hydra_compose("draftsmith_cli", overrides=quoted)
-            container = OmegaConf.to_container(cfg, resolve=False)
+        container = apply_hydra_overrides({"adapter": full}, quoted)
     except Exception as e:  # Hydra/OmegaConf errors: make them one line
         raise UserError(_hydra_message(e, overrides, data, path, lines, full)) from None
-    finally:
-        GlobalHydra.instance().clear()
     check_composed(container.get("adapter"), overrides, lambda o: _override_path(o, full))
     spec = _validate_overridden(container.pop("adapter", None), path, lines, overrides, full)
     check_name_kept(spec, path)
     opts["adapter"] = chosen
     opts["adapter_overrides"] = list(overrides)  # for the compile step's blame (Adapter.blame)
     return opts, spec, path
+
+
+def apply_hydra_overrides(tree: dict, overrides: list[str]) -> dict:
+    """``tree`` with Hydra's overrides applied as ``hydra.compose`` applies them once it has
+    composed its defaults list: Hydra's grammar (``OverridesParser``), its refusal of sweeps in a
+    single run, the root in struct mode (a new key needs ``+``), then Hydra's own
+    ``ConfigLoaderImpl._apply_overrides_to_config`` (``=``, ``+``, ``++``, ``~``). The tree is
+    the whole composed config (``{"adapter": spec}``): there is no config search path, defaults
+    list or ``hydra`` node to compose, so none is (composing them cost about 0.2 s a command).
+    Returns a plain container, nothing resolved."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    ConfigLoaderImpl.validate_sweep_overrides_legal(parsed, run_mode=RunMode.RUN, from_shell=False)
+    cfg = OmegaConf.create(tree)
+    OmegaConf.set_struct(cfg, True)
+    ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+    return OmegaConf.to_container(cfg, resolve=False)
 
 
 def quote_override(arg: str) -> str:
