@@ -6,6 +6,7 @@ caller (stubs listed in PROVENANCE.md, the same ones ``deep/loader.py`` gives); 
 is an ImportError carrying the suite's one-line skip reason."""
 
 import __future__
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -35,6 +36,13 @@ def loader():
 def run(fname: str, namespace: dict, future_annotations: bool = False) -> dict:
     """Execute ``deep/<fname>`` in ``namespace`` (a module's globals, or a private dict)."""
     path = Path(loader().HERE) / fname
-    flags = __future__.annotations.compiler_flag if future_annotations else 0
-    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec", flags=flags, dont_inherit=True), namespace)
+    exec(_code(str(path), path.read_text(encoding="utf-8"), future_annotations), namespace)
     return namespace
+
+
+@functools.lru_cache(maxsize=None)
+def _code(path: str, source: str, future_annotations: bool):
+    """The excerpt compiled once a process (a driver executes each excerpt afresh for every
+    package it loads); keyed by its text, so an edited excerpt compiles again."""
+    flags = __future__.annotations.compiler_flag if future_annotations else 0
+    return compile(source, path, "exec", flags=flags, dont_inherit=True)
