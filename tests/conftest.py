@@ -7,10 +7,17 @@ test that alters a checkpoint copies it first (``shutil.copytree``).
 
 Under pytest-xdist the scheduling unit is a file, and the TensorRT-LLM suite as a whole
 (:func:`pytest_xdist_make_scheduler`), which is collected first (:func:`pytest_collection_modifyitems`).
+
+Bytecode is written and read (``__pycache__``) whatever ``PYTHONDONTWRITEBYTECODE`` says: the suite
+starts hundreds of Python processes (drivers, CLI runs, workers, interpreter children), each of which
+would otherwise compile the product again, and pytest's rewritten test modules are cached the same way;
+a deployment imports the emitted package with bytecode on, as these processes now do.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +29,9 @@ from draftsmith.framework.convert.plan import plan as conversion_plan
 from draftsmith.framework.convert.synth import SynthResult, synthesize
 
 SEED = 7
+
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @dataclass(frozen=True)
