@@ -6,6 +6,7 @@ benches run it)."""
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ def package_dirs() -> dict[str, Path]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def modules() -> dict[str, Path]:
     """Module name -> file of every module of the package (``pkg`` for ``pkg/__init__.py``)."""
     out = {}
@@ -43,6 +45,7 @@ def modules() -> dict[str, Path]:
 DEFERRED: set[tuple[str, str]] = set()
 
 
+@functools.lru_cache(maxsize=None)
 def imports(name: str, path: Path, top_level: bool) -> list[tuple[str, int]]:
     """``(imported module, line)`` of the package's own modules imported by ``name``:
     module-level statements (``top_level``, with those of its :data:`DEFERRED` function) or
