@@ -478,14 +478,14 @@ def main() -> None:
     ap.add_argument("--drafter-steps", type=int, default=20000)
     ap.add_argument("--drafter-lr", type=float, default=2e-3)
     ap.add_argument("--eval-batches", type=int, default=8, help="held-out batches for the accepted-length estimate")
-    ap.add_argument("--small", action="store_true", help="CPU smoke run: batch 4, seq 128, at most 30 steps, 1 eval batch")
+    ap.add_argument("--small", action="store_true", help="CPU smoke run: batch 2, seq 64, 8 anchors, at most 30 steps, 1 eval batch")
     args = ap.parse_args()
     if (args.out / "dflash2").exists():
         ap.error(f"{args.out / 'dflash2'}: exists; give another --out")
     if not (args.target / "config.json").is_file():
         ap.error(f"{args.target}: no config.json (the trained target of tests/fixtures/tiny_pair)")
     if args.small:
-        args.batch, args.seq, args.anchors = 4, 128, 8
+        args.batch, args.seq, args.anchors = 2, 64, 8
         args.drafter_steps, args.eval_batches = min(args.drafter_steps, 30), 1
     device = torch.device(args.device)
     t0 = time.perf_counter()

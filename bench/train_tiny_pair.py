@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import sysconfig
 import time
@@ -63,10 +64,14 @@ PREFIX = "language_model.model.dspark."
 # ---- corpus ---------------------------------------------------------------------------------
 
 def stdlib_files() -> tuple[Path, list[Path]]:
+    """The standard library's ``*.py`` files, sorted; ``site-packages`` / ``dist-packages`` folders are
+    pruned from the walk, not listed and filtered (they can hold ten times the standard library)."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py")
-                   if not any(part in ("site-packages", "dist-packages") for part in p.relative_to(root).parts))
-    return root, files
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("site-packages", "dist-packages")]
+        found += [Path(folder, n) for n in names if n.endswith(".py")]
+    return root, sorted(p for p in found if p.is_file())
 
 
 def held_out(rel: str) -> bool:
@@ -483,7 +488,7 @@ def main() -> None:
     ap.add_argument("--drafter-lr", type=float, default=2e-3)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--small", action="store_true",
-                    help="CPU smoke run: batch 4, seq 128, at most 30 + 30 steps (fewer with --*-steps)")
+                    help="CPU smoke run: batch 2, seq 64, 8 anchors, at most 30 + 30 steps (fewer with --*-steps)")
     args = ap.parse_args()
     if args.pack:
         from safetensors.torch import load_file
@@ -496,7 +501,7 @@ def main() -> None:
     if args.out is None:
         ap.error("--out is required")
     if args.small:
-        args.batch, args.seq, args.anchors = 4, 128, 8
+        args.batch, args.seq, args.anchors = 2, 64, 8
         args.target_steps, args.drafter_steps = min(args.target_steps, 30), min(args.drafter_steps, 30)
     device = torch.device(args.device)
     t0 = time.perf_counter()

@@ -7,10 +7,6 @@ Checkpoints are built by hand in the DFlash target layout at tiny dims, random w
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +18,9 @@ from draftsmith.framework.runtime.loading import build_drafter
 from support.helpers import fake_target
 from support.host_case import (BLOCK, LAYERS, TABLE, TGT_H, TGT_LAYERS, VOCAB, W, assert_matches, build, make_config,
                                make_target, make_weights, rand_hidden, ref_draft, write_checkpoint)
+from support.interp import interpreter_suite
+
+_child_results, interp_test = interpreter_suite(__file__)
 
 # ---- tests --------------------------------------------------------------------------------------
 
@@ -94,15 +93,12 @@ def check_triton_host() -> None:
         assert_matches(out.logits[n], out.tokens[n], out.confidence[n], ref_draft(config, weights, target, h, a))
 
 
-def test_triton_lowering_through_host_interpreted():
-    """The interpreter must be on before Triton is imported: run in a child process."""
+@interp_test
+def test_interp_triton_lowering_through_host():
+    """The interpreter must be on before Triton is imported: run in the interpreter child of
+    ``support.interp`` (forked with torch already imported, not a fresh interpreter)."""
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-    code = "import test_host; test_host.check_triton_host()"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), env.get("PYTHONPATH")]))
-    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    check_triton_host()
 
 
 def test_mixed_batch_matches_per_sequence():
