@@ -77,8 +77,6 @@ TUNED = {
     "ring_slots": (4, "ring slots at head dims 64 and 128: at 128 the most 32 KB slots that fit beside the "
                       "private buffers; one rule for both (head dim 64 measured a little faster with six, "
                       "not adopted)", "lab/log.md#a16"),
-    "ring_slots_wide": (2, "ring slots of the wide build (128-key ring tiles, two consumers, head dim 128): "
-                           "two 64 KB slots, the bytes of four 64-key ones, beside the private buffers", "lab/log.md#a24"),
     "ring_slots_d256": (3, "ring slots at head dim 256: what fits beside its private buffers", "lab/log.md#a14"),
     "consumer_regs": (232, "registers a thread of the second consumer (the first gets what is left): the split "
                           "every measured build ran with", "lab/log.md#a05"),
@@ -90,7 +88,6 @@ TUNED = {
                  "where the turns cost more than they hide", "lab/log.md#a17"),
 }
 NUM_BUF = TUNED["ring_slots"][0]
-WIDE_Q_SMEM = False  # the wide build's Q as wgmma's A from shared memory (16 KB a consumer) instead of registers
 CONSUMER_REGS = TUNED["consumer_regs"][0]
 PRODUCER_REGS = TUNED["producer_regs"][0]
 
@@ -124,14 +121,12 @@ def tiles_for(d: int) -> tuple:
     return (32, True, TUNED["ring_slots_d256"][0]) if d == 256 else (TILE, False, NUM_BUF)
 
 
-def _build(d: int, page: int, elt, num_buf: Optional[int], one_page: bool = False, wide: bool = False):
+def _build(d: int, page: int, elt, num_buf: Optional[int], one_page: bool = False):
     """What :func:`launch` builds at head dim ``d`` and pages of
     ``page`` tokens (``one_page``: one page a sequence): ``(keys a tile, Q in shared memory, ring
     slots, slot layout, keys a TMA box)`` (:func:`tiles_for`, :func:`sub_rows`; ``num_buf``
-    overrides the slots; ``wide``: the wide build's ring slots, :func:`default_wide`)."""
+    overrides the slots)."""
     bn, q_smem, slots = tiles_for(d)
-    if wide:
-        slots, q_smem = TUNED["ring_slots_wide"][0], WIDE_Q_SMEM
     lay = gl.NVMMASharedLayout.get_default_for([bn, d], elt)  # the ring's slots; boxes fill them in SUB-key rows
     return bn, q_smem, slots if num_buf is None else num_buf, lay, sub_rows(page, bn, one_page)
 
@@ -161,8 +156,7 @@ def _rows_16b_aligned(*tensors) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False,
-            ring_bn: int = 0):
+def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False):
     """The Gluon kernel, decorated on first use (never under the interpreter); :func:`launch`
     picks the build, ``lab/gluon_ab.py`` A/Bs them.
 
@@ -176,20 +170,13 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     - ``sub``: keys per TMA box (:func:`sub_rows`), a closure constant (a shape in the
       producer partition, whose arguments arrive as values).
     - ``bn``, ``q_smem``: keys a tile, and Q as wgmma's A from shared memory instead of
-      registers (:func:`tiles_for`).
-    - ``ring_bn``: keys a ring tile when it differs from ``bn`` (0: ``bn``): the wide build
-      (:func:`default_wide`), 128-key ring tiles (``2 * bn``) in two slots while the private
-      tiles keep ``bn`` keys; an odd count of ``bn``-key interior tiles starts with a half tile
-      (the producer loads its first ``bn`` keys, the consumers run the ``bn``-key step on that
-      slice of the slot)."""
+      registers (:func:`tiles_for`)."""
     BN = gl.constexpr(bn)
-    RBN = gl.constexpr(ring_bn if ring_bn else bn)
-    WIDE = gl.constexpr(ring_bn != 0 and ring_bn != bn)
     Q_SMEM = gl.constexpr(q_smem)
     OVERLAP = gl.constexpr(overlap)
     PINGPONG = gl.constexpr(pingpong)
     SUB = gl.constexpr(sub)
-    N_SUB = gl.constexpr((ring_bn if ring_bn else bn) // sub)
+    N_SUB = gl.constexpr(bn // sub)
     BM = gl.constexpr(TILE)
     @gluon.jit
     def ptx(asm: gl.constexpr):
@@ -264,52 +251,24 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         n, kvh, lo, n_pre, mid_end = it.n, it.kvh, it.lo, it.n_pre, it.mid_end
         NB: gl.constexpr = k_bufs.type.shape[0]
         n_bt = bt_ptr + n.to(gl.int64) * s_btn
-        if WIDE:
-            # Ring tiles of RBN = 2 * BN keys; an odd count of BN-key tiles starts with a half tile
-            # (its first BN keys: half the boxes, half the bytes).
-            half = (mid_end - n_pre) % 2
-            for i in range(gl.cdiv(mid_end - n_pre, 2)):
-                idx = (g + i) % NB
-                ph = ((g + i) // NB) & 1
-                mbarrier.wait(empty.index(idx), ph ^ 1)
-                whole = (i > 0) | (half == 0)
-                part = (i == 0) & (half != 0)
-                t0 = lo + (n_pre + gl.maximum(2 * i - half, 0)) * BN
-                mbarrier.expect(ready.index(idx), 2 * N_SUB * k_desc.block_type.nbytes, pred=whole)
-                mbarrier.expect(ready.index(idx), N_SUB * k_desc.block_type.nbytes, pred=part)
-                for j in gl.static_range(N_SUB):  # one box per page the tile spans
-                    t = t0 + j * SUB
-                    row = gl.load(n_bt + (t // PAGE) % R) * TMA_PAGE + kvh * TMA_HEAD + t % PAGE
+        for i in range(mid_end - n_pre):
+            idx = (g + i) % NB
+            ph = ((g + i) // NB) & 1
+            mbarrier.wait(empty.index(idx), ph ^ 1)
+            t0 = lo + (n_pre + i) * BN
+            mbarrier.expect(ready.index(idx), 2 * N_SUB * k_desc.block_type.nbytes)
+            for j in gl.static_range(N_SUB):  # one box per page the tile spans (one when pages hold 64k keys)
+                t = t0 + j * SUB
+                row = gl.load(n_bt + (t // PAGE) % R) * TMA_PAGE + kvh * TMA_HEAD + t % PAGE
+                if N_SUB == 1:
+                    k_dst = k_bufs.index(idx)
+                    v_dst = v_bufs.index(idx)
+                else:
                     k_dst = k_bufs.index(idx).slice(j * SUB, SUB)
                     v_dst = v_bufs.index(idx).slice(j * SUB, SUB)
-                    if j < N_SUB // 2:
-                        tma.async_copy_global_to_shared(k_desc, [row, kvh * TMA_COL], ready.index(idx), k_dst)
-                        tma.async_copy_global_to_shared(v_desc, [row, kvh * TMA_COL], ready.index(idx), v_dst)
-                    else:
-                        tma.async_copy_global_to_shared(k_desc, [row, kvh * TMA_COL], ready.index(idx), k_dst,
-                                                        pred=whole)
-                        tma.async_copy_global_to_shared(v_desc, [row, kvh * TMA_COL], ready.index(idx), v_dst,
-                                                        pred=whole)
-            return g + gl.cdiv(mid_end - n_pre, 2)
-        else:
-            for i in range(mid_end - n_pre):
-                idx = (g + i) % NB
-                ph = ((g + i) // NB) & 1
-                mbarrier.wait(empty.index(idx), ph ^ 1)
-                t0 = lo + (n_pre + i) * BN
-                mbarrier.expect(ready.index(idx), 2 * N_SUB * k_desc.block_type.nbytes)
-                for j in gl.static_range(N_SUB):  # one box per page the tile spans (one when pages hold 64k keys)
-                    t = t0 + j * SUB
-                    row = gl.load(n_bt + (t // PAGE) % R) * TMA_PAGE + kvh * TMA_HEAD + t % PAGE
-                    if N_SUB == 1:
-                        k_dst = k_bufs.index(idx)
-                        v_dst = v_bufs.index(idx)
-                    else:
-                        k_dst = k_bufs.index(idx).slice(j * SUB, SUB)
-                        v_dst = v_bufs.index(idx).slice(j * SUB, SUB)
-                    tma.async_copy_global_to_shared(k_desc, [row, kvh * TMA_COL], ready.index(idx), k_dst)
-                    tma.async_copy_global_to_shared(v_desc, [row, kvh * TMA_COL], ready.index(idx), v_dst)
-            return g + mid_end - n_pre
+                tma.async_copy_global_to_shared(k_desc, [row, kvh * TMA_COL], ready.index(idx), k_dst)
+                tma.async_copy_global_to_shared(v_desc, [row, kvh * TMA_COL], ready.index(idx), v_dst)
+        return g + mid_end - n_pre
 
     @gluon.jit
     def softmax_step(s, ok, m_i, l_i, acc, v_buf, qk_scale, p_l: gl.constexpr, o_l: gl.constexpr,
@@ -405,7 +364,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
         o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
         p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
-        r_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, RBN, 16])
         ld_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         n64 = n.to(gl.int64)
         kq = kq_bufs.index(ROW0 // BM)
@@ -469,50 +427,25 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 fetch_private(f, it, 0, n_edge, kq, vq, keys, dims, edge0)
 
         # Interior tiles from the producer's ring: no mask.
-        if WIDE:
-            # RBN-key ring tiles; an odd count of BN-key tiles starts with a half tile: the
-            # BN-key step on the first BN keys of its slot (a loop of 0 or 1 steps, as above).
-            half = (mid_end - n_pre) % 2
-            n_ring = gl.cdiv(mid_end - n_pre, 2)
-            for _ in range(half):
-                mbarrier.wait(ready.index(g % NB), (g // NB) & 1)
-                s = warpgroup_mma(q_s, k_bufs.index(g % NB).slice(0, BN).permute((1, 0)),
-                                  gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                m_i, l_i, acc = softmax_step(s, s, m_i, l_i, acc, v_bufs.index(g % NB).slice(0, BN), qk_scale, p_l,
-                                             o_l, False)
-                mbarrier.arrive(empty.index(g % NB), count=1)
-            g_r = g + half
-            n_r = n_ring - half
-            if Q_SMEM:
-                q_r = q_s
-            else:
-                q_r = gl.convert_layout(q_s, gl.DotOperandLayout(operand_index=0, parent=r_l, k_width=2))
-            m_i = gl.convert_layout(m_i, gl.SliceLayout(1, r_l))
-            l_i = gl.convert_layout(l_i, gl.SliceLayout(1, r_l))
-        else:
-            n_ring = mid_end - n_pre
-            g_r = g
-            n_r = n_ring
-            q_r = q_s
+        n_ring = mid_end - n_pre
         if OVERLAP:
             # Tile i's P @ V and tile i + 1's Q K^T are in flight while tile i + 1's softmax runs.
             dt: gl.constexpr = v_bufs.dtype
-            p = gl.zeros([BM, RBN], dt, layout=p_l)
-            if n_r > 0:
-                mbarrier.wait(ready.index(g_r % NB), (g_r // NB) & 1)
-                s = warpgroup_mma(q_r, k_bufs.index(g_r % NB).permute((1, 0)), gl.zeros([BM, RBN], gl.float32, layout=r_l),
+            p = gl.zeros([BM, BN], dt, layout=p_l)
+            if n_ring > 0:
+                mbarrier.wait(ready.index(g % NB), (g // NB) & 1)
+                s = warpgroup_mma(q_s, k_bufs.index(g % NB).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                                   use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
                 acc = acc * alpha[:, None]  # the block's keys may already be in it
-            for i in range(n_r - 1):
-                idx = (g_r + i) % NB
-                nxt = (g_r + i + 1) % NB
-                mbarrier.wait(ready.index(nxt), ((g_r + i + 1) // NB) & 1)
+            for i in range(n_ring - 1):
+                idx = (g + i) % NB
+                nxt = (g + i + 1) % NB
+                mbarrier.wait(ready.index(nxt), ((g + i + 1) // NB) & 1)
                 turn(ME, True, PP)
-                s = warpgroup_mma(q_r, k_bufs.index(nxt).permute((1, 0)),
-                                  gl.zeros([BM, RBN], gl.float32, layout=r_l), use_acc=False, is_async=True)
+                s = warpgroup_mma(q_s, k_bufs.index(nxt).permute((1, 0)),
+                                  gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
                 acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
                 turn(OTHER, False, PP)
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
@@ -520,19 +453,19 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
                 acc = acc * alpha[:, None]
-            if n_r > 0:
-                last = (g_r + n_r - 1) % NB
+            if n_ring > 0:
+                last = (g + n_ring - 1) % NB
                 acc = warpgroup_mma(p, v_bufs.index(last), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(last), count=1)
         else:
             # With turns: Q K^T, then the other consumer's turn; P @ V at this one's next turn.
             turn(ME, True, PP)
-            for i in range(n_r):
-                idx = (g_r + i) % NB
-                mbarrier.wait(ready.index(idx), ((g_r + i) // NB) & 1)
-                s = warpgroup_mma(q_r, k_bufs.index(idx).permute((1, 0)),
-                                  gl.zeros([BM, RBN], gl.float32, layout=r_l), use_acc=False, is_async=True)
+            for i in range(n_ring):
+                idx = (g + i) % NB
+                mbarrier.wait(ready.index(idx), ((g + i) // NB) & 1)
+                s = warpgroup_mma(q_s, k_bufs.index(idx).permute((1, 0)),
+                                  gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
                 turn(OTHER, False, PP)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, v_bufs.dtype)
@@ -542,10 +475,6 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
             turn(OTHER, False, PP)
-
-        if WIDE:
-            m_i = gl.convert_layout(m_i, gl.SliceLayout(1, s_l))
-            l_i = gl.convert_layout(l_i, gl.SliceLayout(1, s_l))
 
         for e in range(n_edge):  # the edge tiles, after the ring
             async_copy.wait_group(0)
@@ -616,8 +545,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         work = work_item(n, pid % HKV, split, gl.load(ctx_ptr + n), w)
 
         D: gl.constexpr = k_desc.block_type.shape[1]
-        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB, RBN, D], k_desc.layout)
-        v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NB, RBN, D], v_desc.layout)
+        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NB, BN, D], k_desc.layout)
+        v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NB, BN, D], v_desc.layout)
         kq_bufs = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS, BN, D], k_desc.layout)
         vq_bufs = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS, BN, D], v_desc.layout)
         if Q_SMEM:
@@ -658,18 +587,6 @@ def default_overlap(num_splits: int, d: int) -> bool:
     return num_splits == 1 and d == 128
 
 
-def default_wide(consumers: int, d: int) -> bool:
-    """The wide build (:func:`_kernel`'s ``ring_bn``: 128-key ring tiles in two slots) where it
-    was built for: two consumers at head dim 128. Opt-in (``launch(wide=True)``) until measured."""
-    return False
-
-
-def wide_fits(consumers: int, d: int) -> bool:
-    """Where the wide build compiles: two consumers (it is for them), head dim 64 or 128 (head
-    dim 256's 32-key tiles and Q in shared memory leave no room for it)."""
-    return consumers == 2 and d in (64, 128)
-
-
 def default_pingpong(d: int) -> bool:
     """:data:`TUNED` ``pingpong``: the two consumers take turns at the tensor cores (FA3's
     scheduler barriers) except at head dim 256, where they were measured to cost more than
@@ -679,26 +596,21 @@ def default_pingpong(d: int) -> bool:
 
 def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False, num_splits: int = 1,
            num_buf: Optional[int] = None, consumer_regs: int = CONSUMER_REGS, producer_regs: Optional[int] = None,
-           overlap: Optional[bool] = None, pingpong: Optional[bool] = None, wide: Optional[bool] = None):
+           overlap: Optional[bool] = None, pingpong: Optional[bool] = None):
     """Run the kernel (callers check :func:`fits`) on a grid of ``N * Hkv`` x ``num_splits``
     programs; with ``num_splits > 1`` the partials are merged by the Triton kernel's reduce.
     Builds (:func:`_kernel`): ``pingpong`` by default except at head dim 256 (:func:`default_pingpong`); ``overlap`` by default where each
     program streams a whole window (one split) at head dim 128 (:func:`default_overlap`).
-    ``wide``: 128-key ring tiles (:func:`default_wide`; only where :func:`wide_fits`).
     Returns ``out`` or ``(out, lse)``."""
     n, b, hq, d = q.shape
     hkv = k_blk.shape[2]
     g = hq // hkv
-    consumers = 2 if b * g > TILE else 1
-    if wide is None:
-        wide = default_wide(consumers, d)
-    wide = wide and wide_fits(consumers, d)
     kp, vp, bt = cache.k_pages, cache.v_pages, cache.block_table
     page = kp.shape[1]
     bt = bt if bt.dtype == torch.int32 else bt.to(torch.int32)
     ctx = cache.ctx_lens if cache.ctx_lens.dtype == torch.int32 else cache.ctx_lens.to(torch.int32)
     elt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    bn, q_smem, num_buf, lay, sub = _build(d, page, elt, num_buf, bt.shape[1] == 1, wide)
+    bn, q_smem, num_buf, lay, sub = _build(d, page, elt, num_buf, bt.shape[1] == 1)
     (k_rows, strides), (v_rows, _) = tma_rows(kp), tma_rows(vp)  # fits(): one layout for both
     k_desc = TensorDescriptor.from_tensor(k_rows, [sub, d], lay)
     v_desc = TensorDescriptor.from_tensor(v_rows, [sub, d], lay)
@@ -708,6 +620,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
         po, plse = split_scratch(n, b, hq, num_splits, d, q.device)
     else:
         po = plse = lse if lse is not None else out  # not written with one split
+    consumers = 2 if b * g > TILE else 1
     warps = 4 + 4 * consumers  # default partition + the workers, in warpgroups
     windowed = mask.window is not None
     if overlap is None:
@@ -717,7 +630,7 @@ def launch(q, cache, k_blk, v_blk, mask, scale: float, return_lse: bool = False,
     if producer_regs is None:
         producer_regs = PRODUCER_REGS
     grid = (n * hkv, num_splits)
-    _kernel(overlap, sub, pingpong, bn, q_smem, 2 * bn if wide else 0)[grid](
+    _kernel(overlap, sub, pingpong, bn, q_smem)[grid](
         q, kp, vp, k_blk, v_blk, out, lse if lse is not None else out, po, plse, bt, ctx, k_desc, v_desc,
         q.stride(0), q.stride(1), q.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
         vp.stride(0), vp.stride(1), vp.stride(2), k_blk.stride(0), k_blk.stride(1), k_blk.stride(2),

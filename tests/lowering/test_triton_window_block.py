@@ -461,58 +461,6 @@ def test_gpu_gluon_kernel_splits(splits, causal, window, d):
     run_and_check(*case, causal=causal, window=window, config=cfg, tol=1e-2, lse_tol=2e-2)
 
 
-def _interior_counts(ctx, b, window, splits=1, bn=64):
-    """The Gluon kernel's count of unmasked interior ``bn``-key tiles of each (sequence, split)
-    (its ``span``, one KV head): what the wide build cuts into 128-key ring tiles and, when odd,
-    a half tile."""
-    counts = []
-    for c in ctx:
-        start = max(c - (window - 1), 0) if window else 0
-        start_al = start // bn * bn
-        chunk = -(-(-(-(c - start_al) // splits)) // bn) * bn
-        for s in range(splits):
-            lo = start_al + s * chunk
-            n_keys = max(min(c, lo + chunk) - lo, 0)
-            n_tiles, n_full = -(-n_keys // bn), n_keys // bn
-            n_pre = min(max(-(-(c + b - 1 - (window - 1) - lo) // bn), 0), n_tiles) if window else 0
-            counts.append(max(n_pre, n_full) - n_pre)
-    return counts
-
-
-@pytest.mark.gpu
-@gpu
-@pytest.mark.parametrize("b,hq,hkv", [(7, 64, 4), (13, 40, 8), (16, 32, 4), (5, 52, 4)],
-                         ids=["rows112", "rows65", "rows128", "rows65g13"])
-@pytest.mark.parametrize("causal,window", [(False, 300), (True, 1000), (False, 4096), (True, None)])
-@pytest.mark.parametrize("splits", [1, 2, 5])
-@pytest.mark.parametrize("page", [32, 64])
-def test_gpu_gluon_wide_build(b, hq, hkv, causal, window, splits, page):
-    """The wide build (``launch(wide=True)``: 128-key ring tiles in two slots, two consumers)
-    against the float64 oracle: 65-128 packed rows, odd and even counts of 64-key interior tiles
-    (an odd count starts with a half tile), 0-1 and many ring tiles, window edges cut inside a
-    tile, splits, TensorRT-LLM's 32-token pages (four TMA boxes a ring tile) and 64-token ones,
-    NaN wherever the mask cannot reach; the output's memory is poisoned with NaN before each run
-    (the caching allocator hands the freed block back to the launch's ``empty_like``)."""
-    from draftsmith.lowering import gluon_window_block as gwb
-
-    gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
-    ctx = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191]
-    counts = _interior_counts(ctx, b, window, splits)
-    assert any(c % 2 for c in counts) and any(c and c % 2 == 0 for c in counts), counts
-    case = _gpu_case(len(ctx), b, hq, hkv, 128, page, ctx, window, dtype=torch.bfloat16, gen=gen,
-                     poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
-    _require_gluon(case)
-    q, cache, kb, vb = case
-    assert gwb.wide_fits(2 if b * (hq // hkv) > gwb.TILE else 1, 128)
-    scale = q.shape[-1] ** -0.5
-    for overlap in ((False, True) if splits == 1 else (False,)):
-        poison = torch.full_like(q, float("nan"))
-        del poison
-        out, lse = gwb.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
-                              num_splits=splits, overlap=overlap, wide=True)
-        _assert_oracle(case, out, lse, causal, window, scale)
-
-
 @pytest.mark.gpu
 @gpu
 def test_gpu_gluon_block_kv_views():
