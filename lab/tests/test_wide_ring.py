@@ -112,3 +112,25 @@ def test_gpu_wide_build(kv, b, hq, hkv, causal, window, splits, page, monkeypatc
         out, lse = wide.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
                                num_splits=splits, overlap=overlap, wide=True)
         t._assert_oracle(case, out, lse, causal, window, scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [False, True], ids=["kv1", "kv2"])
+@pytest.mark.parametrize("build", [dict(page=32, overlap=True), dict(page=32, overlap=False, num_splits=2),
+                                   dict(page=64, overlap=True)], ids=["p32-overlap", "p32-split", "p64-overlap"])
+def test_wide_build_assembles_without_serialized_wgmma(kv, build, tmp_path):
+    """The wide build for sm_90a without a GPU (``test_gluon_ptxas.py``'s check): no ``C7513``.
+    Spills are not asserted: the builds spill 24-36 bytes (lab/log.md#a24)."""
+    import subprocess
+
+    from test_gluon_ptxas import PTXAS
+    if PTXAS is None:
+        pytest.skip("Gluon's Hopper API (triton 3.6) and its ptxas are not installed here")
+    from gluon_compile import compile_for_sm90
+
+    src = tmp_path / "kernel.ptx"
+    src.write_text(compile_for_sm90(**build, wide=True, kernel=_variant(kv))["ptx"])
+    done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "C7513" not in done.stderr, done.stderr[-2000:]
