@@ -20,27 +20,30 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
                      num_buf: Optional[int] = None, consumer_regs: int = gwb.CONSUMER_REGS,
                      producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
                      page: int = gwb.TILE, pingpong: Optional[bool] = None, num_splits: int = 1,
-                     one_page: bool = False, kernel=gwb) -> Optional[dict]:
+                     one_page: bool = False, wide: bool = False, kernel=gwb) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton) as a launch with
     ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
     returns the kernel's shared memory, warps and PTX, or None without Gluon. ``kernel``: the
     kernel module (today's, another revision's from ``gluon_ab.kernel_at``, or the phase-timer
     build from ``timed_kernel.load``, the only one ``timed`` applies to). ``one_page``: one
     page of ``page`` tokens a sequence (the VANILLA dense arena; its ring of one page made a
-    constant, as a launch specializes it)."""
+    constant, as a launch specializes it). ``wide``: the wide build (128-key ring tiles,
+    ``launch(wide=True)``)."""
     gwb = kernel
     if gwb.gluon is None:
         return None
-    bn, q_smem, num_buf, lay, sub = (gwb._build(d, page, gwb.gl.bfloat16, num_buf, one_page) if one_page
+    bn, q_smem, num_buf, lay, sub = (gwb._build(d, page, gwb.gl.bfloat16, num_buf, one_page, wide) if wide
+                                     else gwb._build(d, page, gwb.gl.bfloat16, num_buf, one_page) if one_page
                                      else gwb._build(d, page, gwb.gl.bfloat16, num_buf))
     if pingpong is None:
         pingpong = gwb.default_pingpong(d)
     if producer_regs is None:
         producer_regs = gwb.PRODUCER_REGS
+    kargs = (overlap, sub, pingpong, bn, q_smem, 2 * bn) if wide else (overlap, sub, pingpong, bn, q_smem)
     desc = f"tensordesc<bf16[{sub}, {d}],{lay!r}>"
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
              "CAUSAL": causal, "WINDOWED": windowed}
-    names = gwb._kernel(overlap, sub, pingpong, bn, q_smem).arg_names
+    names = gwb._kernel(*kargs).arg_names
     if "TIMED" in names:  # the lab's phase-timer build (timed_kernel.py); the product kernel has no timer
         const["TIMED"] = timed
     elif timed:
@@ -61,7 +64,7 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     # the output is stored 2 bytes at a time and Q loaded 4 bytes at a time, unlike those launches.
     aligned = {(i, ): [["tt.divisibility", 16]] for i, (k, t) in enumerate(sig.items())
                if t.startswith("*") or (k.startswith("s_") and k != "s_btn")}
-    src = GluonASTSource(gwb._kernel(overlap, sub, pingpong, bn, q_smem), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
+    src = GluonASTSource(gwb._kernel(*kargs), sig, {(list(sig).index(k), ): v for k, v in const.items()}, aligned)
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})

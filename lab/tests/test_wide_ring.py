@@ -1,0 +1,136 @@
+"""The wide build (``lab/variants/wide-ring.patch``: 128-key ring tiles in two slots for two
+consumers, lab/log.md#a24) against the float64 oracle on an SM90 GPU, and its ptxas report
+without one. The variant is applied to today's kernel at run time (``timed_kernel.apply``,
+strictly) and loaded beside the product's (``gluon_ab.kernel_at``), once as patched (K and V of
+a slot on one barrier) and once with ``WIDE_KV = True`` (each on its own); the cases and the
+oracle are the product kernel tests' (``tests/lowering/test_triton_window_block.py``).
+``-m gpu``; skipped without an SM90 GPU and Gluon's Hopper API (triton 3.6)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
+
+
+def _interior_counts(ctx, b, window, splits=1, bn=64):
+    """The kernel's count of unmasked interior ``bn``-key tiles of each (sequence, split) (its
+    ``span``, one KV head): what the wide build cuts into 128-key ring tiles and, when odd, a
+    half tile first."""
+    counts = []
+    for c in ctx:
+        start = max(c - (window - 1), 0) if window else 0
+        start_al = start // bn * bn
+        chunk = -(-(-(-(c - start_al) // splits)) // bn) * bn
+        for s in range(splits):
+            lo = start_al + s * chunk
+            n_keys = max(min(c, lo + chunk) - lo, 0)
+            n_tiles, n_full = -(-n_keys // bn), n_keys // bn
+            n_pre = min(max(-(-(c + b - 1 - (window - 1) - lo) // bn), 0), n_tiles) if window else 0
+            counts.append(max(n_pre, n_full) - n_pre)
+    return counts
+
+
+CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191]
+SHAPES = [(7, 64, 4), (13, 40, 8), (16, 32, 4), (5, 52, 4)]  # packed rows 112, 65, 128, 65
+MASKS = [(False, 300), (True, 1000), (False, 4096), (True, None)]
+
+
+@pytest.mark.parametrize("b,hq,hkv", SHAPES)
+@pytest.mark.parametrize("causal,window", MASKS)
+@pytest.mark.parametrize("splits", [1, 2, 5])
+def test_cases_hold_odd_and_even_interior_counts(b, hq, hkv, causal, window, splits):
+    """Every GPU case below has (sequence, split)s with an odd count of 64-key interior tiles
+    (a half tile first) and with a nonzero even one."""
+    counts = _interior_counts(CTX, b, window, splits)
+    assert any(c % 2 for c in counts) and any(c and c % 2 == 0 for c in counts), counts
+
+
+def _variant(kv: bool):
+    """The patched kernel module (``WIDE_KV = kv``)."""
+    import tempfile
+
+    from gluon_ab import kernel_at
+    from timed_kernel import apply
+
+    text = apply((ROOT / "lowering" / "gluon_window_block.py").read_text(), VARIANT.read_text(), "the kernel")
+    if kv:
+        assert "\nWIDE_KV = False" in text
+        text = text.replace("\nWIDE_KV = False", "\nWIDE_KV = True")
+    path = Path(tempfile.mkdtemp(prefix="wide_ring_")) / f"wide_ring{'_kv' if kv else ''}.py"
+    path.write_text(text)
+    return kernel_at(str(path))
+
+
+def _kernel_tests():
+    """The product kernel tests' module (its helpers: cases, poisoning, the oracle check)."""
+    name = "wide_ring_kernel_tests"
+    if name not in sys.modules:
+        for folder in (ROOT / "tests", ROOT):
+            if str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "lowering" / "test_triton_window_block.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [False, True], ids=["kv1", "kv2"])
+@pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows65", "rows128", "rows65g13"])
+@pytest.mark.parametrize("causal,window", MASKS)
+@pytest.mark.parametrize("splits", [1, 2, 5])
+@pytest.mark.parametrize("page", [32, 64])
+def test_gpu_wide_build(kv, b, hq, hkv, causal, window, splits, page, monkeypatch):
+    """``launch(wide=True)`` against the float64 oracle: 65-128 packed rows (two consumers),
+    odd and even counts of 64-key interior tiles, 0-1 and many ring tiles, window edges cut
+    inside a tile, splits, TensorRT-LLM's 32-token pages (four TMA boxes a ring tile, HND) and
+    64-token ones (NHD), NaN wherever the mask cannot reach; every output the launch allocates
+    is NaN until written; the overlap build too at one split."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+    t = _kernel_tests()
+    from draftsmith.lowering import gluon_window_block as gwb
+    from draftsmith.lowering.base import MaskSpec
+
+    if not gwb.available():
+        pytest.skip("needs Gluon's Hopper API (triton 3.6)")
+    wide = _variant(kv)
+    gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
+    case = t._gpu_case(len(CTX), b, hq, hkv, 128, page, CTX, window, dtype=torch.bfloat16, gen=gen,
+                       poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
+    assert wide.fits(*case) and wide.wide_fits(2 if b * (hq // hkv) > wide.TILE else 1, 128)
+    q, cache, kb, vb = case
+    scale = q.shape[-1] ** -0.5
+    t.poison_torch_empty(monkeypatch)
+    for overlap in ((False, True) if splits == 1 else (False,)):
+        out, lse = wide.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
+                               num_splits=splits, overlap=overlap, wide=True)
+        t._assert_oracle(case, out, lse, causal, window, scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [False, True], ids=["kv1", "kv2"])
+@pytest.mark.parametrize("build", [dict(page=32, overlap=True), dict(page=32, overlap=False, num_splits=2),
+                                   dict(page=64, overlap=True)], ids=["p32-overlap", "p32-split", "p64-overlap"])
+def test_wide_build_assembles_without_serialized_wgmma(kv, build, tmp_path):
+    """The wide build for sm_90a without a GPU (``test_gluon_ptxas.py``'s check): no ``C7513``.
+    Spills are not asserted: the builds spill 24-36 bytes (lab/log.md#a24)."""
+    import subprocess
+
+    from test_gluon_ptxas import PTXAS
+    if PTXAS is None:
+        pytest.skip("Gluon's Hopper API (triton 3.6) and its ptxas are not installed here")
+    from gluon_compile import compile_for_sm90
+
+    src = tmp_path / "kernel.ptx"
+    src.write_text(compile_for_sm90(**build, wide=True, kernel=_variant(kv))["ptx"])
+    done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "C7513" not in done.stderr, done.stderr[-2000:]
