@@ -1,6 +1,8 @@
 """The suite's one way to run ``draftsmith``: :func:`run_cli` in this process through the entry
 point ``python -m draftsmith`` calls (saves a torch import per call), :func:`cli_subprocess` as
-a fresh ``python -m draftsmith``."""
+``python -m draftsmith`` in a process of its own (its memory, exit code and signals), forked with
+torch preloaded (:mod:`.forkserver`). A test of how the command starts runs a fresh interpreter
+itself (``tests/cli/test_startup.py``, the signal tests)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import contextlib
 import io
 import os
 import subprocess
-import sys
 import time
 from typing import NamedTuple
+
+from .forkserver import run_module
 
 
 class CliRun(NamedTuple):
@@ -38,6 +41,6 @@ def run_cli(args) -> CliRun:
 
 
 def cli_subprocess(args, timeout: float = 60, env=None, cwd=None) -> subprocess.CompletedProcess:
-    """``python -m draftsmith ARGS`` in a fresh interpreter (``env`` added to this one's)."""
-    return subprocess.run([sys.executable, "-m", "draftsmith", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd)
+    """``python -m draftsmith ARGS`` in its own process (``env`` added to this one's), as
+    ``subprocess.run(..., capture_output=True, text=True, timeout=timeout)`` returns it."""
+    return run_module("draftsmith", *map(str, args), env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout)

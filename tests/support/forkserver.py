@@ -4,7 +4,8 @@ the torch import (2-3 s of CPU on the CI machine); the TensorRT-LLM suite runs a
 
 What such a child shares with a fresh ``python SCRIPT``: its own process (pid, memory, exit code,
 signals), ``sys.argv``, ``sys.path`` (the script's folder, then ``PYTHONPATH`` from the given
-environment, then a plain interpreter's path), ``os.environ``, the working directory, stdout and
+environment, then a plain interpreter's path), ``os.environ``, the temporary folder ``tempfile``
+takes from it, the working directory, stdout and
 stderr (captured to files), ``atexit`` handlers run at the end. What differs: torch (and what torch
 imports) and this module are in ``sys.modules`` already; nothing of draftsmith, of an emitted
 package or of TensorRT-LLM is (``tests/upstream/trtllm/test_trtllm_driver_processes.py``). A worker
@@ -54,6 +55,7 @@ def _child(script: str, argv: list, env: dict, cwd, out_path: str, err_path: str
         os.close(f)
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # the server's cached answer; recomputed from this environment's TMPDIR
     if cwd is not None:
         os.chdir(cwd)
     extra = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -1,6 +1,6 @@
 """The suite's driver processes (``support/forkserver.py``: forked from a server that imported torch)
 start as ``python SCRIPT`` starts, in every respect a driver reads: argv, ``sys.path``, environment,
-working directory, stdout / stderr, exit code, ``atexit``; and hold nothing of draftsmith, of an
+working directory, the temporary folder (``TMPDIR``), stdout / stderr, exit code, ``atexit``; and hold nothing of draftsmith, of an
 emitted package, of TensorRT-LLM or of triton (whose interpreter mode is fixed at its import) when the
 script begins; ``python -m`` alike."""
 
@@ -12,11 +12,11 @@ import sys
 from support.forkserver import run_module, run_script, start_script
 
 SCRIPT = r'''
-import atexit, json, os, sys
+import atexit, json, os, sys, tempfile
 seen = sorted(m for m in sys.modules if m.split(".")[0].startswith(("draftsmith", "tensorrt_llm", "triton")))
 atexit.register(lambda: print("atexit ran", file=sys.stderr))
 print(json.dumps({"argv": sys.argv[1:], "path": sys.path, "cwd": os.getcwd(), "env": os.environ.get("DRIVER_PROBE"),
-                  "seen": seen, "main": __name__, "pid": os.getpid()}))
+                  "seen": seen, "main": __name__, "pid": os.getpid(), "tmp": tempfile.gettempdir()}))
 sys.exit(int(sys.argv[1]))
 '''
 
@@ -26,7 +26,8 @@ def test_a_forked_driver_starts_as_a_fresh_interpreter(tmp_path):
     script.write_text(SCRIPT)
     extra = tmp_path / "extra"
     extra.mkdir()
-    env = {**os.environ, "DRIVER_PROBE": "yes", "PYTHONPATH": os.pathsep.join(
+    (tmp_path / "TMPDIR").mkdir()
+    env = {**os.environ, "DRIVER_PROBE": "yes", "TMPDIR": str(tmp_path / "TMPDIR"), "PYTHONPATH": os.pathsep.join(
         [str(extra)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     fresh = subprocess.run([sys.executable, str(script), "3", "x y"], capture_output=True, text=True, env=env,
                            cwd=tmp_path, timeout=60)
@@ -34,8 +35,9 @@ def test_a_forked_driver_starts_as_a_fresh_interpreter(tmp_path):
     assert (forked.returncode, fresh.returncode) == (3, 3), forked.stderr
     got, want = json.loads(forked.stdout), json.loads(fresh.stdout)
     assert got["pid"] != os.getpid()
-    for key in ("argv", "path", "cwd", "env", "seen", "main"):
+    for key in ("argv", "path", "cwd", "env", "seen", "main", "tmp"):
         assert got[key] == want[key], f"{key}: forked {got[key]!r}, python SCRIPT {want[key]!r}"
+    assert got["tmp"] == str(tmp_path / "TMPDIR")
     assert got["seen"] == [], got["seen"]
     assert forked.stderr.strip() == fresh.stderr.strip() == "atexit ran"
 
