@@ -164,10 +164,11 @@ def _redeliver_swallowed(previous):
 
 
 def _remove(p: Path) -> None:
-    """Remove ``p`` (a folder of any depth, or a file); best effort: what cannot be removed
-    stays inside a folder that carries the owner record, for a later run."""
+    """Remove ``p`` (a folder of any depth, or a file), its owner record last; best effort:
+    what cannot be removed, or was not yet when the run was killed, stays inside a folder that
+    carries the record, for a later run."""
     try:
-        remove_tree(p)
+        remove_tree(p, last=OWNER)
     except FileNotFoundError:
         pass
     except OSError:

@@ -247,6 +247,61 @@ def test_random_delay_kills(tmp_path):
     assert n_killed >= 1, f"no kill landed mid-run (fractions {fracs}, run {res[0]['s']:.2f}s)"
 
 
+class _Killed(BaseException):
+    """Stands for SIGKILL at one step of a removal (no handler of the code under test catches it)."""
+
+
+def test_a_removal_stopped_at_any_step_keeps_the_owner_record(tmp_path, monkeypatch):
+    """A run killed while it removes a temp folder (its own at exit, or a stale one it tidies) leaves
+    a folder that still carries its owner record, so the next run can remove it: the record goes
+    last. Each unlink and rmdir of the removal is made to stop it in turn; only between the record's
+    unlink and the final rmdir is the folder left without it, and empty by then."""
+    from draftsmith.framework.io import publish
+    from draftsmith.framework.io.ownership import make_owned_dir, read_owner
+
+    files = ["c.json", "build/a.safetensors", "build/sub/b.bin", "build/sub/deeper/d.bin", "z.txt"]
+
+    def build():
+        d = make_owned_dir(tmp_path, ".out.tmp-", "temp")
+        for f in files:
+            (d / f).parent.mkdir(parents=True, exist_ok=True)
+            (d / f).write_bytes(os.urandom(64))
+        return d
+
+    real = {name: getattr(os, name) for name in ("unlink", "rmdir")}
+    calls = [0, None]  # calls so far, the call that stops the removal
+
+    def counted(name):
+        def call(*a, **k):
+            calls[0] += 1
+            if calls[0] == calls[1]:
+                raise _Killed()
+            return real[name](*a, **k)
+        return call
+
+    for name in real:
+        monkeypatch.setattr(os, name, counted(name))
+    d = build()
+    publish._remove(d)
+    total, calls[0] = calls[0], 0
+    assert not d.exists() and total == len(files) + 1 + 3 + 1  # files, the record, 3 subfolders, itself
+    for k in range(1, total + 1):
+        d, calls[0], calls[1] = build(), 0, k
+        with pytest.raises(_Killed):
+            publish._remove(d)
+        left = sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+        if k < total:
+            assert read_owner(d) is not None, f"stopped at step {k} of {total}: no owner record beside {left}"
+        else:
+            assert left == [], f"stopped before the final rmdir: {left}"
+        monkeypatch.setattr(os, "unlink", real["unlink"])
+        monkeypatch.setattr(os, "rmdir", real["rmdir"])
+        publish._remove(d)
+        monkeypatch.setattr(os, "unlink", counted("unlink"))
+        monkeypatch.setattr(os, "rmdir", counted("rmdir"))
+    record("interrupt", "a removal stopped at each of its steps", "the owner record is removed last")
+
+
 def _dead_pid() -> int:
     pid = 2**22 - 1  # above the usual pid_max; make sure
     while True:
