@@ -150,10 +150,6 @@ def _hydra_message(e: Exception, args: list[str], data: dict, path: Path | None,
         return f"command line: {full_key}: {text}"
     m = re.match(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'", text) or \
         re.match(r"Key '([^']+)' is not in struct", text)
-    long_name = isinstance(e, OSError) or "File name too long" in text  # Hydra looked the key up as a config group
-    if long_name and not m:
-        hit = next((a for a in args if split_argument(a)[1] in text), None)
-        m = re.match(r"(.*)", split_argument(hit)[1]) if hit is not None else None
     if m:
         key = m.group(1).lstrip("+~")
         arg = next((a for a in args if a.lstrip("+~").split("=", 1)[0] == key), key)

@@ -33,7 +33,7 @@ def test_worker_reads_the_slots_the_drafter_was_trained_for(kind_case):
 
 
 def test_emit_accepts_backbone_on_the_command_line(tmp_path):
-    # a fresh interpreter, where tensorrt_llm cannot be imported: emit must name the backbone without importing it
+    # a process of its own in which nothing of tensorrt_llm is imported: emit must name the backbone without importing it
     r = cli_subprocess(["emit", "adapter=zlab_dflash", "target=trtllm", f"out={tmp_path}",
                         "backbone=tensorrt_llm._torch.models.modeling_qwen3:Qwen3ForCausalLM"], timeout=300)
     assert r.returncode == 0, (r.stderr or r.stdout).strip()[-600:]
