@@ -2,8 +2,9 @@
 completes it (derives head_dim, mirrors keys) and before anything is written.
 
 A value of the wrong JSON type (``"7"``, ``7.0``, ``true`` for an integer; a string window;
-string layer ids) or out of range (block size 0, window -4) is refused in one line naming
-the key as the raw ``config.json`` spells it. :class:`~.resolved.ResolvedDrafter` checks
+string layer ids; ``"1.702"`` for a number; ``"false"`` or ``1`` for a switch, which readers
+that test its truth would take as true) or out of range (block size 0, window -4) is refused
+in one line naming the key as the raw ``config.json`` spells it. :class:`~.resolved.ResolvedDrafter` checks
 the same again (strictly typed fields) when ``draft`` loads a converted checkpoint.
 """
 
@@ -58,19 +59,27 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "dflash_config.block_size": _pos_int, "dflash_config.mask_token_id": _nonneg_int,
     "dflash_config.target_layer_ids": _layer_ids, "dflash_config.swa_window_size": _window,
     "sliding_window": _window, "rms_norm_eps": _pos_number, "rope_theta": _pos_number,
+    "swiglu_alpha": _pos_number, "swiglu_limit": _pos_number,
     "dspark_config.markov_rank": _nonneg_int, "attention_bias": _bool, "mlp_bias": _bool,
+    # switches a reader tests for truth: ``"false"`` or ``1`` would read as true there
+    "use_sliding_window": _bool, "is_causal": _bool, "sliding_window_non_causal": _bool,
+    "dflash_config.use_swa": _bool, "dspark_config.sample_from_anchor": _bool,
+    "dspark_config.shift_label": _bool, "dspark_config.enable_confidence_head": _bool,
+    "dspark_config.confidence_head_with_markov": _bool,
 }
 
 
-def check_config_types(out: dict, sources: dict[str, str], where: str) -> None:
-    """Refuse (all at once, one line each) present keys of ``out`` with a wrong type or range.
-    Rules across keys (mask id < vocab, the shape invariants) are the record's
-    (:class:`~.resolved.ResolvedDrafter`, :class:`~.resolved.Dims`)."""
+def check_config_types(out: dict, sources: dict[str, str], where: str,
+                       spell: Callable[[str], str] = lambda key: key) -> None:
+    """Refuse (all at once, one line each) present keys of ``out`` with a wrong type or range,
+    each named as ``config.json`` spells it (a ``config.fields`` rule's source, else ``spell``:
+    flattened key -> raw spelling). Rules across keys (mask id < vocab, the shape invariants) are
+    the record's (:class:`~.resolved.ResolvedDrafter`, :class:`~.resolved.Dims`)."""
     problems = []
 
     def name(key: str) -> str:
         src = sources.get(key, "")
-        return src.removeprefix("config.json: ") if src.startswith("config.json: ") else key
+        return src.removeprefix("config.json: ") if src.startswith("config.json: ") else spell(key)
 
     for key, check in CHECKS.items():
         v = get_dotted(out, key)

@@ -118,7 +118,7 @@ def resolve_flat(adapter: Adapter, raw: dict[str, Any],
 
     # types and ranges first (one line per bad key), then family defaults, target-layer
     # convention, attention table
-    check_config_types(out, sources, where)
+    check_config_types(out, sources, where, spell=lambda key: spelled_key(raw, cs.sections, key))
     adapter.family.complete(out)
     dc = out["dflash_config"]
     ids = list(dc["target_layer_ids"])

@@ -91,8 +91,10 @@ class Mlp(_Frozen):
     kind: Literal["swiglu", "swiglu_oai"] = Field(
         description="``swiglu`` (``hidden_act: silu``) or ``swiglu_oai`` (``hidden_act: swigluoai``: clamped, "
                     "``alpha`` sigmoid gate, ``up + 1``)")
-    alpha: Optional[float] = Field(None, description="``swiglu_alpha`` (swiglu_oai only)")
-    limit: Optional[float] = Field(None, description="``swiglu_limit``, the clamp (swiglu_oai only)")
+    alpha: Optional[float] = Field(None, description="``swiglu_alpha`` (swiglu_oai only)", gt=0, strict=True,
+                                   allow_inf_nan=False)
+    limit: Optional[float] = Field(None, description="``swiglu_limit``, the clamp (swiglu_oai only)", gt=0,
+                                   strict=True, allow_inf_nan=False)
 
 
 #: bounds checked before anything is allocated (real drafters: heads <= 128, head_dim <= 512,
@@ -135,9 +137,9 @@ class Heads(_Frozen):
     markov_rank: int = Field(0, description="rank of the Markov head's low-rank bigram bias; 0 = no head", ge=0, le=MAX_WIDTH,
                              strict=True)
     markov_head_type: Literal["vanilla"] = Field("vanilla", description="Markov head variant")
-    confidence: bool = Field(False, description="whether the drafter has a confidence head")
+    confidence: bool = Field(False, description="whether the drafter has a confidence head", strict=True)
     confidence_with_markov: bool = Field(False, description="whether the confidence head also reads the Markov "
-                                                             "embedding of the previous token")
+                                                             "embedding of the previous token", strict=True)
 
     @model_validator(mode="after")
     def _needs_markov(self):
@@ -198,12 +200,16 @@ class LayerPlan(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _window_is_int(cls, data: Any) -> Any:
-        """A stored window is a JSON integer >= 1 or null (no ``"8"``, ``8.0`` or ``true``)."""
+    def _mask_types(cls, data: Any) -> Any:
+        """A stored window is a JSON integer >= 1 or null (no ``"8"``, ``8.0`` or ``true``), a stored
+        causality true or false (no ``"false"`` or ``0``)."""
         mask = data.get("mask") if isinstance(data, Mapping) else None
         w = mask.get("window") if isinstance(mask, Mapping) else None
         if w is not None and (type(w) is not int or w < 1):
             raise ValueError(f"mask.window {w!r} must be an integer >= 1 or null")
+        c = mask.get("causal") if isinstance(mask, Mapping) else None
+        if c is not None and not isinstance(c, bool):
+            raise ValueError(f"mask.causal {c!r} must be true or false")
         return data
 
 
@@ -234,7 +240,8 @@ class ResolvedDrafter(_Frozen):
     mask_token_id: int = Field(description="token id filling the block slots after the anchor", ge=0, strict=True)
     target_layer_ids: tuple[Annotated[int, Field(strict=True, ge=-1)], ...] = Field(description="target layers whose *outputs* feed ``fc`` "
                                                           "(output convention: 0 = first layer's output)")
-    sample_from_anchor: bool = Field(description="whether slot 0 drafts too (``K = B``) or holds only the anchor")
+    sample_from_anchor: bool = Field(description="whether slot 0 drafts too (``K = B``) or holds only the anchor",
+                                     strict=True)
     norms: dict[NormKind, Literal["gemma", "plain"]] = Field(
         description="per norm kind: ``gemma`` (stored ``w``, applied as ``1 + w``) or ``plain``")
     heads: Heads = Field(description="Markov and confidence heads")
@@ -243,13 +250,13 @@ class ResolvedDrafter(_Frozen):
                                                 "(context and block) are multiplied by it before attention; 1 = none",
                                gt=0, strict=True, allow_inf_nan=False)
     attention_bias: bool = Field(False, description="``attention_bias``: q/k/v/o_proj carry a bias "
-                                                    "(``layers.{i}.self_attn.{q,k,v,o}_proj.bias``)")
+                                                    "(``layers.{i}.self_attn.{q,k,v,o}_proj.bias``)", strict=True)
     mlp_bias: bool = Field(False, description="``mlp_bias``: gate/up/down_proj carry a bias "
-                                              "(``layers.{i}.mlp.{gate,up,down}_proj.bias``)")
+                                              "(``layers.{i}.mlp.{gate,up,down}_proj.bias``)", strict=True)
     dflash2: Optional[DFlash2] = Field(None, description="DFlash 2's block convolutions and candidate selector; "
                                                           "null for DFlash / DSpark drafters")
     qk_norm: bool = Field(True, description="whether q and k are RMS-normed per head before RoPE "
-                                            "(``self_attn.{q,k}_norm``; the spec's ``layout.qk_norm``)")
+                                            "(``self_attn.{q,k}_norm``; the spec's ``layout.qk_norm``)", strict=True)
     writer_ignored: dict[str, str] = Field(default_factory=dict,
                                            description="config keys the checkpoint's writer ignores (and so "
                                                        "draftsmith) -> the reader that would run them differently")
