@@ -66,6 +66,9 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "dflash_config.use_swa": _bool, "dspark_config.sample_from_anchor": _bool,
     "dspark_config.shift_label": _bool, "dspark_config.enable_confidence_head": _bool,
     "dspark_config.confidence_head_with_markov": _bool,
+    # read by no forward here, but carried to readers that compute with them (``family.carried``):
+    # TensorRT-LLM sizes the RoPE table and DFlash's context buffers by min(max_seq_len, it)
+    "max_position_embeddings": _pos_int, "num_target_layers": _pos_int,
 }
 
 

@@ -68,7 +68,8 @@ class GQADFlash:
         "problem_type": "classification heads only", "is_encoder_decoder": "false for every drafter",
         "output_attentions": "forward outputs", "output_hidden_states": "forward outputs", "return_dict": "forward outputs",
         "tie_word_embeddings": "the drafter holds no embedding or LM head (both are the target's)",
-        "max_position_embeddings": "sizes a reader's RoPE table; positions are computed exactly",
+        "max_position_embeddings": "sizes a reader's RoPE table (TensorRT-LLM's DFlash also its context buffers, to "
+                                   "min(max_seq_len, it)); every position below it is computed exactly",
         "num_target_layers": "the target's depth: z-lab and SGLang derive target_layer_ids from it only when "
                              "none are given (they are required here); exports keep it",
         "max_window_layers": "Qwen3Config derives layer_types from it only when they are absent "

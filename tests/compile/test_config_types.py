@@ -89,3 +89,16 @@ def test_convert_refuses_a_string_number_writing_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "text_config.swiglu_alpha: '1.702' must be a finite number > 0" in err[0], err
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+@pytest.mark.parametrize("key,value", [("max_position_embeddings", "40960"), ("max_position_embeddings", 0),
+                                       ("num_target_layers", 8.5)])
+def test_a_carried_key_of_the_wrong_type_is_refused(key, value):
+    """Keys no forward here reads but converted configs and exports carry to readers that compute
+    with them (TensorRT-LLM: ``min(max_seq_len, max_position_embeddings)``) are typed too."""
+    a = load_adapter("zlab_dflash")
+    raw = source_config(a, "tiny")
+    assert key in raw
+    raw[key] = value
+    with pytest.raises(UserError, match=f"{key}: {value!r} must be an integer >= 1"):
+        compile_config(a, raw)
