@@ -1,5 +1,6 @@
 """Every kernel variant under ``lab/variants/`` still applies to today's product kernel (CPU; a
-stale patch would only be found on the GPU machine, in device time)."""
+stale patch would only be found on the GPU machine, in device time); a variant whose header has a
+line ``On top of: <name>.patch`` applies after that one."""
 
 import shutil
 import subprocess
@@ -15,10 +16,23 @@ PATCHES = sorted((ROOT / "lab" / "variants").glob("*.patch"))
 @pytest.mark.skipif(shutil.which("patch") is None, reason="no patch(1) here")
 @pytest.mark.parametrize("variant", PATCHES, ids=lambda p: p.name)
 def test_variant_applies_to_todays_kernel(variant, tmp_path):
-    out = tmp_path / "ab_variant.py"
-    done = subprocess.run(["patch", "-o", str(out), str(KERNEL), str(variant)], capture_output=True, text=True)
-    assert done.returncode == 0 and "offset" not in done.stdout and "fuzz" not in done.stdout, done.stdout + done.stderr
+    src = KERNEL
+    for n, patch in enumerate([*chain(variant), variant]):
+        out = tmp_path / f"ab_variant{n}.py"
+        done = subprocess.run(["patch", "-o", str(out), str(src), str(patch)], capture_output=True, text=True)
+        assert done.returncode == 0 and "offset" not in done.stdout and "fuzz" not in done.stdout, done.stdout + done.stderr
+        src = out
     compile(out.read_text(), str(out), "exec")  # the patched kernel file is Python
+
+
+def chain(variant: Path) -> list[Path]:
+    """The variants ``variant`` applies on top of, first first (its header's ``On top of:`` line)."""
+    for line in variant.read_text().split("\n--- ", 1)[0].splitlines():
+        if line.startswith("On top of: "):
+            base = variant.parent / line.removeprefix("On top of: ").strip()
+            assert base.is_file(), f"{variant.name}: {line!r} names no variant"
+            return [*chain(base), base]
+    return []
 
 
 def test_every_variant_says_whether_it_was_measured():

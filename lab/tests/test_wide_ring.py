@@ -2,7 +2,8 @@
 consumers, lab/log.md#a24) against the float64 oracle on an SM90 GPU, and its ptxas report
 without one. The variant is applied to today's kernel at run time (``timed_kernel.apply``,
 strictly) and loaded beside the product's (``gluon_ab.kernel_at``), once as patched (K and V of
-a slot on one barrier) and once with ``WIDE_KV = True`` (each on its own); the cases and the
+a slot on one barrier), once with ``WIDE_KV = True`` (each on its own) and once more with
+``wide-ring-kfirst.patch`` on top (K of ring tile s loaded before V of tile s - 1); the cases and the
 oracle are the product kernel tests' (``tests/lowering/test_triton_window_block.py``).
 ``-m gpu``; skipped without an SM90 GPU and Gluon's Hopper API (triton 3.6)."""
 
@@ -14,6 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
+KFIRST = ROOT / "lab" / "variants" / "wide-ring-kfirst.patch"  # on top of VARIANT: K of tile s before V of s - 1
+#: the builds tested: (WIDE_KV, the K-first producer)
+BUILDS = {"kv1": (False, False), "kv2": (True, False), "kv2-kfirst": (True, True)}
 
 
 def _interior_counts(ctx, b, window, splits=1, bn=64):
@@ -49,18 +53,20 @@ def test_cases_hold_odd_and_even_interior_counts(b, hq, hkv, causal, window, spl
     assert any(c % 2 for c in counts) and any(c and c % 2 == 0 for c in counts), counts
 
 
-def _variant(kv: bool):
-    """The patched kernel module (``WIDE_KV = kv``)."""
+def _variant(kv: bool, kfirst: bool = False):
+    """The patched kernel module (``WIDE_KV = kv``; ``kfirst``: with ``wide-ring-kfirst.patch`` too)."""
     import tempfile
 
     from gluon_ab import kernel_at
     from timed_kernel import apply
 
     text = apply((ROOT / "lowering" / "gluon_window_block.py").read_text(), VARIANT.read_text(), "the kernel")
+    if kfirst:
+        text = apply(text, KFIRST.read_text(), "the wide build")
     if kv:
         assert "\nWIDE_KV = False" in text
         text = text.replace("\nWIDE_KV = False", "\nWIDE_KV = True")
-    path = Path(tempfile.mkdtemp(prefix="wide_ring_")) / f"wide_ring{'_kv' if kv else ''}.py"
+    path = Path(tempfile.mkdtemp(prefix="wide_ring_")) / f"wide_ring{'_kv' if kv else ''}{'_kfirst' if kfirst else ''}.py"
     path.write_text(text)
     return kernel_at(str(path))
 
@@ -80,12 +86,12 @@ def _kernel_tests():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv", [False, True], ids=["kv1", "kv2"])
+@pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows65", "rows128", "rows65g13"])
 @pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("splits", [1, 2, 5])
 @pytest.mark.parametrize("page", [32, 64])
-def test_gpu_wide_build(kv, b, hq, hkv, causal, window, splits, page, monkeypatch):
+def test_gpu_wide_build(build, b, hq, hkv, causal, window, splits, page, monkeypatch):
     """``launch(wide=True)`` against the float64 oracle: 65-128 packed rows (two consumers),
     odd and even counts of 64-key interior tiles, 0-1 and many ring tiles, window edges cut
     inside a tile, splits, TensorRT-LLM's 32-token pages (four TMA boxes a ring tile, HND) and
@@ -100,7 +106,7 @@ def test_gpu_wide_build(kv, b, hq, hkv, causal, window, splits, page, monkeypatc
 
     if not gwb.available():
         pytest.skip("needs Gluon's Hopper API (triton 3.6)")
-    wide = _variant(kv)
+    wide = _variant(*BUILDS[build])
     gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
     case = t._gpu_case(len(CTX), b, hq, hkv, 128, page, CTX, window, dtype=torch.bfloat16, gen=gen,
                        poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
@@ -115,10 +121,10 @@ def test_gpu_wide_build(kv, b, hq, hkv, causal, window, splits, page, monkeypatc
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv", [False, True], ids=["kv1", "kv2"])
+@pytest.mark.parametrize("variant", list(BUILDS))
 @pytest.mark.parametrize("build", [dict(page=32, overlap=True), dict(page=32, overlap=False, num_splits=2),
                                    dict(page=64, overlap=True)], ids=["p32-overlap", "p32-split", "p64-overlap"])
-def test_wide_build_assembles_without_serialized_wgmma(kv, build, tmp_path):
+def test_wide_build_assembles_without_serialized_wgmma(variant, build, tmp_path):
     """The wide build for sm_90a without a GPU (``test_gluon_ptxas.py``'s check): no ``C7513``.
     Spills are not asserted: the builds spill 24-36 bytes (lab/log.md#a24)."""
     import subprocess
@@ -129,7 +135,7 @@ def test_wide_build_assembles_without_serialized_wgmma(kv, build, tmp_path):
     from gluon_compile import compile_for_sm90
 
     src = tmp_path / "kernel.ptx"
-    src.write_text(compile_for_sm90(**build, wide=True, kernel=_variant(kv))["ptx"])
+    src.write_text(compile_for_sm90(**build, wide=True, kernel=_variant(*BUILDS[variant]))["ptx"])
     done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
