@@ -44,7 +44,7 @@ from ...lowering.base import DEVICE_CLASSES
 from ..runtime.dflash2 import UnaryTransform
 from .binding import PackagedDrafter, check_engine_version, device_class_of
 from .names import GENERATED, check_backbone
-from .trtllm_backbone import backbone_class
+from .trtllm_backbone import backbone_class, rope_positions
 
 #: The TensorRT-LLM release the emitted package needs at least (the draft-model registry and
 #: the modeling_dspark split).
@@ -211,8 +211,8 @@ def drafter_class(base: type, drafter: PackagedDrafter, module_name: str = __nam
         """The block decode with each layer's attention through its draftsmith lowering (per rank)."""
         decode = vars(self).get("_draftsmith_decode")
         if decode is None:
-            max_pos = getattr(self.config, "max_position_embeddings", None) or ROPE_TABLE_POSITIONS
-            decode = vars(self)["_draftsmith_decode"] = _bound(self).block_decode(device_class_of(self), max_pos)
+            decode = vars(self)["_draftsmith_decode"] = _bound(self).block_decode(device_class_of(self),
+                                                                                  rope_positions(self.config))
         return decode(self, noise_embedding, query_positions, num_ctx_per_req, ctx_k_cache, ctx_v_cache,
                       ctx_cache_batch_idx, ctx_kv_cache, ctx_page_table)
 
@@ -265,6 +265,3 @@ def make_builder(drafter: PackagedDrafter, cls: type, previous: Any, module_name
     build_draft_model.__module__ = module_name
     return build_draft_model
 
-
-#: RoPE table rows when the config has no max_position_embeddings.
-ROPE_TABLE_POSITIONS = 262144

@@ -194,7 +194,7 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
         def __init__(self, model_config):
             config = model_config.pretrained_config
             r = drafter.bind(config).resolved
-            max_positions = getattr(config, "max_position_embeddings", None) or ROPE_TABLE_POSITIONS
+            max_positions = rope_positions(config)
             super().__init__(DraftsmithModel(r, model_config, max_positions), config=model_config,
                              hidden_size=r.dims.hidden, vocab_size=r.dims.vocab)
 
@@ -208,3 +208,12 @@ def backbone_class(architecture: str, drafter: Any, module_name: str = __name__)
 ROTARY_MODULE = "tensorrt_llm._torch.attention.rotary_embedding"
 #: RoPE table rows when the config has no max_position_embeddings.
 ROPE_TABLE_POSITIONS = 262144
+
+
+def rope_positions(config: Any) -> int:
+    """Rows of the drafter's RoPE tables (the backbone's and ``dflash_forward``'s): the converted
+    config's ``max_position_embeddings`` (an attribute, or a key of a dict), else
+    :data:`ROPE_TABLE_POSITIONS`; a position at or past it cannot be roped."""
+    value = config.get("max_position_embeddings") if isinstance(config, dict) else \
+        getattr(config, "max_position_embeddings", None)
+    return value or ROPE_TABLE_POSITIONS

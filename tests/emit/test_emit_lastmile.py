@@ -122,3 +122,44 @@ def test_model_errors_are_one_line_naming_the_argument(folders, capsys, tmp_path
     rc, out, err = _emit(capsys, *args)
     assert rc == 2 and "\n" not in err and "model=" in err, err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("cfg, expected", [
+    ({}, 2048),
+    ({"max_position_embeddings": 40960}, 40960),
+    ({"max_position_embeddings": 40960, "rope_scaling": {"type": "linear", "factor": 4.0}}, 163840),
+    ({"max_position_embeddings": 1001, "rope_scaling": {"rope_type": "dynamic", "factor": 1.5}}, 1502),
+    ({"max_position_embeddings": 40960, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, 40960),
+    ({"max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, 8192),
+    ({"max_position_embeddings": 4096, "rope_parameters": {"rope_type": "linear", "factor": 2}}, 8192),
+    ({"max_position_embeddings": 4096, "text_config": {"max_position_embeddings": 196608}}, 196608),
+])
+def test_default_max_seq_len_is_trtllms_inference(cfg, expected):
+    """TensorRT-LLM's default ``max_seq_len`` for a target (``infer_max_seq_len``): its
+    ``max_position_embeddings`` (2048 without), scaled by a RoPE factor except for su / longrope /
+    llama3 / yarn; a multimodal target's language model (``text_config``)."""
+    from draftsmith.framework.emit.serving_target import default_max_seq_len
+
+    assert default_max_seq_len(cfg) == expected
+
+
+@pytest.mark.parametrize("target_positions, noted", [(131072, True), (40960, False), (None, False)])
+def test_a_target_served_past_the_drafters_rope_table_gets_a_note(folders, capsys, tmp_path, target_positions,
+                                                                  noted):
+    """The zlab drafter ropes positions below its ``max_position_embeddings`` (40960 in its synth
+    config); a target TensorRT-LLM serves longer by default gets one ``note:`` naming both lengths."""
+    drafter = json.loads((folders["conv"] / "config.json").read_text())["max_position_embeddings"]
+    target = tmp_path / "target"
+    target.mkdir()
+    cfg = json.loads((folders["src"] / "target" / "config.json").read_text())
+    if target_positions is not None:
+        cfg["max_position_embeddings"] = target_positions
+    (target / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = _emit(capsys, f"out={tmp_path / 'o'}", f"config={folders['conv']}", f"model={target}")
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert rc == 0, err
+    if noted:
+        assert len(notes) == 1 and f"max_seq_len {target_positions}" in notes[0], notes
+        assert f"max_seq_len: {drafter} or less" in notes[0], notes
+    else:
+        assert notes == [], notes

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from ...convert.locate import converted_by, given_folder, locate
 from ...emit.render import DEFAULT, default_engine, write_package
-from ...emit.serving_target import serving_target
+from ...emit.serving_target import default_max_seq_len, serving_target
+from ...emit.trtllm_backbone import rope_positions
+from ...io.safe_read import load_json
 from ...errors import UserError
 from ...spec.loading import load_spec
 from ..inputs import adapter as chosen_adapter, need, subfolders
@@ -29,7 +31,9 @@ def run(opts, spec, path) -> int:
         config = found.path
     target_architecture, model = opts.get("target_architecture"), None
     if model_text is not None:
-        model, arch = serving_target(str(model_text))
+        model, arch, target_cfg = serving_target(str(model_text))
+        if config is not None:
+            _note_positions(config, model_text, target_cfg)
         if target_architecture is None:
             target_architecture = arch
             print(f"target_architecture={arch} (model={model_text}: its config.json's architectures[0])",
@@ -48,6 +52,19 @@ def run(opts, spec, path) -> int:
     res.model = model
     print(res.summary())
     return 0
+
+
+def _note_positions(config, model_text, target_cfg: dict) -> None:
+    """A ``note:`` when TensorRT-LLM's default ``max_seq_len`` for the target passes the drafter's RoPE
+    table (its ``max_position_embeddings``): positions past it cannot be drafted (docs/serving-on-trtllm.md
+    section 4)."""
+    path = Path(config) if Path(config).is_file() else Path(config) / "config.json"
+    drafter = load_json(path, what=f"config={config}")
+    table, served = rope_positions(drafter if isinstance(drafter, dict) else {}), default_max_seq_len(target_cfg)
+    if served > table:
+        print(f"note: TensorRT-LLM serves model={model_text} at max_seq_len {served} by default (from its config), "
+              f"past the drafter's {table} RoPE positions (its max_position_embeddings): serve with max_seq_len: "
+              f"{table} or less (docs/serving-on-trtllm.md section 4)", file=sys.stderr)
 
 
 def _recorded_adapter(config, opts):
