@@ -7,6 +7,7 @@ read back from a converted config is as strict."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -17,6 +18,7 @@ from draftsmith.framework.compile.converted_config import compile_config
 from draftsmith.framework.compile.resolved import ResolvedDrafter
 from draftsmith.framework.convert.synth import source_config, synthesize
 from draftsmith.framework.errors import UserError
+from draftsmith.framework.spec.loading import adapter_files
 
 #: (adapter, raw key path in its config.json, wrong value, words of the refusal)
 BAD = [
@@ -102,3 +104,65 @@ def test_a_carried_key_of_the_wrong_type_is_refused(key, value):
     raw[key] = value
     with pytest.raises(UserError, match=f"{key}: {value!r} must be an integer >= 1"):
         compile_config(a, raw)
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path, node
+
+
+def _retyped(v) -> list:
+    """The value in other JSON types a careless writer uses: a switch as a string or 0/1, a number
+    as a string, an integer as a float of the same value."""
+    if isinstance(v, bool):
+        return [str(v).lower(), str(not v).lower(), int(v)]
+    if isinstance(v, (int, float)):
+        return [str(v)] + ([float(v)] if isinstance(v, int) else [])
+    return []
+
+
+def _typed(node):
+    """``node`` with every leaf tagged by its kind (switch, number, string), numbers as floats."""
+    if isinstance(node, dict):
+        return {k: _typed(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_typed(v) for v in node]
+    if isinstance(node, bool):
+        return ("switch", node)
+    if isinstance(node, (int, float)):
+        return ("number", float(node))
+    return ("other", node)
+
+
+@pytest.mark.parametrize("name", sorted(adapter_files()))
+def test_a_retyped_value_is_refused_or_changes_nothing(name):
+    """Every switch and number of each shipped adapter's synthesized config, retyped: the compile
+    refuses it in one line, or the record and the converted config (what readers get) are the
+    unedited config's, types included, but for keys the spec or family declare irrelevant or
+    writer-ignored (data that changes nothing, by declaration)."""
+    a = load_adapter(name)
+    raw = source_config(a, "tiny")
+    flat0, record0 = compile_config(a, copy.deepcopy(raw))
+    for path, value in _leaves(raw):
+        for bad in _retyped(value):
+            edited = copy.deepcopy(raw)
+            node = edited
+            for part in path[:-1]:
+                node = node[part]
+            node[path[-1]] = bad
+            try:
+                flat, record = compile_config(a, edited)
+            except UserError as e:
+                assert "\n" not in str(e), str(e)
+                continue
+            declared = set(record.irrelevant) | set(record.writer_ignored)
+            keep = lambda f: _typed({k: v for k, v in f.items() if k not in declared})  # noqa: E731
+            where = ".".join(map(str, path))
+            assert record == record0, f"{name}: {where} = {bad!r} compiled to another record"
+            assert keep(flat) == keep(flat0), f"{name}: {where} = {bad!r} reaches the converted config retyped"
