@@ -34,6 +34,7 @@ import yaml
 from ..compile.adapter import Adapter, compile_spec
 from ..compile.converted_config import compile_config
 from ..compile.decoding import decoding_type
+from ..compile.read_back import read_converted
 from ..compile.resolved import ResolvedDrafter
 from ..errors import UserError
 from ..io.publish import atomic_dir, publish, remove_temp
@@ -173,7 +174,7 @@ def _emission_config(adapter: Adapter, config: Optional[Path]) -> tuple[dict, Re
                             f"section); run `draftsmith convert adapter={adapter.name} source=<that checkpoint> "
                             "out=<dir>` and pass config=<dir>")
         refuse_record_overrides(adapter, config)
-        record = ResolvedDrafter.from_config(raw, where=f"config={config}")
+        record = read_converted(raw, where=f"config={config}")
         if record.adapter != adapter.name:
             raise UserError(f"config={config} was converted with adapter={record.adapter}, not adapter={adapter.name}; "
                             f"emit adapter={record.adapter} (or leave adapter= out: emit reads it from the config)")

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..compile.resolved import ResolvedDrafter
+from ..compile.read_back import read_converted
 from ..errors import UserError
 from ..runtime import get_host
 from ..runtime.loading import read_checkpoint
@@ -37,7 +37,7 @@ class Drafter:
         if config.get("draftsmith") is None:
             raise UserError(f"checkpoint={checkpoint}: config.json has no 'draftsmith' section "
                             "(not converted; pass adapter=NAME to convert it first)")
-        self.resolved = ResolvedDrafter.from_config(config, where=f"{checkpoint}/config.json")
+        self.resolved = read_converted(config, where=f"{checkpoint}/config.json")
         self.config = config
         #: whether drafts go through DFlash 2's candidate selector (None: the drafter has none)
         self.selector = self.resolved.selector_choice(selector)

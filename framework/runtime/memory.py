@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ...lowering.base import LOWERINGS, device_class
+from ..compile.read_back import read_converted
 from ..compile.resolved import ResolvedDrafter
 from ..convert.checkpoint import read_config
 from ..errors import UserError
@@ -102,7 +103,7 @@ def _gib(n: int) -> str:
 def check_draft_memory(checkpoint: Path, device: str, context: int, batch: int) -> int:
     """The estimate for a draft step on the converted ``checkpoint``; refused in one line
     (estimate and free memory in it) when it exceeds the device's free memory."""
-    r = ResolvedDrafter.from_config(read_config(Path(checkpoint)), where=str(Path(checkpoint) / "config.json"))
+    r = read_converted(read_config(Path(checkpoint)), where=str(Path(checkpoint) / "config.json"))
     weights = sum(p.stat().st_size for p in Path(checkpoint).glob("*.safetensors"))
     parts = estimate_bytes(r, weights, context, batch)
     total = sum(parts.values())

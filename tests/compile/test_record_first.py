@@ -26,11 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: (product file, function) that parse a converted config.json read from disk: the only
 #: ``from_config`` callers in the product
 DISK_READERS = {
-    ("framework/runtime/memory.py", "check_draft_memory"),
-    ("framework/runtime/loading.py", "build_drafter"),
-    ("framework/emit/binding.py", "bind"),
-    ("framework/eval/drafter.py", "__init__"),
-    ("framework/emit/render.py", "_emission_config"),  # config=<converted config.json>
+    ("framework/compile/read_back.py", "read_converted"),  # draft, eval, emit config=: checked against its keys
+    ("framework/emit/binding.py", "bind"),  # inside TensorRT-LLM: the config object transformers built
+    ("framework/emit/render.py", "_emission_config"),  # a spec's synth.config that is a converted one
 }
 
 

@@ -28,10 +28,13 @@ from support.numerics import rel  # noqa: E402
 CONTEXT = 29
 
 
-def _plant(kind: str, rec: dict) -> None:
-    """One error of class ``kind`` in the ``draftsmith`` record of a converted config (in place)."""
+def _plant(kind: str, cfg: dict) -> None:
+    """One error of class ``kind`` in the ``draftsmith`` record of a converted config (in place),
+    and in the keys beside it that say the same (a wrong conversion writes both; a file whose keys
+    disagree with its record is refused on reading, tests/compile/test_read_back.py)."""
+    rec = cfg["draftsmith"]
     if kind == "rope_base":  # the family default a reader of the wrong key falls back to
-        rec["rope"]["theta"] = 10000.0 if rec["rope"]["theta"] != 10000.0 else 1e6
+        rec["rope"]["theta"] = cfg["rope_theta"] = 10000.0 if rec["rope"]["theta"] != 10000.0 else 1e6
     elif kind == "norm_style":  # a Gemma norm run plainly (a fold rule that matched nothing)
         k = next(k for k, v in rec["norms"].items() if v == "gemma" and k == "input_layernorm")
         rec["norms"][k] = "plain"
@@ -40,7 +43,11 @@ def _plant(kind: str, rec: dict) -> None:
     elif kind == "window_off_by_one":
         rec["layers"][0]["mask"]["window"] += 1
     elif kind == "layer_id_offset":  # input/output convention confused: every id one off
-        rec["target_layer_ids"] = [i - 1 for i in rec["target_layer_ids"]]
+        ids = [i - 1 for i in rec["target_layer_ids"]]
+        rec["target_layer_ids"] = ids
+        cfg["dflash_config"]["target_layer_ids"] = list(ids)
+        if "dspark_target_layer_ids" in cfg:  # DSpark's fallback for TensorRT-LLM
+            cfg["dspark_target_layer_ids"] = list(ids)
     else:
         raise AssertionError(kind)
 
@@ -86,7 +93,7 @@ def test_planted_error_caught(converted, kind, tmp_path):
     shutil.copytree(d / "T", bad)
     cfg = json.loads((bad / "config.json").read_text())
     before = copy.deepcopy(cfg["draftsmith"])
-    _plant(kind, cfg["draftsmith"])
+    _plant(kind, cfg)
     assert cfg["draftsmith"] != before
     (bad / "config.json").write_text(json.dumps(cfg))
     got = _host_logits(bad, d / "S" / "target", stack, anchor)
