@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..errors import UserError
+from .attention import write_back
 from .converted_config import render_engine_keys
 from .dotted import get_dotted
 from .family import get_family
@@ -22,7 +23,8 @@ _ABSENT = object()
 def read_converted(config: Mapping[str, Any], where: str = "config.json") -> ResolvedDrafter:
     """The record of a converted ``config`` read from disk (``where`` names it), after checking
     that every key it was compiled from (:data:`~.resolve.MATH_KEYS`, the MLP's and DFlash 2's)
-    and every key rendered from it for TensorRT-LLM (:func:`~.converted_config.render_engine_keys`)
+    and every key rendered from it for other readers (the masks' spellings,
+    :func:`~.attention.write_back`, and TensorRT-LLM's, :func:`~.converted_config.render_engine_keys`)
     still says what the record says (a key the file lacks is not compared: null or absent)."""
     record = ResolvedDrafter.from_config(config, where)
     problems = [f"{where}: {key} is {_shown(have)} but its compiled record says {_shown(want)} ({source}); "
@@ -50,12 +52,20 @@ def _disagreements(config: Mapping[str, Any], record: ResolvedDrafter):
         if have is not _ABSENT and not _same(_as_recorded(field, have), want):
             named.add(key)
             yield key, f"draftsmith.{field}", have, want
-    rendered = render_engine_keys(record, config.get("model_type"))
-    rendered.pop("model_type")  # rendered from the flattened model_type, which the file no longer holds
+    rendered: dict[str, Any] = {}
+    write_back(rendered, list(record.layers))  # the masks in the HF and DFlash spellings
+    engine = render_engine_keys(record, config.get("model_type"))
+    engine.pop("model_type")  # rendered from the flattened model_type, which the file no longer holds
+    for key, value in _leaves(engine):
+        *path, last = key.split(".")
+        node = rendered
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
     for key, want in _leaves(rendered):
         have = get_dotted(config, key) if get_dotted(config, key) is not None else _ABSENT
         if key not in named and have is not _ABSENT and not _same(have, want):
-            yield key, "written from it for TensorRT-LLM's classes", have, want
+            yield key, "written from it for TensorRT-LLM and transformers' readers", have, want
 
 
 def _as_recorded(field: str, value: Any) -> Any:

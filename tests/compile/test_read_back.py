@@ -29,7 +29,7 @@ def test_an_unedited_converted_config_reads_back_as_compiled(name, layout, scale
 
 
 #: (adapter, key of the converted config, edited value): keys the record was compiled from, and
-#: keys rendered from it for TensorRT-LLM's classes
+#: keys rendered from it for other readers (the masks' spellings, TensorRT-LLM's classes)
 EDITS = [
     ("zlab_dflash", "dflash_config.block_size", 8),
     ("zlab_dflash", "hidden_size", 256),
@@ -44,6 +44,9 @@ EDITS = [
     ("minimax_dspark", "dspark_config.enable_confidence_head", False),
     ("zlab_dflash2", "dflash_config.selector_top_k", 6),
     ("zlab_dflash2", "is_causal", True),
+    ("minimax_dspark", "sliding_window", 16),
+    ("minimax_dspark", "layer_types", ["full_attention", "sliding_attention"]),
+    ("trtllm_dflash", "dflash_config.use_swa", False),
 ]
 
 

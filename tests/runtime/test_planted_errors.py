@@ -42,6 +42,10 @@ def _plant(kind: str, cfg: dict) -> None:
         rec["layers"][0]["mask"]["causal"] = not rec["layers"][0]["mask"]["causal"]
     elif kind == "window_off_by_one":
         rec["layers"][0]["mask"]["window"] += 1
+        widest = max(layer["mask"]["window"] or 0 for layer in rec["layers"])
+        cfg["sliding_window"] = widest  # the HF spelling holds the widest window
+        if "swa_window_size" in cfg.get("dflash_config", {}):
+            cfg["dflash_config"]["swa_window_size"] = widest
     elif kind == "layer_id_offset":  # input/output convention confused: every id one off
         ids = [i - 1 for i in rec["target_layer_ids"]]
         rec["target_layer_ids"] = ids
