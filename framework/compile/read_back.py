@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from ..errors import UserError
 from .attention import write_back
 from .converted_config import render_engine_keys
-from .dotted import get_dotted
+from .dotted import get_dotted, set_dotted
 from .family import get_family
 from .resolve import MATH_KEYS, SWIGLU_KEYS, mlp_kind
 from .resolved import ResolvedDrafter
@@ -47,7 +47,7 @@ def _disagreements(config: Mapping[str, Any], record: ResolvedDrafter):
         keys.pop("heads.confidence_with_markov")
     named = set()
     for field, key in keys.items():
-        have = get_dotted(config, key) if get_dotted(config, key) is not None else _ABSENT
+        have = _get(config, key)
         want = _field(record, field)
         if have is not _ABSENT and not _same(_as_recorded(field, have), want):
             named.add(key)
@@ -57,15 +57,16 @@ def _disagreements(config: Mapping[str, Any], record: ResolvedDrafter):
     engine = render_engine_keys(record, config.get("model_type"))
     engine.pop("model_type")  # rendered from the flattened model_type, which the file no longer holds
     for key, value in _leaves(engine):
-        *path, last = key.split(".")
-        node = rendered
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
+        set_dotted(rendered, key, value)
     for key, want in _leaves(rendered):
-        have = get_dotted(config, key) if get_dotted(config, key) is not None else _ABSENT
+        have = _get(config, key)
         if key not in named and have is not _ABSENT and not _same(have, want):
             yield key, "written from it for TensorRT-LLM and transformers' readers", have, want
+
+
+def _get(config: Mapping[str, Any], key: str) -> Any:
+    value = get_dotted(config, key)
+    return _ABSENT if value is None else value
 
 
 def _as_recorded(field: str, value: Any) -> Any:
