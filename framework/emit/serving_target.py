@@ -14,10 +14,10 @@ from ..runtime.target_folder import target_folder
 
 
 def serving_target(text: str, key: str = "model") -> tuple[str, str, dict]:
-    """``(model, architecture)`` of ``key=text`` (a folder, a model root, or a repo id in the local
-    Hugging Face cache): ``model`` is the resolved folder, or the repo id as given (``trtllm-serve``
-    resolves it the same way); ``architecture`` is its ``config.json``'s ``architectures[0]``; then the
-    config itself."""
+    """``(model, architecture, config)`` of ``key=text`` (a folder, a model root, or a repo id in the
+    local Hugging Face cache): ``model`` is the resolved folder, or the repo id as given
+    (``trtllm-serve`` resolves it the same way); ``architecture`` is its ``config.json``'s
+    ``architectures[0]``; ``config`` that config.json."""
     folder = target_folder(text, key)
     cfg = load_json(folder / "config.json", what=f"{key}={text}")
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None
