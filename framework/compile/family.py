@@ -367,12 +367,11 @@ class GQADFlash2(GQADFlash):
         record). ``final_logit_softcapping`` 0 reads as no cap, as its writers read it (z-lab and
         vLLM cap only when it is ``> 0``); a negative one is refused by the record."""
         dc = cfg["dflash_config"]
-        cap = dc["final_logit_softcapping"]
         return dict(
             conv=dict(kernel_size=dc["conv_kernel_size"], group_size=dc["conv_group_size"]),
             selector=dict(rank=dc["selector_rank"], top_k=dc["selector_top_k"],
                           unary=dict(multiplier=dc["output_multiplier"],
-                                     softcap=None if type(cap) in (int, float) and cap == 0 else cap,
+                                     softcap=softcap(dc["final_logit_softcapping"]),
                                      order=dc["selector_unary_order"]),
                           chain=dc["selector_chain"]),
             input_embedding_scale=dc["input_embedding_scale"],
@@ -415,6 +414,12 @@ class GQADFlash2(GQADFlash):
         if name.endswith("_codebook"):
             return (meta.shape[-1] ** -0.25 * torch.randn(meta.shape, generator=gen)).to(meta.dtype)
         return super().sample(name, meta, gen)
+
+
+def softcap(cap: Any) -> Any:
+    """``final_logit_softcapping`` as the record stores it: 0 reads as no cap (None), as its
+    writers read it (z-lab and vLLM cap only when it is ``> 0``); anything else as given."""
+    return None if type(cap) in (int, float) and cap == 0 else cap
 
 
 FAMILIES: Registry[GQADFlash] = Registry("family")

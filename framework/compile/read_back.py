@@ -13,7 +13,7 @@ from ..errors import UserError
 from .attention import write_back
 from .converted_config import render_engine_keys
 from .dotted import get_dotted, set_dotted
-from .family import get_family
+from .family import get_family, softcap
 from .resolve import MATH_KEYS, SWIGLU_KEYS, mlp_kind
 from .resolved import ResolvedDrafter
 
@@ -77,7 +77,7 @@ def _as_recorded(field: str, value: Any) -> Any:
         except UserError:
             return value
     if field == "dflash2.selector.unary.softcap":
-        return None if type(value) in (int, float) and value == 0 else value
+        return softcap(value)
     return value
 
 
