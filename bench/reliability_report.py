@@ -181,11 +181,14 @@ def main() -> int:
             "loads a checkpoint.",
             "- `draft`: memory estimated before allocating (refused past the device's free memory); non-finite "
             "logits stop the run naming the first non-finite layer.",
-            "- Temp dirs: `.<out>.tmp-<pid>-<token>/` holding draftsmith's owner record (its own name and token, pid, "
-            "start time, host); the output is built in its `build/` and a replaced output moves into it (never beside "
-            "`out=`); removed by another run only when the record is intact and its owner gone (same host); a folder "
-            "without the record is never read, moved or removed, whatever its name; removal walks any depth "
-            "iteratively; found by exact name comparison, never a glob of the output name. "
+            "- Temp dirs: `.<out>.tmp-<pid>-<token>/` with draftsmith's owner record beside it (a symbolic link "
+            "`<name>.draftsmith-owner` whose text names the folder and its token, pid, start time and host: created "
+            "before the folder, removed after it, so a run killed at any instant leaves nothing or what a record "
+            "names: `tests/io/test_interrupt.py::test_creation_and_removal_stopped_at_any_step_leave_only_owned_things`); "
+            "the output is built in its `build/` and a replaced output moves into it (never beside `out=`); removed "
+            "by another run only when the record is intact and its owner gone (same host); a folder without the "
+            "record is never read, moved or removed, whatever its name; removal walks any depth iteratively; found "
+            "by exact name comparison, never a glob of the output name. "
             "SIGTERM/SIGHUP clean up like Ctrl-C; cleanup runs with those signals blocked.",
             "- Checkpoints: safetensors headers are checked against the file before any data is read (sizes, "
             "dtypes, offsets that must tile the data exactly); duplicate names across shards, index entries "
@@ -213,7 +216,7 @@ def main() -> int:
             "(4 MiB) on both sides of `emit`; a cached revision walked by `stat` (at most 100 000 entries, 32 "
             "levels), FIFOs, devices and sockets refused.",
             "- Scratch: `draft`/`eval` conversions and `convert to=`'s export copy live in owned folders "
-            "(`draftsmith-scratch-<pid>-<token>`, `.draftsmith-export-<pid>-<token>`, each holding the owner record) "
+            "(`draftsmith-scratch-<pid>-<token>`, `.draftsmith-export-<pid>-<token>`, each with its owner record) "
             "removed on exit and, after a SIGKILL, by the next run; a folder of another program with a matching "
             "name is never touched.",
             "- Output: written into `.<out>.tmp-<pid>-*` beside the destination and renamed into place; an "

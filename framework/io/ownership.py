@@ -13,16 +13,21 @@ destination only when
 Everything else is refused with one line naming the destination and the reason.
 
 Temporary folders (the temp dir an output is built in, ``draft``'s and ``convert to=``'s
-scratch) carry an **owner record** (:data:`OWNER`, written by :func:`make_owned_dir`): draftsmith's
-signature, the folder's own name, the writing process's pid, start time and host, and a random
-token that is also the tail of the folder's name. Cleanup and stale-folder recovery touch a
-folder only when :func:`read_owner` finds such a record (a copy or a rename of the folder, or
-a user's folder whose name merely looks like ours, does not match); a record from another host
-is never judged stale.
+scratch) have an **owner record** (written by :func:`make_owned_dir`): draftsmith's signature,
+the folder's own name, the writing process's pid, start time and host, and a random token that
+is also the tail of the folder's name. The record is a symbolic link *beside* the folder,
+``<folder>`` + :data:`OWNER_SUFFIX`, whose target text is the record: a link is created with its
+text in one step, before the folder, and removed after it, so a run killed at any instant leaves
+either nothing or a folder (or a record alone) that the record names. Cleanup and stale-folder
+recovery touch a folder only when :func:`read_owner` finds such a record (a copy or a rename of
+the folder, or a user's folder whose name merely looks like ours, has none); a record from another
+host is never judged stale. Where the file system has no symbolic links the record is a small
+file written right after it is created (a kill in between leaves a record no run reads as ours).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -33,6 +38,7 @@ from typing import Iterable
 
 from ... import __version__
 from ..errors import UserError
+from .remove_tree import remove_tree
 
 MARKER = ".draftsmith-output"
 
@@ -113,10 +119,18 @@ def check_replaceable(out: Path, protect: Iterable[Path] = (), command: str | No
         )
 
 
-#: the owner record inside a temporary folder draftsmith made (see the module docstring)
-OWNER = ".draftsmith-owner.json"
-#: largest owner record read
+#: the owner record of a folder ``<name>``: the link (or file) ``<name>`` + this suffix beside it
+OWNER_SUFFIX = ".draftsmith-owner"
+#: largest owner record read (bytes)
 OWNER_BYTES = 4096
+#: errors of ``symlink`` on a file system without symbolic links (the record is then a file)
+_NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+def owner_path(folder: Path) -> Path:
+    """Where ``folder``'s owner record lies: beside it, named ``<folder name>`` + :data:`OWNER_SUFFIX`."""
+    folder = Path(folder)
+    return folder.with_name(folder.name + OWNER_SUFFIX)
 
 
 def start_time(pid: int):
@@ -133,59 +147,98 @@ def _host() -> str:
     return socket.gethostname()
 
 
+def _write_record(path: Path, record: dict) -> None:
+    """Create the record ``path`` (a new name; ``FileExistsError`` otherwise) holding ``record``."""
+    text = json.dumps(record, sort_keys=True)
+    try:
+        os.symlink(text, path)
+        return
+    except OSError as e:
+        if isinstance(e, FileExistsError) or e.errno not in _NO_LINKS:
+            raise
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    with open(os.open(path, flags, 0o600), "w") as f:
+        f.write(text + "\n")
+
+
 def make_owned_dir(parent: Path, prefix: str, kind: str) -> Path:
-    """A new private folder ``<parent>/<prefix><pid>-<token>`` holding its owner record
-    (``kind``: what it is for, e.g. ``temp`` or ``scratch``). The name is new (``O_EXCL``
-    semantics of ``mkdir``): an existing folder of any name is never reused."""
+    """A new private folder ``<parent>/<prefix><pid>-<token>`` (``kind``: what it is for, e.g.
+    ``temp`` or ``scratch``), its owner record created first. The names are new (``O_EXCL``
+    semantics of ``symlink`` and ``mkdir``): an existing folder or record is never reused."""
     parent, pid = Path(parent), os.getpid()
     for _ in range(100):
         token = secrets.token_hex(8)
         d = parent / f"{prefix}{pid}-{token}"
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
+        if os.path.lexists(d):
             continue
         record = {"written_by": "draftsmith", "kind": kind, "name": d.name, "pid": pid, "start": start_time(pid),
                   "host": _host(), "token": token}
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(d / OWNER, flags, 0o600)
-        with open(fd, "w") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+        try:
+            _write_record(owner_path(d), record)
+        except FileExistsError:
+            continue
+        try:
+            os.mkdir(d, 0o700)
+        except BaseException as e:
+            os.unlink(owner_path(d))
+            if isinstance(e, FileExistsError):
+                continue
+            raise
         return d
     raise FileExistsError(f"{parent}: no free name for a temporary folder {prefix}{pid}-*")
 
 
-def read_owner(folder: Path) -> dict | None:
-    """``folder``'s owner record when it is a real folder of this user holding a record
-    draftsmith wrote for exactly this folder (its name, its token); None otherwise."""
-    folder = Path(folder)
+def read_record(path: Path, name: str) -> dict | None:
+    """The owner record at ``path`` (a link's text, or a regular file of at most
+    :data:`OWNER_BYTES`, of this user) when draftsmith wrote it for the folder ``name``; else None.
+    A link is read, never followed."""
     try:
-        st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        st = os.lstat(path)
+        if st.st_uid != os.getuid():
             return None
-        fd = os.open(folder / OWNER, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_size > OWNER_BYTES:
+                return None
+            raw = os.readlink(path).encode()
+        elif stat.S_ISREG(st.st_mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                raw = os.read(fd, OWNER_BYTES + 1)
+            finally:
+                os.close(fd)
+        else:
             return None
-        raw = os.read(fd, OWNER_BYTES + 1)
         if len(raw) > OWNER_BYTES:
             return None
         data = json.loads(raw or b"null")
     except (OSError, ValueError):
         return None
-    finally:
-        os.close(fd)
     if not isinstance(data, dict) or data.get("written_by") != "draftsmith":
         return None
     pid, token, host = data.get("pid"), data.get("token"), data.get("host")
     if not (type(pid) is int and isinstance(token, str) and len(token) >= 16 and isinstance(host, str)):
         return None
-    if data.get("name") != folder.name or not folder.name.endswith(f"{pid}-{token}"):
+    if data.get("name") != name or not name.endswith(f"{pid}-{token}"):
         return None
     return data
+
+
+def _own_folder(folder: Path) -> bool:
+    """``folder`` is a real directory (not a link) of this user."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
+def read_owner(folder: Path) -> dict | None:
+    """``folder``'s owner record when it is a real folder of this user and the record beside it
+    is one draftsmith wrote for exactly this folder (its name, its token); None otherwise."""
+    folder = Path(folder)
+    return read_record(owner_path(folder), folder.name) if _own_folder(folder) else None
 
 
 def owner_gone(record: dict) -> bool:
@@ -204,16 +257,50 @@ def owner_gone(record: dict) -> bool:
     return start is not None and start_time(pid) not in (None, start)
 
 
-def stale_owned(folder: Path, prefix: str) -> bool:
-    """``folder`` (named ``prefix...``) carries draftsmith's owner record and its owner is gone."""
-    if not Path(folder).name.startswith(prefix):
-        return False
-    record = read_owner(folder)
-    return record is not None and owner_gone(record)
+def stale_owned(parent: Path, prefix: str) -> list[Path]:
+    """The folders ``<parent>/<prefix>...`` (present, or already removed but for their record)
+    whose owner record is intact and whose owner is gone; names are compared exactly."""
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(OWNER_SUFFIX)):
+            continue
+        folder = Path(parent) / name[: -len(OWNER_SUFFIX)]
+        if not folder.name.startswith(prefix):
+            continue
+        record = read_record(Path(parent) / name, folder.name)
+        if record is None or not owner_gone(record):
+            continue
+        if os.path.lexists(folder) and not _own_folder(folder):
+            continue  # the name now holds something else: not ours to remove
+        found.append(folder)
+    return found
 
 
 def is_own_live(folder: Path) -> bool:
-    """``folder`` carries an owner record of this very process."""
+    """``folder`` has an owner record of this very process."""
     record = read_owner(folder)
     return record is not None and record["pid"] == os.getpid() and record.get("host") == _host() \
         and record.get("start") == start_time(os.getpid())
+
+
+def remove_owned(folder: Path) -> None:
+    """Remove the owned ``folder`` (any depth; it may be gone already), then its owner record;
+    best effort: what cannot be removed, or was not yet when the run was killed, keeps the record
+    for a later run. A record that is not draftsmith's for this folder is left alone."""
+    folder = Path(folder)
+    record = read_record(owner_path(folder), folder.name)
+    try:
+        remove_tree(folder)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return
+    if record is not None:
+        try:
+            os.unlink(owner_path(folder))
+        except OSError:
+            pass

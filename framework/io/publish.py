@@ -4,12 +4,13 @@ run leaves nothing half-written at the destination; :func:`clean_stale_temps` ti
 after one.
 
 Ownership of temp dirs: the output is built in ``.<out>.tmp-<pid>-<token>/`` + :data:`BUILD`;
-the outer folder (the *wrapper*) holds the owner record (:func:`~.ownership.make_owned_dir`)
-from its creation until it is removed, and everything a replace moves away (the old output,
-swapped out by the exchange or moved aside without ``renameat2``) moves *into* the wrapper,
-never beside ``out``. So at every instant each folder beside ``out`` that draftsmith made
-carries its record, the published output carries none, and a later run removes a wrapper
-only when its record is intact and its owner gone (:func:`~.ownership.stale_owned`). A
+the outer folder (the *wrapper*) has an owner record beside it
+(:func:`~.ownership.make_owned_dir`: created before the wrapper, removed after it), and
+everything a replace moves away (the old output, swapped out by the exchange or moved aside
+without ``renameat2``) moves *into* the wrapper, never beside ``out``. So at every instant each
+folder beside ``out`` that draftsmith made has its record, the published output has none, and
+a later run removes a wrapper only when its record is intact and its owner gone
+(:func:`~.ownership.stale_owned`). A
 folder whose name merely looks like a temp dir (``.o.tmp-notes``) or an old backup
 (``.o.old-20250101``) is never read, moved or removed. Stale temps are found by listing the
 parent and comparing names exactly (an output named ``r*`` never matches ``run1``'s temps).
@@ -30,9 +31,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import UserError
-from .ownership import (OWNER, check_replaceable, is_own_live, make_owned_dir, marker_command, stale_owned,
+from .ownership import (check_replaceable, is_own_live, make_owned_dir, marker_command, remove_owned, stale_owned,
                         write_marker)
-from .remove_tree import remove_tree
 
 #: the folder inside a wrapper where the output is built (what :func:`atomic_dir` returns)
 BUILD = "build"
@@ -41,8 +41,8 @@ ASIDE = "old"
 
 
 def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
-    """A folder to build ``out`` in (``<wrapper>/build``, the wrapper beside ``out`` carrying
-    the owner record), marked as written by ``command``; :func:`publish` renames it into place.
+    """A folder to build ``out`` in (``<wrapper>/build``; the wrapper lies beside ``out``,
+    its owner record beside the wrapper), marked as written by ``command``; :func:`publish` renames it into place.
     An existing ``out`` is refused unless ``overwrite`` and
     :func:`~.ownership.check_replaceable` allow replacing it; ``protect`` lists the paths the
     command reads (never replaced, nor their ancestors)."""
@@ -83,7 +83,7 @@ def remove_temp(tmp: Path) -> None:
     except (AttributeError, ValueError, OSError):
         old = None
     try:
-        _remove(_wrapper(tmp) or Path(tmp))
+        remove_owned(_wrapper(tmp) or Path(tmp))
     finally:
         if old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -94,19 +94,11 @@ def clean_stale_temps(out: Path) -> None:
     owner gone) are removed, after putting back an old output a fallback swap had moved into
     one when ``out`` is gone. Nothing without draftsmith's owner record is touched. Names are
     compared exactly (no glob: ``out`` may hold ``*``, ``?`` or ``[``)."""
-    prefix = _tmp_prefix(out)
-    try:
-        entries = sorted(os.listdir(out.parent))
-    except OSError:
-        return
-    for name in entries:
-        p = out.parent / name
-        if not name.startswith(prefix) or not stale_owned(p, prefix):
-            continue
+    for p in stale_owned(out.parent, _tmp_prefix(out)):
         aside = p / ASIDE
         if os.path.isdir(aside) and not os.path.islink(aside) and not os.path.lexists(out):
             os.rename(aside, out)  # killed between moving the old output aside and publishing the new
-        _remove(p)
+        remove_owned(p)
 
 
 class Terminated(KeyboardInterrupt):
@@ -161,18 +153,6 @@ def _redeliver_swallowed(previous):
 
     hook.__wrapped__ = previous
     return hook
-
-
-def _remove(p: Path) -> None:
-    """Remove ``p`` (a folder of any depth, or a file), its owner record last; best effort:
-    what cannot be removed, or was not yet when the run was killed, stays inside a folder that
-    carries the record, for a later run."""
-    try:
-        remove_tree(p, last=OWNER)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        pass
 
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2

@@ -22,12 +22,11 @@ def _ident(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _clear(fd: int, keep: str | None = None) -> list[str]:
-    """Unlink every non-directory entry of the directory ``fd`` but ``keep``; return its
-    subdirectories' names."""
+def _clear(fd: int) -> list[str]:
+    """Unlink every non-directory entry of the directory ``fd``; return its subdirectories' names."""
     subdirs = []
     with os.scandir(fd) as it:
-        entries = [e for e in it if e.name != keep or e.is_dir(follow_symlinks=False)]
+        entries = list(it)
     for e in entries:
         try:
             is_dir = e.is_dir(follow_symlinks=False)
@@ -43,12 +42,9 @@ def _clear(fd: int, keep: str | None = None) -> list[str]:
     return subdirs
 
 
-def remove_tree(path: str | Path, last: str | None = None) -> None:
+def remove_tree(path: str | Path) -> None:
     """Remove the directory ``path`` and everything below it (a link at ``path`` itself is
-    unlinked, never followed). ``last``: a file directly in ``path`` removed after everything
-    else (an owner record: a removal killed at any point before the end leaves a folder that
-    still says whose it is, which the next run can remove). Raises ``OSError`` when something
-    cannot be removed."""
+    unlinked, never followed). Raises ``OSError`` when something cannot be removed."""
     path = os.fspath(path)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
@@ -59,7 +55,7 @@ def remove_tree(path: str | Path, last: str | None = None) -> None:
         if _ident(os.fstat(fd)) != _ident(st):
             raise OSError(errno.ESTALE, "changed while being removed", path)
         # frames: (identity of the directory, name of the child being removed, its pending subdirectories)
-        stack: list[tuple[tuple[int, int], list[str]]] = [(_ident(st), _clear(fd, last))]
+        stack: list[tuple[tuple[int, int], list[str]]] = [(_ident(st), _clear(fd))]
         names: list[str] = []
         while stack:
             ident, pending = stack[-1]
@@ -88,11 +84,6 @@ def remove_tree(path: str | Path, last: str | None = None) -> None:
             if _ident(os.fstat(fd)) != stack[-1][0]:
                 raise OSError(errno.ESTALE, "a folder was moved while being removed", path)
             os.rmdir(names.pop(), dir_fd=fd)
-        if last is not None:
-            try:
-                os.unlink(last, dir_fd=fd)
-            except FileNotFoundError:
-                pass
     finally:
         os.close(fd)
     os.rmdir(path)

@@ -2,7 +2,7 @@
 
 A scratch folder (a conversion ``draft``/``eval`` make of a source checkpoint, the converted
 copy ``convert to=`` exports from) is made by :func:`make_scratch`: named
-``<prefix><pid>-<token>`` and holding draftsmith's owner record
+``<prefix><pid>-<token>``, with draftsmith's owner record beside it
 (:func:`~.ownership.make_owned_dir`: pid, start time, host, the folder's name and token). Its
 run removes it on every exit, signals included (:func:`~.publish.remove_temp`); one killed by
 SIGKILL leaves it behind, and the next run with the same prefix in the same folder removes
@@ -12,32 +12,24 @@ the prefix (another program's, a copy, one without the record) is never touched.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from .ownership import make_owned_dir, stale_owned
-from .publish import _remove, remove_temp
+from .ownership import make_owned_dir, remove_owned, stale_owned
+from .publish import remove_temp
 
 #: the prefix of ``draft``'s and ``eval``'s scratch conversions in TMPDIR
 RUN_SCRATCH = "draftsmith-scratch-"
 
 
 def clean_stale_scratch(prefix: str, parent: Path) -> list[Path]:
-    """Remove the scratch folders under ``parent`` named ``prefix*`` that carry draftsmith's
-    owner record and whose owner is gone; return those removed."""
-    removed = []
-    try:
-        names = sorted(os.listdir(parent))
-    except OSError:
-        return removed
-    for name in names:
-        p = Path(parent) / name
-        if name.startswith(prefix) and stale_owned(p, prefix):
-            _remove(p)
-            removed.append(p)
+    """Remove the scratch folders under ``parent`` named ``prefix*`` whose draftsmith owner
+    record is intact and whose owner is gone; return those removed."""
+    removed = stale_owned(Path(parent), prefix)
+    for p in removed:
+        remove_owned(p)
     return removed
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
-from draftsmith.framework.io.publish import OWNER
+from draftsmith.framework.io.ownership import owner_path
 from draftsmith.framework.io.scratch import RUN_SCRATCH, clean_stale_scratch
 from support.cli import cli_subprocess, run_cli
 from support.reliability_log import record
@@ -462,13 +462,18 @@ def test_killed_export_scratch_removed_next_run(tmp_path):
 
 
 def test_stale_scratch_of_others_kept(tmp_path):
-    live = tmp_path / f"{RUN_SCRATCH}{os.getpid()}-live"
-    live.mkdir()
-    (live / OWNER).write_text(json.dumps({"pid": os.getpid(), "start": None}))
+    """A live run's scratch, a folder whose record beside it is not draftsmith's, and an unrelated
+    folder are kept."""
+    from support.owned_folders import dead_pid, plant_owned
+
+    live = plant_owned(tmp_path, RUN_SCRATCH, pid=os.getpid(), start=None)
+    foreign = tmp_path / f"{RUN_SCRATCH}{dead_pid()}-{'4' * 16}"
+    foreign.mkdir()
+    owner_path(foreign).write_text(json.dumps({"pid": dead_pid(), "start": None}))
     unrelated = tmp_path / "draftsmith-notes"
     unrelated.mkdir()
     assert clean_stale_scratch(RUN_SCRATCH, tmp_path) == []
-    assert live.is_dir() and unrelated.is_dir()
+    assert live.is_dir() and foreign.is_dir() and owner_path(foreign).is_file() and unrelated.is_dir()
 
 
 # ----------------------------------------------------------------------------- 5: one line per problem

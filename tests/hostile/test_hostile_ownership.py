@@ -22,7 +22,7 @@ import pytest
 from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.plan import plan
 from draftsmith.framework.convert.synth import synthesize
-from draftsmith.framework.io.ownership import OWNER, read_owner
+from draftsmith.framework.io.ownership import OWNER_BYTES, OWNER_SUFFIX, owner_path, read_owner
 from draftsmith.framework.io.publish import clean_stale_temps
 from draftsmith.framework.io.remove_tree import remove_tree
 from draftsmith.framework.io.scratch import RUN_SCRATCH, clean_stale_scratch
@@ -36,7 +36,7 @@ SEED = int.from_bytes(os.urandom(4), "little")
 
 def _foreign(parent: Path, name: str, rng: random.Random, record_of: Path | None = None) -> Path:
     """A user's folder ``parent/name`` (a file of random bytes and mode, a subfolder); with
-    ``record_of``: also a copy of that folder's owner record (a copy is not ownership)."""
+    ``record_of``: also a copy of that folder's owner record beside it (a copy is not ownership)."""
     d = parent / name
     d.mkdir(parents=True)
     (d / "notes.txt").write_bytes(os.urandom(rng.randrange(1, 300)))
@@ -44,7 +44,7 @@ def _foreign(parent: Path, name: str, rng: random.Random, record_of: Path | None
     (d / "sub").mkdir()
     (d / "sub" / "x.bin").write_bytes(os.urandom(16))
     if record_of is not None:
-        (d / OWNER).write_bytes((record_of / OWNER).read_bytes())
+        os.symlink(os.readlink(owner_path(record_of)), owner_path(d))
     return d
 
 
@@ -59,10 +59,16 @@ def plant_beside(parent: Path, out_name: str, rng: random.Random) -> list[Path]:
         _foreign(parent, f".{out_name}.old-20250101", rng),
         _foreign(parent, f".{out_name}.old-{pid}", rng),  # the old fallback's name: once moved *into* out=
     ]
-    legacy = _foreign(parent, f".{out_name}.tmp-{dead_pid()}-legacy1", rng)  # the old owner file (no record)
-    (legacy / OWNER).write_text(json.dumps({"pid": pid, "start": None}))
+    legacy = _foreign(parent, f".{out_name}.tmp-{dead_pid()}-legacy1", rng)  # an owner file not draftsmith's
+    owner_path(legacy).write_text(json.dumps({"pid": pid, "start": None}))
     remove_tree(real)
+    os.unlink(owner_path(real))
     return planted + [legacy]
+
+
+def _entry(q: Path):
+    """A record-like entry's kind and content (a link's text, a file's bytes)."""
+    return ("link", os.readlink(q)) if os.path.islink(q) else ("file", q.read_bytes())
 
 
 def plant_scratch(parent: Path, prefix: str, rng: random.Random) -> list[Path]:
@@ -93,6 +99,7 @@ def test_foreign_folders_untouched_by_every_writing_command(tmp_path, tmpdir_env
     planted += plant_scratch(w, ".draftsmith-export-", rng)
     planted += plant_scratch(tmpdir_env, ".draftsmith-export-", rng)
     before = {p: snapshot(p) for p in planted}
+    records = {owner_path(p): _entry(owner_path(p)) for p in planted if os.path.lexists(owner_path(p))}
     commands = [
         ("synth", ["synth", "adapter=minimax_dspark", f"out={w / 's'}", "seed=3"]),
         ("convert", ["convert", "adapter=minimax_dspark", f"source={w / 's'}", f"out={w / 'o'}"]),
@@ -116,10 +123,12 @@ def test_foreign_folders_untouched_by_every_writing_command(tmp_path, tmpdir_env
         for p in planted:
             assert os.path.lexists(p), f"{label}: removed a folder draftsmith did not make: {p}"
             assert snapshot(p) == before[p], f"{label}: changed a folder draftsmith did not make: {p}"
+        for q, was in records.items():
+            assert _entry(q) == was, f"{label}: changed a record beside a folder draftsmith did not make: {q}"
         record(AREA, f"foreign folders named like draftsmith's temps/backups/scratch ({label})",
                "every file's path, bytes and mode unchanged")
     # and nothing of ours is left anywhere: every remaining name is a planted one or an output
-    ours = {p.name for p in planted}
+    ours = {p.name for p in planted} | {q.name for q in records}
     for folder in (w, w / "e", tmpdir_env):
         left = [n for n in os.listdir(folder) if n not in ours and n not in
                 {"s", "o", "x", "e", "dd", "schema.json", "my.yaml", "draftsmith_minimax_dspark"}]
@@ -155,22 +164,43 @@ def test_stale_owned_folders_are_removed(tmp_path):
     record(AREA, "owner record: stale / live / another host / renamed copy", "only the stale one removed")
 
 
-def test_owner_record_bounded_and_not_a_link(tmp_path):
-    """An oversize record, a record that is a link, or a folder that is a link is not ours."""
+def test_owner_record_bounded_and_never_followed(tmp_path):
+    """A record file over the size bound, a record link whose text is a path to a valid record
+    (links are read, never followed), a record that is a folder, and a folder that is a link are
+    not ours; neither the folders nor their records are touched."""
     big = plant_owned(tmp_path, ".o.tmp-")
-    rec = json.loads((big / OWNER).read_text())
-    (big / OWNER).write_text(json.dumps({**rec, "pad": "x" * 5000}))
+    rec = json.loads(os.readlink(owner_path(big)))
+    os.unlink(owner_path(big))
+    owner_path(big).write_text(json.dumps({**rec, "pad": "x" * (OWNER_BYTES + 1)}))
     linked = plant_owned(tmp_path, ".o.tmp-")
     real = tmp_path / "elsewhere.json"
-    real.write_bytes((linked / OWNER).read_bytes())
-    (linked / OWNER).unlink()
-    (linked / OWNER).symlink_to(real)
+    real.write_text(os.readlink(owner_path(linked)))
+    os.unlink(owner_path(linked))
+    owner_path(linked).symlink_to(real)
+    dir_record = plant_owned(tmp_path, ".o.tmp-")
+    os.unlink(owner_path(dir_record))
+    owner_path(dir_record).mkdir()
     target = plant_owned(tmp_path, "target-")
     link = tmp_path / f".o.tmp-{dead_pid()}-{'3' * 16}"
     link.symlink_to(target)
-    assert read_owner(big) is None and read_owner(linked) is None and read_owner(link) is None
+    os.symlink(os.readlink(owner_path(target)).replace(target.name, link.name), owner_path(link))
+    assert [read_owner(p) for p in (big, linked, dir_record, link)] == [None] * 4
+    before = snapshot(tmp_path)
     clean_stale_temps(tmp_path / "o")
-    assert big.is_dir() and linked.is_dir() and link.is_symlink() and target.is_dir()
+    assert snapshot(tmp_path) == before
+
+
+def test_a_record_alone_is_tidied_and_a_replaced_name_is_not(tmp_path):
+    """A stale record whose folder is gone (a run killed between its two removals) is removed;
+    one whose folder's name now holds a file or a link is left, with that file or link."""
+    gone = plant_owned(tmp_path, ".o.tmp-")
+    gone.rmdir()
+    now_file = plant_owned(tmp_path, ".o.tmp-")
+    now_file.rmdir()
+    now_file.write_text("a user's file")
+    clean_stale_temps(tmp_path / "o")
+    assert not os.path.lexists(owner_path(gone))
+    assert now_file.read_text() == "a user's file" and os.path.islink(owner_path(now_file))
 
 
 def _deep(root: Path, depth: int) -> None:
@@ -276,7 +306,7 @@ def test_interrupted_replace_leaves_nothing_beside_out(tmp_path):
     out = w / "o"
     planted = plant_beside(w, "o", rng)
     before = {p: snapshot(p) for p in planted}
-    foreign = sorted(p.name for p in planted)
+    foreign = sorted([p.name for p in planted] + [owner_path(p).name for p in planted if os.path.lexists(owner_path(p))])
     k = len(plan(a, src).outputs) + 2  # tensors, config, then publish's first step point
     conv = lambda s: ["convert", "adapter=minimax_dspark", f"source={s}", f"out={out}", "overwrite=true"]  # noqa: E731
     # the step points of a replace: k (before the rename), k + 1 (after the exchange, or after
@@ -304,10 +334,39 @@ def test_interrupted_replace_leaves_nothing_beside_out(tmp_path):
             assert killed["signalled"], where
             # only the fallback between its two renames has no out= (the next run puts it back)
             assert "o" in killed["entries"] or (fallback and at == k + 1), f"{where}: out= is gone"
-            assert ours and all(n in killed["owned"] for n in ours), f"{where}: left without an owner record: {ours}"
+            folders = [n for n in ours if not n.endswith(OWNER_SUFFIX)]
+            assert folders and all(n in killed["owned"] for n in folders), f"{where}: left without an owner record: {ours}"
         assert rerun["rc"] == 0, f"{where}: the next run failed"
         assert [n for n in rerun["entries"] if n not in foreign] == ["o"], f"{where}: {rerun['entries']}"
         record(AREA, f"replace interrupted ({'move-aside fallback' if fallback else 'atomic exchange'}, {sig})",
                "out= old or new, nothing of ours beside it after the run (SIGTERM) or the next run (SIGKILL)")
     for q in planted:
         assert snapshot(q) == before[q], f"changed a folder draftsmith did not make: {q}"
+
+
+def test_record_is_a_file_where_links_are_refused(tmp_path, monkeypatch):
+    """On a file system without symbolic links (``symlink`` fails with EPERM, as on FAT) the record
+    is a regular file beside the folder, read and removed the same way; another error is raised."""
+    import errno
+
+    from draftsmith.framework.io.ownership import make_owned_dir, remove_owned, stale_owned
+
+    def refused(*a, **k):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "symlink", refused)
+    d = make_owned_dir(tmp_path, ".o.tmp-", "temp")
+    rec = owner_path(d)
+    assert d.is_dir() and rec.is_file() and not rec.is_symlink()
+    assert read_owner(d)["name"] == d.name and read_owner(d)["pid"] == os.getpid()
+    assert stale_owned(tmp_path, ".o.tmp-") == []  # its owner (this process) is alive
+    remove_owned(d)
+    assert os.listdir(tmp_path) == []
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "symlink", full)
+    with pytest.raises(OSError):
+        make_owned_dir(tmp_path, ".o.tmp-", "temp")
+    assert os.listdir(tmp_path) == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,8 @@ import pytest
 from draftsmith.framework.cli.main import main
 from draftsmith.framework.compile.adapter import load_adapter
 from draftsmith.framework.convert.synth import synthesize
-from draftsmith.framework.io.publish import OWNER, atomic_dir, clean_stale_temps, remove_temp
+from draftsmith.framework.io.ownership import owner_path, read_owner
+from draftsmith.framework.io.publish import atomic_dir, clean_stale_temps, remove_temp
 from support.owned_folders import plant_owned
 from support.reliability_log import record
 
@@ -53,10 +53,11 @@ def test_prefix_or_glob_output_spares_live_temp(name, source, tmp_path):
     with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
         rc = main(["convert", "adapter=minimax_dspark", f"source={source}", f"out={d / name}"])
     assert rc == 0, e.getvalue()
-    assert live.is_dir() and (live.parent / OWNER).is_file(), "a live run's temp dir was removed"
+    assert live.is_dir() and read_owner(live.parent) is not None, "a live run's temp dir was removed"
     assert dead_other.is_dir(), "another output's temp was tidied by a run to a different name"
     assert not dead_mine.exists(), "this output's stale temp was left"
-    assert not (d / name / OWNER).exists(), "the owner file was published"
+    assert not os.path.lexists(owner_path(d / name)), "an owner record was left beside the output"
+    assert not any(n.startswith(".draftsmith-owner") for n in os.listdir(d / name)), "an owner record was published"
     remove_temp(live)
     record("runs", f"concurrent outputs sharing a prefix / glob characters ({name})",
            "the live temp survives; only this output's stale temp is tidied")

@@ -251,13 +251,12 @@ class _Killed(BaseException):
     """Stands for SIGKILL at one step of a removal (no handler of the code under test catches it)."""
 
 
-def test_a_removal_stopped_at_any_step_keeps_the_owner_record(tmp_path, monkeypatch):
-    """A run killed while it removes a temp folder (its own at exit, or a stale one it tidies) leaves
-    a folder that still carries its owner record, so the next run can remove it: the record goes
-    last. Each unlink and rmdir of the removal is made to stop it in turn; only between the record's
-    unlink and the final rmdir is the folder left without it, and empty by then."""
-    from draftsmith.framework.io import publish
-    from draftsmith.framework.io.ownership import make_owned_dir, read_owner
+def test_creation_and_removal_stopped_at_any_step_leave_only_owned_things(tmp_path, monkeypatch):
+    """A run killed while it creates a temp folder, or while it removes one (its own at exit, or a
+    stale one it tidies), leaves nothing, or things its owner record names: the record is created
+    before the folder and removed after it. Each symlink, mkdir, unlink and rmdir is made to stop
+    the run in turn; what is left must then be removable by the next run (and only by its record)."""
+    from draftsmith.framework.io.ownership import OWNER_SUFFIX, make_owned_dir, read_record, remove_owned
 
     files = ["c.json", "build/a.safetensors", "build/sub/b.bin", "build/sub/deeper/d.bin", "z.txt"]
 
@@ -268,8 +267,8 @@ def test_a_removal_stopped_at_any_step_keeps_the_owner_record(tmp_path, monkeypa
             (d / f).write_bytes(os.urandom(64))
         return d
 
-    real = {name: getattr(os, name) for name in ("unlink", "rmdir")}
-    calls = [0, None]  # calls so far, the call that stops the removal
+    real = {name: getattr(os, name) for name in ("symlink", "mkdir", "unlink", "rmdir")}
+    calls = [0, None]  # calls so far, the call that stops the run
 
     def counted(name):
         def call(*a, **k):
@@ -279,25 +278,47 @@ def test_a_removal_stopped_at_any_step_keeps_the_owner_record(tmp_path, monkeypa
             return real[name](*a, **k)
         return call
 
+    def left_is_owned(where):
+        """Every entry in tmp_path is a record draftsmith wrote for its name, or a folder with one."""
+        names = sorted(os.listdir(tmp_path))
+        for n in names:
+            folder = n[: -len(OWNER_SUFFIX)] if n.endswith(OWNER_SUFFIX) else n
+            assert read_record(tmp_path / (folder + OWNER_SUFFIX), folder) is not None, \
+                f"{where}: {n} is left without an owner record ({names})"
+        return names
+
     for name in real:
         monkeypatch.setattr(os, name, counted(name))
-    d = build()
-    publish._remove(d)
+    d = make_owned_dir(tmp_path, ".out.tmp-", "temp")
+    made, calls[0] = calls[0], 0
+    assert made == 2  # the record, then the folder
+    remove_owned(d)
+    removed, calls[0] = calls[0], 0
+    assert os.listdir(tmp_path) == [] and removed == 2  # the folder, then the record
+    for k in range(1, made + 1):  # creation stopped at each step
+        calls[0], calls[1] = 0, k
+        with pytest.raises(_Killed):
+            make_owned_dir(tmp_path, ".out.tmp-", "temp")
+        calls[1] = None
+        for n in left_is_owned(f"creation stopped at step {k} of {made}"):
+            if n.endswith(OWNER_SUFFIX):
+                remove_owned(tmp_path / n[: -len(OWNER_SUFFIX)])
+        assert os.listdir(tmp_path) == []
+    calls[1] = None
+    d, calls[0] = build(), 0
+    remove_owned(d)
     total, calls[0] = calls[0], 0
-    assert not d.exists() and total == len(files) + 1 + 3 + 1  # files, the record, 3 subfolders, itself
-    for k in range(1, total + 1):
+    assert not d.exists() and total == len(files) + 3 + 1 + 1  # files, 3 subfolders, itself, the record
+    for k in range(1, total + 1):  # removal stopped at each step
         d, calls[0], calls[1] = build(), 0, k
         with pytest.raises(_Killed):
-            publish._remove(d)
-        left = sorted(str(p.relative_to(d)) for p in d.rglob("*"))
-        if k < total:
-            assert read_owner(d) is not None, f"stopped at step {k} of {total}: no owner record beside {left}"
-        else:
-            assert left == [], f"stopped before the final rmdir: {left}"
-        calls[1] = None  # the next run's removal, unstopped
-        publish._remove(d)
-        assert not d.exists()
-    record("interrupt", "a removal stopped at each of its steps", "the owner record is removed last")
+            remove_owned(d)
+        calls[1] = None
+        assert left_is_owned(f"removal stopped at step {k} of {total}")
+        remove_owned(d)  # the next run's removal
+        assert os.listdir(tmp_path) == []
+    record("interrupt", "a temp folder's creation or removal stopped at each of its steps",
+           "the owner record is created first and removed last")
 
 
 def _dead_pid() -> int:

@@ -1,4 +1,4 @@
-"""Test helpers: folders carrying draftsmith's owner record for a process that has ended
+"""Test helpers: folders with draftsmith's owner record for a process that has ended
 (what a SIGKILLed run leaves), and snapshots of folders draftsmith must never touch."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from draftsmith.framework.io.ownership import OWNER, _host
+from draftsmith.framework.io.ownership import _host, owner_path
 
 
 def dead_pid() -> int:
@@ -22,14 +22,15 @@ def dead_pid() -> int:
 
 
 def plant_owned(parent: Path, prefix: str, pid: int | None = None, start=None, host: str | None = None) -> Path:
-    """``<parent>/<prefix><pid>-<token>`` with an owner record as draftsmith writes it (owner:
-    ``pid``, by default one that has ended)."""
+    """``<parent>/<prefix><pid>-<token>`` with an owner record as draftsmith writes it (a link
+    ``<name>.draftsmith-owner`` beside it whose text is the record; owner: ``pid``, by default one
+    that has ended)."""
     pid = dead_pid() if pid is None else pid
     token = secrets.token_hex(8)
     d = Path(parent) / f"{prefix}{pid}-{token}"
     d.mkdir()
-    (d / OWNER).write_text(json.dumps({"written_by": "draftsmith", "kind": "temp", "name": d.name, "pid": pid,
-                                       "start": start, "host": host or _host(), "token": token}) + "\n")
+    os.symlink(json.dumps({"written_by": "draftsmith", "kind": "temp", "name": d.name, "pid": pid, "start": start,
+                           "host": host or _host(), "token": token}), owner_path(d))
     return d
 
 
