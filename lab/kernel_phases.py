@@ -164,6 +164,8 @@ def main():
     ap.add_argument("--kind", default=None, help="a drafter kind's shape (attention.KINDS); sets --ctx and --window")
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
     ap.add_argument("--page", type=int, default=attention.PAGE, help="tokens a page (TensorRT-LLM's: 32)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="a kernel variant (lab/variants/*.patch) applied before the timer; repeat for an On-top-of chain")
     args = ap.parse_args()
     attention.PAGE = args.page
     if args.kind:
@@ -176,7 +178,7 @@ def main():
     if not gwb.available():
         raise SystemExit("needs triton 3.6's Gluon and an SM90 GPU")
     try:
-        TIMED = timed_kernel.load()
+        TIMED = timed_kernel.load(args.variant)
     except timed_kernel.PatchError as e:
         raise SystemExit(str(e)) from None
     SLOT.update({name: i for i, name in enumerate(TIMED.TIMER_SLOTS)})

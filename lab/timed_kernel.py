@@ -58,20 +58,20 @@ def _hunks(patch: str) -> list[tuple[int, list[str], list[str], str]]:
     return hunks
 
 
-def apply(text: str, patch: str, what: str = KERNEL) -> str:
-    """``text`` with unified diff ``patch`` applied, each hunk where its old lines match exactly;
-    :class:`PatchError` if one matches nowhere after the previous hunk."""
+def apply(text: str, patch: str, what: str = KERNEL, name: str = PATCH.name) -> str:
+    """``text`` with unified diff ``patch`` (named ``name`` in errors) applied, each hunk where its
+    old lines match exactly; :class:`PatchError` if one matches nowhere after the previous hunk."""
     src = text.splitlines()
     out, pos, shift = [], 0, 0
     hunks = _hunks(patch)
     if not hunks:
-        raise PatchError(f"{PATCH.name}: no hunks")
+        raise PatchError(f"{name}: no hunks")
     for n, (start, old, new, header) in enumerate(hunks, 1):
         want = max(start - 1 + shift, pos)
         found = [p for p in range(pos, len(src) - len(old) + 1) if src[p:p + len(old)] == old]
         if not found:
             first = next((l for l in old if l.strip()), "")
-            raise PatchError(f"{PATCH.name} no longer applies to {what}: hunk {n} ({header}) matches nowhere "
+            raise PatchError(f"{name} no longer applies to {what}: hunk {n} ({header}) matches nowhere "
                              f"(its first line: {first.strip()[:70]!r})")
         at = min(found, key=lambda p: abs(p - want))
         out += src[pos:at] + new
@@ -89,20 +89,27 @@ def kernel_text(rev: str | None = None) -> str:
     return shown.stdout
 
 
-def timed_source(rev: str | None = None) -> str:
-    """The timed kernel's source: the patch applied to today's kernel (or ``rev``'s)."""
-    return apply(kernel_text(rev), PATCH.read_text())
+def timed_source(rev: str | None = None, variants: tuple = ()) -> str:
+    """The timed kernel's source: the patch applied to today's kernel (or ``rev``'s), after the
+    kernel variants ``variants`` (``lab/variants/*.patch`` paths, applied in order), so that a
+    variant's phases can be timed as today's are."""
+    text, what = kernel_text(rev), KERNEL
+    for v in variants:
+        text = apply(text, Path(v).read_text(), what, Path(v).name)
+        what = f"{what} + {Path(v).name}"
+    return apply(text, PATCH.read_text(), what)
 
 
 @functools.lru_cache(maxsize=None)
-def load():
-    """The timed kernel, imported as ``draftsmith.lowering.gluon_window_block_at_timed``
-    (its relative imports resolve to the product's sibling modules)."""
+def load(variants: tuple = ()):
+    """The timed kernel (on top of ``variants``, see :func:`timed_source`), imported as
+    ``draftsmith.lowering.gluon_window_block_at_timed`` (its relative imports resolve to the
+    product's sibling modules)."""
     from gluon_ab import kernel_at
 
     folder = Path(tempfile.mkdtemp(prefix="timed_kernel_"))
     path = folder / "timed.py"
-    path.write_text(timed_source())
+    path.write_text(timed_source(variants=tuple(variants)))
     return kernel_at(str(path))
 
 

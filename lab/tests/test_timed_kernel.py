@@ -122,3 +122,19 @@ def test_gpu_gluon_phase_timer():
                     assert 0 <= t["producer_wait"][p] <= t["clock_last_tma"][p] - t["clock_producer"][p], (n, s)
                 assert 0 < t["ns_entry"][p] <= t["ns_stored"][p]
                 assert 0 <= t["smid"][p] < torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def test_a_variant_is_timed_under_the_same_timer():
+    """``timed_source(variants=...)`` applies a lab variant before the timer: the result carries
+    both the variant's lines and the timer; a variant that does not apply is refused naming it."""
+    variant = ROOT / "lab" / "variants" / "coalesced-store.patch"
+    added = [l for _, _, new, _ in timed_kernel._hunks(variant.read_text()) for l in new if l.strip()]
+    src = timed_kernel.timed_source(variants=(variant,))
+    assert all(w in src for w in TIMER_WORDS) and all(l in src for l in added)
+    assert src != timed_kernel.timed_source()
+    compile(src, "timed_variant.py", "exec")
+    old = next(l for _, lines, _, _ in timed_kernel._hunks(variant.read_text()) for l in lines if l.strip())
+    edited = PRODUCT.replace(old + "\n", old + "  # edited\n")
+    with pytest.raises(timed_kernel.PatchError) as e:
+        timed_kernel.apply(edited, variant.read_text(), name=variant.name)
+    assert variant.name in str(e.value) and "\n" not in str(e.value)
