@@ -10,10 +10,10 @@ everything a replace moves away (the old output, swapped out by the exchange or 
 without ``renameat2``) moves *into* the wrapper, never beside ``out``. So at every instant each
 folder beside ``out`` that draftsmith made has its record, the published output has none, and
 a later run removes a wrapper only when its record is intact and its owner gone
-(:func:`~.ownership.stale_owned`). A
-folder whose name merely looks like a temp dir (``.o.tmp-notes``) or an old backup
-(``.o.old-20250101``) is never read, moved or removed. Stale temps are found by listing the
-parent and comparing names exactly (an output named ``r*`` never matches ``run1``'s temps).
+(:func:`~.ownership.stale_owned`). A folder whose name merely looks like a temp dir
+(``.o.tmp-notes``) or an old backup (``.o.old-20250101``) is never read, moved or removed.
+Stale temps are found by listing the parent and comparing names exactly (an output named
+``r*`` never matches ``run1``'s temps).
 
 Signals: :func:`install_signal_handlers` turns SIGTERM and SIGHUP into the same
 ``KeyboardInterrupt`` as Ctrl-C, so every command's cleanup runs; the cleanup itself
@@ -41,9 +41,9 @@ ASIDE = "old"
 
 
 def atomic_dir(out: Path, overwrite: bool, command: str, protect=()):
-    """A folder to build ``out`` in (``<wrapper>/build``; the wrapper lies beside ``out``,
-    its owner record beside the wrapper), marked as written by ``command``; :func:`publish` renames it into place.
-    An existing ``out`` is refused unless ``overwrite`` and
+    """A folder to build ``out`` in (``<wrapper>/build``; the wrapper lies beside ``out``, its
+    owner record beside the wrapper), marked as written by ``command``; :func:`publish` renames
+    it into place. An existing ``out`` is refused unless ``overwrite`` and
     :func:`~.ownership.check_replaceable` allow replacing it; ``protect`` lists the paths the
     command reads (never replaced, nor their ancestors)."""
     out = Path(out)
