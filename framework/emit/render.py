@@ -154,7 +154,9 @@ def example_values(resolved: ResolvedDrafter) -> str:
             f"target_layer_ids [{layers}] and max_draft_len")
 
 
-def _load_config(path: Optional[Path]) -> Optional[dict]:
+def load_drafter_config(path: Optional[Path]) -> Optional[dict]:
+    """The drafter's ``config.json`` at ``path`` (the file, or a folder holding it; bounded); None
+    for no path."""
     if path is None:
         return None
     path = Path(path)
@@ -167,7 +169,7 @@ def _load_config(path: Optional[Path]) -> Optional[dict]:
 def _emission_config(adapter: Adapter, config: Optional[Path]) -> tuple[dict, ResolvedDrafter]:
     """The flattened config emission derives ``max_draft_len`` from: ``config`` if given,
     else the adapter's ``synth.config`` (the full-size source config it describes)."""
-    raw = _load_config(config)
+    raw = load_drafter_config(config)
     if raw is not None:  # config= read from disk: a `draftsmith convert` output, its record as written
         if "draftsmith" not in raw:
             raise UserError(f"config={config}: not a `draftsmith convert` output (its config.json has no draftsmith "

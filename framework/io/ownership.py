@@ -269,8 +269,6 @@ def stale_owned(parent: Path, prefix: str) -> list[Path]:
         if not (name.startswith(prefix) and name.endswith(OWNER_SUFFIX)):
             continue
         folder = Path(parent) / name[: -len(OWNER_SUFFIX)]
-        if not folder.name.startswith(prefix):
-            continue
         record = read_record(Path(parent) / name, folder.name)
         if record is None or not owner_gone(record):
             continue

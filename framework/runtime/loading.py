@@ -27,7 +27,8 @@ def build_drafter(model_cls, checkpoint_dir: str | Path, target_dir: str | Path,
     ``config.json``) with the checkpoint's weights loaded and
     the target's ``embed_tokens``/``lm_head`` borrowed; returns ``(model, target)``."""
     config, weights = read_checkpoint(checkpoint_dir)
-    model = model_cls(read_converted(config, where=f"{checkpoint_dir}/config.json"), device=device, dtype=dtype, lowering=lowering)
+    model = model_cls(read_converted(config, where=f"{checkpoint_dir}/config.json"), device=device, dtype=dtype,
+                      lowering=lowering)
     model.load_weights(weights)
     del weights
     try:

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 from ...convert.locate import converted_by, given_folder, locate
-from ...emit.render import DEFAULT, default_engine, write_package
+from ...emit.render import DEFAULT, default_engine, load_drafter_config, write_package
 from ...emit.serving_target import default_max_seq_len, serving_target
 from ...emit.trtllm_backbone import rope_positions
-from ...io.safe_read import load_json
 from ...errors import UserError
 from ...spec.loading import load_spec
 from ..inputs import adapter as chosen_adapter, need, subfolders
@@ -58,8 +57,7 @@ def _note_positions(config, model_text, target_cfg: dict) -> None:
     """A ``note:`` when TensorRT-LLM's default ``max_seq_len`` for the target passes the drafter's RoPE
     table (its ``max_position_embeddings``): positions past it cannot be drafted (docs/serving-on-trtllm.md
     section 4)."""
-    path = Path(config) if Path(config).is_file() else Path(config) / "config.json"
-    drafter = load_json(path, what=f"config={config}")
+    drafter = load_drafter_config(config)
     table, served = rope_positions(drafter if isinstance(drafter, dict) else {}), default_max_seq_len(target_cfg)
     if served > table:
         print(f"note: TensorRT-LLM serves model={model_text} at max_seq_len {served} by default (from its config), "
