@@ -100,16 +100,20 @@ def timed_source(rev: str | None = None, variants: tuple = ()) -> str:
     return apply(text, PATCH.read_text(), what)
 
 
+def load(variants=()):
+    """The timed kernel (on top of ``variants``, any sequence of patch paths, see
+    :func:`timed_source`), imported as ``draftsmith.lowering.gluon_window_block_at_timed`` (its
+    relative imports resolve to the product's sibling modules); one import per variant chain."""
+    return _load(tuple(variants))
+
+
 @functools.lru_cache(maxsize=None)
-def load(variants: tuple = ()):
-    """The timed kernel (on top of ``variants``, see :func:`timed_source`), imported as
-    ``draftsmith.lowering.gluon_window_block_at_timed`` (its relative imports resolve to the
-    product's sibling modules)."""
+def _load(variants: tuple):
     from gluon_ab import kernel_at
 
     folder = Path(tempfile.mkdtemp(prefix="timed_kernel_"))
     path = folder / "timed.py"
-    path.write_text(timed_source(variants=tuple(variants)))
+    path.write_text(timed_source(variants=variants))
     return kernel_at(str(path))
 
 

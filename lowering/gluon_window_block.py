@@ -506,9 +506,16 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
         # branch is dead at every batch of one split; seen on the H200). One split: the output,
         # and the LSE (natural log) when WANT_LSE != 0. Several: the float32 partial and its
         # LSE (log2) at [N, B, HQ, NUM_SPLITS, D] / [N, B, HQ, NUM_SPLITS], merged afterwards.
-        o_off = (n64 * s_on + (orow // G).to(gl.int64)[:, None] * s_ob + head.to(gl.int64)[:, None] * s_oh
-                 + odim[None, :])
-        gl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=o_ok[:, None] & (NUM_SPLITS == 1))
+        if Q_SMEM:  # head dim 256: no room beside Q's buffers for the conversion's scratch
+            o_off = (n64 * s_on + (orow // G).to(gl.int64)[:, None] * s_ob + head.to(gl.int64)[:, None] * s_oh
+                     + odim[None, :])
+            gl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=o_ok[:, None] & (NUM_SPLITS == 1))
+        else:  # through the blocked layout: 16-byte vectors, whole row segments a warp (lab/log.md#a27)
+            ob = gl.convert_layout(o.to(out_ptr.dtype.element_ty), ld_l)
+            srow = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))  # Q's rows, recomputed here
+            so_off = (n64 * s_on + (srow // G).to(gl.int64)[:, None] * s_ob
+                      + (kvh * G + srow % G).to(gl.int64)[:, None] * s_oh + dims[None, :])
+            gl.store(out_ptr + so_off, ob, mask=(srow < B * G)[:, None] & (NUM_SPLITS == 1))
         prow = (n64 * B + (orow // G).to(gl.int64)) * HQ + head.to(gl.int64)
         gl.store(po_ptr + (prow * NUM_SPLITS + split)[:, None] * D + odim[None, :], o,
                  mask=o_ok[:, None] & (NUM_SPLITS > 1))

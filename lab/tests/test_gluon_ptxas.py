@@ -1,5 +1,5 @@
 """The Gluon kernel's launched builds, assembled for sm_90a by ptxas without a GPU: no wgmma
-serialized.
+serialized, and no more shared memory than an SM90 block may have.
 
 ptxas reports ``C7513`` when non-wgmma instructions define a wgmma's input registers inside a
 pipeline stage, and then serializes every wgmma of the kernel. A restructuring of the ring
@@ -31,6 +31,7 @@ def _ptxas():
 
 
 PTXAS = _ptxas()
+SM90_SHARED = 232_448  # the most shared memory a block may opt into on SM90 (H100, H200)
 
 # The builds ``launch`` picks (``default_overlap``, ``default_pingpong``: no turns at head dim 256): one split at head dim 128 (overlap), several
 # splits (no overlap), head dims 64 and 256, one consumer (B * G <= 64), TensorRT-LLM's 32-token pages,
@@ -57,7 +58,9 @@ BUILDS = [
 def test_launched_builds_assemble_without_serialized_wgmma(build, tmp_path):
     import timed_kernel
 
-    ptx = compile_for_sm90(**build, **(dict(kernel=timed_kernel.load()) if build.get("timed") else {}))["ptx"]
+    compiled = compile_for_sm90(**build, **(dict(kernel=timed_kernel.load()) if build.get("timed") else {}))
+    assert compiled["shared"] <= SM90_SHARED, f"{compiled['shared']} bytes of shared memory: no SM90 launches it"
+    ptx = compiled["ptx"]
     src = tmp_path / "kernel.ptx"
     src.write_text(ptx)
     done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],

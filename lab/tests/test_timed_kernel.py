@@ -124,17 +124,24 @@ def test_gpu_gluon_phase_timer():
                 assert 0 <= t["smid"][p] < torch.cuda.get_device_properties(0).multi_processor_count
 
 
-def test_a_variant_is_timed_under_the_same_timer():
-    """``timed_source(variants=...)`` applies a lab variant before the timer: the result carries
-    both the variant's lines and the timer; a variant that does not apply is refused naming it."""
-    variant = ROOT / "lab" / "variants" / "coalesced-store.patch"
-    added = [l for _, _, new, _ in timed_kernel._hunks(variant.read_text()) for l in new if l.strip()]
+def test_a_variant_is_timed_under_the_same_timer(tmp_path):
+    """``timed_source(variants=...)`` applies a lab variant (a unified diff of the kernel, as
+    ``refresh`` writes one) before the timer: the result carries both the variant's lines and the
+    timer; a variant that does not apply is refused naming it."""
+    anchor = next(l for l in PRODUCT.splitlines() if l.startswith("TILE = "))
+    added = "VARIANT_MARK = 1  # a variant's line"
+    edited = tmp_path / "edited.py"
+    edited.write_text(PRODUCT.replace(anchor + "\n", anchor + "\n" + added + "\n", 1))
+    variant = tmp_path / "mark.patch"
+    variant.write_text(timed_kernel.refresh(edited))
     src = timed_kernel.timed_source(variants=(variant,))
-    assert all(w in src for w in TIMER_WORDS) and all(l in src for l in added)
-    assert src != timed_kernel.timed_source()
+    assert all(w in src for w in TIMER_WORDS) and added in src and added not in timed_kernel.timed_source()
     compile(src, "timed_variant.py", "exec")
-    old = next(l for _, lines, _, _ in timed_kernel._hunks(variant.read_text()) for l in lines if l.strip())
-    edited = PRODUCT.replace(old + "\n", old + "  # edited\n")
+    # as kernel_phases' --variant hands them: a list of path strings
+    timed = timed_kernel.load([str(variant)])
+    assert Path(timed.__file__).read_text() == src and timed is timed_kernel.load((str(variant),))
+    assert timed.VARIANT_MARK == 1
     with pytest.raises(timed_kernel.PatchError) as e:
-        timed_kernel.apply(edited, variant.read_text(), name=variant.name)
+        timed_kernel.apply(PRODUCT.replace(anchor + "\n", anchor + "  # edited\n"), variant.read_text(),
+                           name=variant.name)
     assert variant.name in str(e.value) and "\n" not in str(e.value)
