@@ -2,7 +2,6 @@
 today's (CPU: only the import is checked; timing needs an SM90 GPU)."""
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

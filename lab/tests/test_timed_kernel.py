@@ -3,7 +3,6 @@ lab/kernel_phases.patch applied (CPU: fails loudly when a kernel edit breaks the
 triton 3.6 it compiles for sm_90 with its timer; on an SM90 GPU its stamps are checked."""
 
 import inspect
-import sys
 from pathlib import Path
 
 import pytest
@@ -75,9 +74,10 @@ def test_gpu_gluon_phase_timer():
     split); its stamps in phase order; an unset stamp only where a program has no such tiles
     (the first-private stamp is the first edge tile's, after the ring: the block's keys are used
     before it)."""
-    sys.path.insert(0, str(ROOT / "tests"))
     from draftsmith.lowering.base import MaskSpec
-    from test_triton_window_block import _gpu_case, _require_gluon
+    from kernel_tests import kernel_tests
+
+    _gpu_case, _require_gluon = kernel_tests()._gpu_case, kernel_tests()._require_gluon
 
     timed = timed_kernel.load()
     gen = torch.Generator().manual_seed(23)

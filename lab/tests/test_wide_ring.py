@@ -7,11 +7,11 @@ a slot on one barrier), once with ``WIDE_KV = True`` (each on its own) and once 
 oracle are the product kernel tests' (``tests/lowering/test_triton_window_block.py``).
 ``-m gpu``; skipped without an SM90 GPU and Gluon's Hopper API (triton 3.6)."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from kernel_tests import kernel_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
@@ -71,20 +71,6 @@ def _variant(kv: bool, kfirst: bool = False):
     return kernel_at(str(path))
 
 
-def _kernel_tests():
-    """The product kernel tests' module (its helpers: cases, poisoning, the oracle check)."""
-    name = "wide_ring_kernel_tests"
-    if name not in sys.modules:
-        for folder in (ROOT / "tests", ROOT):
-            if str(folder) not in sys.path:
-                sys.path.insert(0, str(folder))
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "lowering" / "test_triton_window_block.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows65", "rows128", "rows65g13"])
@@ -100,7 +86,7 @@ def test_gpu_wide_build(build, b, hq, hkv, causal, window, splits, page, monkeyp
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs an SM90 GPU")
-    t = _kernel_tests()
+    t = kernel_tests()
     from draftsmith.lowering import gluon_window_block as gwb
     from draftsmith.lowering.base import MaskSpec
 
