@@ -512,7 +512,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
             gl.store(out_ptr + o_off, o.to(out_ptr.dtype.element_ty), mask=o_ok[:, None] & (NUM_SPLITS == 1))
         else:  # through the blocked layout: 16-byte vectors, whole row segments a warp (lab/log.md#a27)
             ob = gl.convert_layout(o.to(out_ptr.dtype.element_ty), ld_l)
-            srow = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))  # Q's rows, recomputed here
+            srow = ROW0 + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))  # Q's rows, not kept live through the ring
             so_off = (n64 * s_on + (srow // G).to(gl.int64)[:, None] * s_ob
                       + (kvh * G + srow % G).to(gl.int64)[:, None] * s_oh + dims[None, :])
             gl.store(out_ptr + so_off, ob, mask=(srow < B * G)[:, None] & (NUM_SPLITS == 1))

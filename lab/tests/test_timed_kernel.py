@@ -77,7 +77,8 @@ def test_gpu_gluon_phase_timer():
     from draftsmith.lowering.base import MaskSpec
     from kernel_tests import kernel_tests
 
-    _gpu_case, _require_gluon = kernel_tests()._gpu_case, kernel_tests()._require_gluon
+    t = kernel_tests()
+    _gpu_case, _require_gluon = t._gpu_case, t._require_gluon
 
     timed = timed_kernel.load()
     gen = torch.Generator().manual_seed(23)
