@@ -12,7 +12,7 @@
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES); variant-ab (VARIANT: a lab/variants patch, KINDS,
-# BATCHES, PHASES_KINDS: A/B without FA4, then the variant's phases) (env SMI=1: sample clocks/power into smi.csv)
+# BATCHES, PHASES_KINDS: kinds-ab against it, then its phases) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -105,14 +105,10 @@ for step in "$@"; do
         echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$OUT/ab_$k.txt" | head -12
       done
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
-    variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel at each kind's shape on
-      # TensorRT-LLM's 32-token pages (lab/gluon_ab.py, no FA4), then its phases under the timer at PHASES_KINDS' batch 16
+    variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
+      # where staged), then the variant's phases under the timer at PHASES_KINDS' batch 16
       patch -s -o /tmp/ab_variant.py lowering/gluon_window_block.py "${VARIANT:?VARIANT=lab/variants/X.patch}" || exit 1
-      for k in ${KINDS:-dflash2_minimax dspark_minimax dflash_w2048}; do
-        timeout 110 python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 --batches "${BATCHES:-1,16,64,256}" \
-          --builds "" --against lowering/gluon_window_block.py,/tmp/ab_variant.py --rounds "${ROUNDS:-2}" > "$OUT/ab_$k.txt" 2>&1
-        echo "--- $k: exit $?"; grep -E "^batch [0-9]+:|rror|WRONG" "$OUT/ab_$k.txt"
-      done
+      AGAINST=lowering/gluon_window_block.py,/tmp/ab_variant.py BATCHES=${BATCHES:-1,16,64,256} bash "$0" "$OUT" kinds-ab
       for k in ${PHASES_KINDS:-dflash2_minimax}; do
         timeout 100 python3 lab/kernel_phases.py --kind $k --layout trtllm --page 32 --batches 16 --variant "$VARIANT" \
           > "$OUT/phases_$k.txt" 2>&1; echo "--- phases $k: exit $?"; grep -E "Q in registers|first ring tile|replay" "$OUT/phases_$k.txt"
