@@ -12,7 +12,8 @@
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES); variant-ab (VARIANT: a lab/variants patch, KINDS,
-# BATCHES, PHASES_KINDS: kinds-ab against it, then its phases) (env SMI=1: sample clocks/power into smi.csv)
+# BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases) (env SMI=1: sample clocks/power
+# into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -98,6 +99,7 @@ for step in "$@"; do
         tail -2 "$OUT/fa4_install.txt"; fi
       for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048}; do
         left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
+        echo "--- $k from $(date -u +%H:%M:%S) (matches smi.csv's timestamps)"
         PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 lab/gluon_ab.py \
           --kind $k --layout trtllm --page 32 --batches "${BATCHES:-16,64,256}" --builds "${AB_BUILDS:-}" \
           --against "${AGAINST:-lowering/gluon_window_block.py}" ${NUM_BUFS:+--num-bufs "$NUM_BUFS"} --fa4 \
@@ -108,7 +110,8 @@ for step in "$@"; do
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
       # where staged), then the variant's phases under the timer at PHASES_KINDS' batch 16
       patch -s -o /tmp/ab_variant.py lowering/gluon_window_block.py "${VARIANT:?VARIANT=lab/variants/X.patch}" || exit 1
-      AGAINST=lowering/gluon_window_block.py,/tmp/ab_variant.py BATCHES=${BATCHES:-1,16,64,256} bash "$0" "$OUT" kinds-ab
+      # SMI unset: this step's sampler covers the nested one (a second would truncate smi.csv)
+      SMI= AGAINST=lowering/gluon_window_block.py,/tmp/ab_variant.py BATCHES=${BATCHES:-1,16,64,256} bash "$0" "$OUT" kinds-ab
       for k in ${PHASES_KINDS:-dflash2_minimax}; do
         timeout 100 python3 lab/kernel_phases.py --kind $k --layout trtllm --page 32 --batches 16 --variant "$VARIANT" \
           > "$OUT/phases_$k.txt" 2>&1; echo "--- phases $k: exit $?"; grep -E "Q in registers|first ring tile|replay" "$OUT/phases_$k.txt"
