@@ -25,6 +25,16 @@ if [ -n "${SMI:-}" ]; then  # sample SM clock, power and temperature every 100 m
     --format=csv -lms 100 > "$OUT/smi.csv" 2>&1 &
   trap "kill $! 2>/dev/null" EXIT
 fi
+use_devsite() {  # the package's own deps (pydantic, omegaconf, re2, ...) from the staged site.tar.xz, after the image's
+  if ! python3 -c "import pydantic, omegaconf, re2, yaml, safetensors" 2>/dev/null && [ -f /tmp/fa4w/site.tar.xz ]; then
+    mkdir -p /tmp/devsite && tar -C /tmp/devsite -xJf /tmp/fa4w/site.tar.xz
+    # the image's own copies win (PYTHONPATH would put the archive's first: its huggingface_hub 2.x breaks the
+    # image's transformers at import)
+    for m in huggingface_hub safetensors tqdm yaml; do
+      if python3 -c "import $m" 2>/dev/null; then rm -rf /tmp/devsite/$m /tmp/devsite/${m}-*.dist-info; fi; done
+    [ -d /tmp/devsite/yaml ] || rm -rf /tmp/devsite/_yaml /tmp/devsite/PyYAML-*.dist-info; fi
+  export PYTHONPATH="$PYTHONPATH:/tmp/devsite"
+}
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
@@ -35,7 +45,8 @@ for step in "$@"; do
     tests-host) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/runtime/test_fused_host_kernels.py \
                   tests/runtime/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
-    tests-lab) timeout 300 python3 -P -m pytest -q -p no:cacheprovider lab/tests 2>&1 | tail -15 ;;
+    tests-lab) use_devsite  # LAB_TESTS: which (default every lab test); deps from the stage step
+      timeout ${TESTS_S:-300} python3 -P -m pytest -q -p no:cacheprovider ${LAB_TESTS:-lab/tests} 2>&1 | tail -15 ;;
     after-kernel-edit) # what a change to lowering/gluon_window_block.py must pass on the H200
              timeout 540 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/lowering/test_triton_window_block.py \
                2>&1 | tail -15
@@ -53,14 +64,7 @@ for step in "$@"; do
     capture-tests) # issue 45 point 3: the CUDA-graph capture of every adapter's emitted forward, every lowering's GPU
       # tests and the kernel's, in parallel processes, each bounded (deps and excerpts from the stage step)
       t0=$(date +%s)
-      if ! python3 -c "import pydantic, omegaconf, re2, yaml, safetensors" 2>/dev/null && [ -f /tmp/fa4w/site.tar.xz ]; then
-        mkdir -p /tmp/devsite && tar -C /tmp/devsite -xJf /tmp/fa4w/site.tar.xz
-        # the image's own copies win (PYTHONPATH would put the archive's first: its huggingface_hub 2.x breaks the
-        # image's transformers at import)
-        for m in huggingface_hub safetensors tqdm yaml; do
-          if python3 -c "import $m" 2>/dev/null; then rm -rf /tmp/devsite/$m /tmp/devsite/${m}-*.dist-info; fi; done
-        [ -d /tmp/devsite/yaml ] || rm -rf /tmp/devsite/_yaml /tmp/devsite/PyYAML-*.dist-info; fi
-      export PYTHONPATH="$PYTHONPATH:/tmp/devsite"
+      use_devsite
       [ -d /tmp/trtllm_src ] && export DRAFTSMITH_TRTLLM_SRC=/tmp/trtllm_src
       echo "TensorRT-LLM excerpts: ${DRAFTSMITH_TRTLLM_SRC:-none (the emitted-forward tests skip)}"
       pyt="timeout ${TESTS_S:-300} python3 -P -m pytest -q -rs -p no:cacheprovider -p pytest_shard"

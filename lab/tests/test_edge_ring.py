@@ -1,0 +1,113 @@
+"""``lab/variants/edge-in-ring.patch`` (the window's leading edge tiles through the TMA ring, masked,
+V's rows before the window zeroed; lab/log.md#a30) against the float64 oracle on an SM90 GPU. The
+variant is applied to today's kernel at run time (``timed_kernel.apply``, strictly) and loaded beside
+the product's (``gluon_ab.kernel_at``); the cases and the oracle are the product kernel tests'
+(``tests/lowering/test_triton_window_block.py``), with NaN wherever the mask cannot reach (so a V row
+before the window that were not zeroed would reach the output). ``-m gpu``; skipped without an SM90
+GPU and Gluon's Hopper API (triton 3.6)."""
+
+from pathlib import Path
+
+import pytest
+
+from kernel_tests import kernel_tests
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANT = ROOT / "lab" / "variants" / "edge-in-ring.patch"
+CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191, 4127, 70]
+SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8), (5, 52, 4)]  # packed rows 112, 96, 64, 65
+MASKS = [(False, 300), (True, 1000), (False, 4096), (True, None), (False, 77)]
+
+
+def _edges(ctx, b, window, splits=1, bn=64):
+    """For each (sequence, split): ``(n_mask, cut)``, the kernel's count of leading masked whole
+    tiles in the ring and how many keys of the first one lie before the window (its ``span``)."""
+    out = []
+    for c in ctx:
+        start = max(c - (window - 1), 0) if window else 0
+        start_al = start // bn * bn
+        chunk = -(-(-(-(c - start_al) // splits)) // bn) * bn
+        for s in range(splits):
+            lo = start_al + s * chunk
+            n_keys = max(min(c, lo + chunk) - lo, 0)
+            n_tiles, n_full = -(-n_keys // bn), n_keys // bn
+            n_pre = min(max(-(-(c + b - 1 - (window - 1) - lo) // bn), 0), n_tiles) if window else 0
+            out.append((min(n_pre, n_full), start - lo))
+    return out
+
+
+@pytest.mark.parametrize("b,hq,hkv", SHAPES)
+@pytest.mark.parametrize("splits", [1, 2, 5])
+def test_cases_reach_masked_ring_tiles_with_keys_before_the_window(b, hq, hkv, splits):
+    """The windowed GPU cases below put masked tiles in the ring, some with keys before the window
+    (V rows to zero), some two masked tiles long."""
+    edges = [e for window in (300, 1000, 4096) for e in _edges(CTX, b, window, splits)]
+    assert any(m and cut > 0 for m, cut in edges) and any(m >= 2 for m, _ in edges), edges
+
+
+def _variant():
+    import tempfile
+
+    from gluon_ab import kernel_at
+    from timed_kernel import apply
+
+    text = apply((ROOT / "lowering" / "gluon_window_block.py").read_text(), VARIANT.read_text(), "the kernel")
+    path = Path(tempfile.mkdtemp(prefix="edge_ring_")) / "edge_ring.py"
+    path.write_text(text)
+    return kernel_at(str(path))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows64", "rows65"])
+@pytest.mark.parametrize("causal,window", MASKS)
+@pytest.mark.parametrize("splits", [1, 2, 5])
+@pytest.mark.parametrize("page", [32, 64])
+def test_gpu_edge_in_ring(b, hq, hkv, causal, window, splits, page, monkeypatch):
+    """The variant's launch against the float64 oracle: one and two consumers, masked ring tiles with
+    and without keys before the window, splits, TensorRT-LLM's 32-token pages (HND) and 64-token ones
+    (NHD), NaN wherever the mask cannot reach; outputs NaN until written; the overlap build too at one
+    split."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+    t = kernel_tests()
+    from draftsmith.lowering import gluon_window_block as gwb
+    from draftsmith.lowering.base import MaskSpec
+
+    if not gwb.available():
+        pytest.skip("needs Gluon's Hopper API (triton 3.6)")
+    k = _variant()
+    gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
+    case = t._gpu_case(len(CTX), b, hq, hkv, 128, page, CTX, window, dtype=torch.bfloat16, gen=gen,
+                       poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
+    assert k.fits(*case)
+    q, cache, kb, vb = case
+    scale = q.shape[-1] ** -0.5
+    t.poison_torch_empty(monkeypatch)
+    for overlap in ((False, True) if splits == 1 else (False,)):
+        out, lse = k.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
+                            num_splits=splits, overlap=overlap)
+        t._assert_oracle(case, out, lse, causal, window, scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("build", [dict(page=32, overlap=True), dict(page=32, overlap=False, num_splits=2),
+                                   dict(page=32, consumers=1, overlap=True), dict(d=256, overlap=False)],
+                         ids=["p32-overlap", "p32-split", "p32-one-consumer", "d256"])
+def test_edge_in_ring_assembles_without_serialized_wgmma(build, tmp_path):
+    """The variant for sm_90a without a GPU (``test_gluon_ptxas.py``'s check): no ``C7513``.
+    Spills are not asserted: the two-consumer overlap build spills 28 bytes, head dim 256 52, at
+    item start and end only (the patch's header)."""
+    import subprocess
+
+    from test_gluon_ptxas import PTXAS
+    if PTXAS is None:
+        pytest.skip("Gluon's Hopper API (triton 3.6) and its ptxas are not installed here")
+    from gluon_compile import compile_for_sm90
+
+    src = tmp_path / "kernel.ptx"
+    src.write_text(compile_for_sm90(**build, kernel=_variant())["ptx"])
+    done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "C7513" not in done.stderr, done.stderr[-2000:]
