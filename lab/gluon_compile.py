@@ -20,7 +20,7 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
                      num_buf: Optional[int] = None, consumer_regs: int = gwb.CONSUMER_REGS,
                      producer_regs: Optional[int] = None, timed: bool = False, overlap: bool = False,
                      page: int = gwb.TILE, pingpong: Optional[bool] = None, num_splits: int = 1,
-                     one_page: bool = False, wide: bool = False, kernel=gwb) -> Optional[dict]:
+                     one_page: bool = False, wide: bool = False, kernel=gwb, bblk: int = 16) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton) as a launch with
     ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
     returns the kernel's shared memory, warps and PTX, or None without Gluon. ``kernel``: the
@@ -28,8 +28,11 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     build from ``timed_kernel.load``, the only one ``timed`` applies to). ``one_page``: one
     page of ``page`` tokens a sequence (the VANILLA dense arena; its ring of one page made a
     constant, as a launch specializes it). ``wide``: the wide build (128-key ring tiles,
-    ``launch(wide=True)``)."""
+    ``launch(wide=True)``). ``bblk``: rows of the block's private buffers, in a kernel that takes
+    them as ``BBLK`` (``lab/variants/all-in-ring.patch``; its ring slots then follow its
+    ``ring_slots`` unless ``num_buf`` is given)."""
     gwb = kernel
+    slots_given = num_buf is not None
     if gwb.gluon is None:
         return None
     bn, q_smem, num_buf, lay, sub = (gwb._build(d, page, gwb.gl.bfloat16, num_buf, one_page, wide) if wide
@@ -44,6 +47,10 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     const = {"NB": num_buf, "CONSUMERS": consumers, "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs,
              "CAUSAL": causal, "WINDOWED": windowed}
     names = gwb._kernel(*kargs).arg_names
+    if "BBLK" in names:
+        const["BBLK"] = bblk
+        if not slots_given:
+            const["NB"] = gwb.ring_slots(d, bn, q_smem, consumers, bblk)
     if "TIMED" in names:  # the lab's phase-timer build (timed_kernel.py); the product kernel has no timer
         const["TIMED"] = timed
     elif timed:

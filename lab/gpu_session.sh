@@ -113,7 +113,11 @@ for step in "$@"; do
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
       # where staged), then the variant's phases under the timer at PHASES_KINDS' batch 16
-      patch -s -o /tmp/ab_variant.py lowering/gluon_window_block.py "${VARIANT:?VARIANT=lab/variants/X.patch}" || exit 1
+      chain="${VARIANT:?VARIANT=lab/variants/X.patch}"; v="$VARIANT"  # with the variants it applies on top of
+      while base=$(sed -n 's/^On top of: //p' "$v" | head -1) && [ -n "$base" ]; do
+        v="lab/variants/$base"; chain="$v $chain"; done
+      cp lowering/gluon_window_block.py /tmp/ab_variant.py
+      for v in $chain; do patch -s /tmp/ab_variant.py "$v" || exit 1; done
       # SMI unset: this step's sampler covers the nested one (a second would truncate smi.csv)
       SMI= AGAINST=lowering/gluon_window_block.py,/tmp/ab_variant.py BATCHES=${BATCHES:-1,16,64,256} bash "$0" "$OUT" kinds-ab
       for k in ${PHASES_KINDS:-dflash2_minimax}; do

@@ -1,10 +1,11 @@
-"""``lab/variants/edge-in-ring.patch`` (the window's leading edge tiles through the TMA ring, masked,
-V's rows before the window zeroed; lab/log.md#a30) against the float64 oracle on an SM90 GPU. The
-variant is applied to today's kernel at run time (``timed_kernel.apply``, strictly) and loaded beside
-the product's (``gluon_ab.kernel_at``); the cases and the oracle are the product kernel tests'
-(``tests/lowering/test_triton_window_block.py``), with NaN wherever the mask cannot reach (so a V row
-before the window that were not zeroed would reach the output). ``-m gpu``; skipped without an SM90
-GPU and Gluon's Hopper API (triton 3.6)."""
+"""The variants that put masked context tiles through the TMA ring (lab/log.md#a30) against the
+float64 oracle on an SM90 GPU: ``lab/variants/edge-in-ring.patch`` (the window's leading edge tiles,
+V's rows before the window zeroed) and ``all-in-ring.patch`` on top of it (the trailing partial tile
+too, private buffers of the block's rows only, six ring slots). Each is applied to today's kernel at
+run time (``timed_kernel.apply``, strictly) and loaded beside the product's (``gluon_ab.kernel_at``);
+the cases and the oracle are the product kernel tests' (``tests/lowering/test_triton_window_block.py``),
+with NaN wherever the mask cannot reach (so a V row no query may reach that were not zeroed would
+reach the output). ``-m gpu``; skipped without an SM90 GPU and Gluon's Hopper API (triton 3.6)."""
 
 from pathlib import Path
 
@@ -13,9 +14,9 @@ import pytest
 from kernel_tests import kernel_tests
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANT = ROOT / "lab" / "variants" / "edge-in-ring.patch"
+VARIANTS = {"edge-in-ring": ["edge-in-ring.patch"], "all-in-ring": ["edge-in-ring.patch", "all-in-ring.patch"]}
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191, 4127, 70]
-SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8), (5, 52, 4)]  # packed rows 112, 96, 64, 65
+SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8), (5, 52, 4), (33, 16, 8), (20, 24, 8)]  # rows 112, 96, 64, 65, 66, 60
 MASKS = [(False, 300), (True, 1000), (False, 4096), (True, None), (False, 77)]
 
 
@@ -45,24 +46,27 @@ def test_cases_reach_masked_ring_tiles_with_keys_before_the_window(b, hq, hkv, s
     assert any(m and cut > 0 for m, cut in edges) and any(m >= 2 for m, _ in edges), edges
 
 
-def _variant():
+def _variant(name):
     import tempfile
 
     from gluon_ab import kernel_at
     from timed_kernel import apply
 
-    text = apply((ROOT / "lowering" / "gluon_window_block.py").read_text(), VARIANT.read_text(), "the kernel")
-    path = Path(tempfile.mkdtemp(prefix="edge_ring_")) / "edge_ring.py"
+    text = (ROOT / "lowering" / "gluon_window_block.py").read_text()
+    for patch in VARIANTS[name]:
+        text = apply(text, (ROOT / "lab" / "variants" / patch).read_text(), patch)
+    path = Path(tempfile.mkdtemp(prefix="ring_edges_")) / f"{name.replace('-', '_')}.py"
     path.write_text(text)
     return kernel_at(str(path))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows64", "rows65"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows64", "rows65", "b33", "b20"])
 @pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("splits", [1, 2, 5])
 @pytest.mark.parametrize("page", [32, 64])
-def test_gpu_edge_in_ring(b, hq, hkv, causal, window, splits, page, monkeypatch):
+def test_gpu_edges_in_ring(variant, b, hq, hkv, causal, window, splits, page, monkeypatch):
     """The variant's launch against the float64 oracle: one and two consumers, masked ring tiles with
     and without keys before the window, splits, TensorRT-LLM's 32-token pages (HND) and 64-token ones
     (NHD), NaN wherever the mask cannot reach; outputs NaN until written; the overlap build too at one
@@ -76,7 +80,7 @@ def test_gpu_edge_in_ring(b, hq, hkv, causal, window, splits, page, monkeypatch)
 
     if not gwb.available():
         pytest.skip("needs Gluon's Hopper API (triton 3.6)")
-    k = _variant()
+    k = _variant(variant)
     gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
     case = t._gpu_case(len(CTX), b, hq, hkv, 128, page, CTX, window, dtype=torch.bfloat16, gen=gen,
                        poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
@@ -91,13 +95,13 @@ def test_gpu_edge_in_ring(b, hq, hkv, causal, window, splits, page, monkeypatch)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("build", [dict(page=32, overlap=True), dict(page=32, overlap=False, num_splits=2),
                                    dict(page=32, consumers=1, overlap=True), dict(d=256, overlap=False)],
                          ids=["p32-overlap", "p32-split", "p32-one-consumer", "d256"])
-def test_edge_in_ring_assembles_without_serialized_wgmma(build, tmp_path):
-    """The variant for sm_90a without a GPU (``test_gluon_ptxas.py``'s check): no ``C7513``.
-    Spills are not asserted: the two-consumer overlap build spills 28 bytes, head dim 256 52, at
-    item start and end only (the patch's header)."""
+def test_variant_assembles_without_serialized_wgmma(variant, build, tmp_path):
+    """The variant for sm_90a without a GPU (``test_gluon_ptxas.py``'s check): no ``C7513`` and
+    within SM90's shared memory. Spills are not asserted (the patches' headers give them)."""
     import subprocess
 
     from test_gluon_ptxas import PTXAS
@@ -106,7 +110,9 @@ def test_edge_in_ring_assembles_without_serialized_wgmma(build, tmp_path):
     from gluon_compile import compile_for_sm90
 
     src = tmp_path / "kernel.ptx"
-    src.write_text(compile_for_sm90(**build, kernel=_variant())["ptx"])
+    compiled = compile_for_sm90(**build, kernel=_variant(variant))
+    assert compiled["shared"] <= 232_448, compiled["shared"]
+    src.write_text(compiled["ptx"])
     done = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "kernel.cubin")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
