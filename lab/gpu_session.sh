@@ -45,8 +45,8 @@ for step in "$@"; do
     tests-host) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/runtime/test_fused_host_kernels.py \
                   tests/runtime/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
-    tests-lab) use_devsite  # LAB_TESTS: which (default every lab test); deps from the stage step
-      timeout ${TESTS_S:-300} python3 -P -m pytest -q -p no:cacheprovider ${LAB_TESTS:-lab/tests} 2>&1 | tail -15 ;;
+    tests-lab) use_devsite  # LAB_TESTS: which (default every lab test), LAB_K: a -k expression; deps from the stage step
+      timeout ${TESTS_S:-300} python3 -P -m pytest -q -p no:cacheprovider ${LAB_K:+-k "$LAB_K"} ${LAB_TESTS:-lab/tests} 2>&1 | tail -15 ;;
     after-kernel-edit) # what a change to lowering/gluon_window_block.py must pass on the H200
              timeout 540 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/lowering/test_triton_window_block.py \
                2>&1 | tail -15
