@@ -3,6 +3,7 @@ by path so that a lab test run on its own finds its helpers (cases, poisoning, t
 
 import importlib.util
 import sys
+from collections import namedtuple
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,3 +21,45 @@ def kernel_tests():
         sys.modules[NAME] = module
         spec.loader.exec_module(module)
     return sys.modules[NAME]
+
+
+Span = namedtuple("Span", "start lo n_tiles n_full n_pre")
+
+
+def spans(ctx, b, window, splits=1, bn=64):
+    """The kernel's ``span`` of each (sequence, split), one KV head, recomputed here: the window's
+    first key, the split's first key, its ``bn``-key tiles, the whole ones and the leading ones the
+    window's edge cuts."""
+    out = []
+    for c in ctx:
+        start = max(c - (window - 1), 0) if window else 0
+        start_al = start // bn * bn
+        chunk = -(-(-(-(c - start_al) // splits)) // bn) * bn
+        for s in range(splits):
+            lo = start_al + s * chunk
+            n_keys = max(min(c, lo + chunk) - lo, 0)
+            n_tiles = -(-n_keys // bn)
+            n_pre = min(max(-(-(c + b - 1 - (window - 1) - lo) // bn), 0), n_tiles) if window else 0
+            out.append(Span(start, lo, n_tiles, n_keys // bn, n_pre))
+    return out
+
+
+def sm90_case(ctx, b, hq, hkv, causal, window, splits, page):
+    """A variant test's case at head dim 128, bf16, NaN wherever the mask cannot reach, 32-token
+    pages stored HND (TensorRT-LLM's) and others NHD: ``(module, case, mask, scale)``; skips the
+    test without an SM90 GPU and Gluon's Hopper API (triton 3.6)."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+    t = kernel_tests()
+    from draftsmith.lowering import gluon_window_block as gwb
+    from draftsmith.lowering.base import MaskSpec
+
+    if not gwb.available():
+        pytest.skip("needs Gluon's Hopper API (triton 3.6)")
+    gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
+    case = t._gpu_case(len(ctx), b, hq, hkv, 128, page, ctx, window, dtype=torch.bfloat16, gen=gen,
+                       poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
+    return t, case, MaskSpec(causal=causal, window=window), case[0].shape[-1] ** -0.5

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import kernel_tests
+from kernel_tests import sm90_case, spans
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {"edge-in-ring": ["edge-in-ring.patch"], "all-in-ring": ["edge-in-ring.patch", "all-in-ring.patch"]}
@@ -23,18 +23,7 @@ MASKS = [(False, 300), (True, 1000), (False, 4096), (True, None), (False, 77)]
 def _edges(ctx, b, window, splits=1, bn=64):
     """For each (sequence, split): ``(n_mask, cut)``, the kernel's count of leading masked whole
     tiles in the ring and how many keys of the first one lie before the window (its ``span``)."""
-    out = []
-    for c in ctx:
-        start = max(c - (window - 1), 0) if window else 0
-        start_al = start // bn * bn
-        chunk = -(-(-(-(c - start_al) // splits)) // bn) * bn
-        for s in range(splits):
-            lo = start_al + s * chunk
-            n_keys = max(min(c, lo + chunk) - lo, 0)
-            n_tiles, n_full = -(-n_keys // bn), n_keys // bn
-            n_pre = min(max(-(-(c + b - 1 - (window - 1) - lo) // bn), 0), n_tiles) if window else 0
-            out.append((min(n_pre, n_full), start - lo))
-    return out
+    return [(min(sp.n_pre, sp.n_full), sp.start - sp.lo) for sp in spans(ctx, b, window, splits, bn)]
 
 
 @pytest.mark.parametrize("b,hq,hkv", SHAPES)
@@ -71,26 +60,13 @@ def test_gpu_edges_in_ring(variant, b, hq, hkv, causal, window, splits, page, mo
     and without keys before the window, splits, TensorRT-LLM's 32-token pages (HND) and 64-token ones
     (NHD), NaN wherever the mask cannot reach; outputs NaN until written; the overlap build too at one
     split."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs an SM90 GPU")
-    t = kernel_tests()
-    from draftsmith.lowering import gluon_window_block as gwb
-    from draftsmith.lowering.base import MaskSpec
-
-    if not gwb.available():
-        pytest.skip("needs Gluon's Hopper API (triton 3.6)")
+    t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, page)
     k = _variant(variant)
-    gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
-    case = t._gpu_case(len(CTX), b, hq, hkv, 128, page, CTX, window, dtype=torch.bfloat16, gen=gen,
-                       poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
     assert k.fits(*case)
     q, cache, kb, vb = case
-    scale = q.shape[-1] ** -0.5
     t.poison_torch_empty(monkeypatch)
     for overlap in ((False, True) if splits == 1 else (False,)):
-        out, lse = k.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
-                            num_splits=splits, overlap=overlap)
+        out, lse = k.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap)
         t._assert_oracle(case, out, lse, causal, window, scale)
 
 

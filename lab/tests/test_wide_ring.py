@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import kernel_tests
+from kernel_tests import sm90_case, spans
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
@@ -24,18 +24,7 @@ def _interior_counts(ctx, b, window, splits=1, bn=64):
     """The kernel's count of unmasked interior ``bn``-key tiles of each (sequence, split) (its
     ``span``, one KV head): what the wide build cuts into 128-key ring tiles and, when odd, a
     half tile first."""
-    counts = []
-    for c in ctx:
-        start = max(c - (window - 1), 0) if window else 0
-        start_al = start // bn * bn
-        chunk = -(-(-(-(c - start_al) // splits)) // bn) * bn
-        for s in range(splits):
-            lo = start_al + s * chunk
-            n_keys = max(min(c, lo + chunk) - lo, 0)
-            n_tiles, n_full = -(-n_keys // bn), n_keys // bn
-            n_pre = min(max(-(-(c + b - 1 - (window - 1) - lo) // bn), 0), n_tiles) if window else 0
-            counts.append(max(n_pre, n_full) - n_pre)
-    return counts
+    return [max(sp.n_pre, sp.n_full) - sp.n_pre for sp in spans(ctx, b, window, splits, bn)]
 
 
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191]
@@ -83,26 +72,14 @@ def test_gpu_wide_build(build, b, hq, hkv, causal, window, splits, page, monkeyp
     inside a tile, splits, TensorRT-LLM's 32-token pages (four TMA boxes a ring tile, HND) and
     64-token ones (NHD), NaN wherever the mask cannot reach; every output the launch allocates
     is NaN until written; the overlap build too at one split."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs an SM90 GPU")
-    t = kernel_tests()
-    from draftsmith.lowering import gluon_window_block as gwb
-    from draftsmith.lowering.base import MaskSpec
-
-    if not gwb.available():
-        pytest.skip("needs Gluon's Hopper API (triton 3.6)")
+    t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, page)
     wide = _variant(*BUILDS[build])
-    gen = torch.Generator().manual_seed(b * 1000 + hq + 7 * causal + (window or 0) + 31 * splits + page)
-    case = t._gpu_case(len(CTX), b, hq, hkv, 128, page, CTX, window, dtype=torch.bfloat16, gen=gen,
-                       poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
     assert wide.fits(*case) and wide.wide_fits(2 if b * (hq // hkv) > wide.TILE else 1, 128)
     q, cache, kb, vb = case
-    scale = q.shape[-1] ** -0.5
     t.poison_torch_empty(monkeypatch)
     for overlap in ((False, True) if splits == 1 else (False,)):
-        out, lse = wide.launch(q, cache, kb, vb, MaskSpec(causal=causal, window=window), scale, return_lse=True,
-                               num_splits=splits, overlap=overlap, wide=True)
+        out, lse = wide.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap,
+                               wide=True)
         t._assert_oracle(case, out, lse, causal, window, scale)
 
 
