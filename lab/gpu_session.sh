@@ -12,8 +12,8 @@
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES); variant-ab (VARIANT: a lab/variants patch, KINDS,
-# BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases) (env SMI=1: sample clocks/power
-# into smi.csv)
+# BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); require-h200 (exit 3 on any
+# other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -124,6 +124,9 @@ for step in "$@"; do
         timeout 100 python3 lab/kernel_phases.py --kind $k --layout trtllm --page 32 --batches 16 --variant "$VARIANT" \
           > "$OUT/phases_$k.txt" 2>&1; echo "--- phases $k: exit $?"; grep -E "Q in registers|first ring tile|replay" "$OUT/phases_$k.txt"
       done ;;
+    require-h200) # stop here (exit 3) unless the card is an H200: the steps after it are H200 measurements
+      name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "card: $name"
+      case $name in *H200*) ;; *) echo "not an H200: the later steps are not run"; exit 3 ;; esac ;;
     fa4-stage) mkdir -p /tmp/fa4w; find .whl -type f -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null; ls /tmp/fa4w ;;
     tp-shapes) # issue 35 item 4: per-rank shapes, correct and timed beside FA4, in one call
       t0=$(date +%s); budget=${TP_BUDGET:-530}; shards=${SHARDS:-5}
