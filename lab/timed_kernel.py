@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "lowering/gluon_window_block.py"
 PATCH = Path(__file__).with_name("kernel_phases.patch")
+PORTS = Path(__file__).with_name("variants") / "timers"  # the timer ported to a variant: timers/<variant's name>
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -92,12 +93,15 @@ def kernel_text(rev: str | None = None) -> str:
 def timed_source(rev: str | None = None, variants: tuple = ()) -> str:
     """The timed kernel's source: the patch applied to today's kernel (or ``rev``'s), after the
     kernel variants ``variants`` (``lab/variants/*.patch`` paths, applied in order), so that a
-    variant's phases can be timed as today's are."""
+    variant's phases can be timed as today's are. A variant that moves what the timer hooks into
+    carries the timer ported to it (``lab/variants/timers/<its name>``, a diff from the variant
+    to its timed build); the last such port in ``variants`` replaces the patch."""
     text, what = kernel_text(rev), KERNEL
     for v in variants:
         text = apply(text, Path(v).read_text(), what, Path(v).name)
         what = f"{what} + {Path(v).name}"
-    return apply(text, PATCH.read_text(), what)
+    timer = next((PORTS / Path(v).name for v in reversed(variants) if (PORTS / Path(v).name).is_file()), PATCH)
+    return apply(text, timer.read_text(), what, timer.name)
 
 
 def load(variants=()):

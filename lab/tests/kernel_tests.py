@@ -63,3 +63,13 @@ def sm90_case(ctx, b, hq, hkv, causal, window, splits, page):
     case = t._gpu_case(len(ctx), b, hq, hkv, 128, page, ctx, window, dtype=torch.bfloat16, gen=gen,
                        poison_unreachable=True, layout="hnd" if page == 32 else "nhd")
     return t, case, MaskSpec(causal=causal, window=window), case[0].shape[-1] ** -0.5
+
+
+def chain(variant: Path) -> list[Path]:
+    """The variants ``variant`` applies on top of, first first (its header's ``On top of:`` line)."""
+    for line in variant.read_text().split("\n--- ", 1)[0].splitlines():
+        if line.startswith("On top of: "):
+            base = variant.parent / line.removeprefix("On top of: ").strip()
+            assert base.is_file(), f"{variant.name}: {line!r} names no variant"
+            return [*chain(base), base]
+    return []

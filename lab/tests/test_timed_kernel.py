@@ -27,6 +27,23 @@ def test_the_patch_applies_to_todays_kernel_and_the_product_has_no_timer():
     assert len(timed.TIMER_SLOTS) == len(set(timed.TIMER_SLOTS)) > 0
 
 
+@pytest.mark.parametrize("port", sorted(timed_kernel.PORTS.glob("*.patch")), ids=lambda p: p.name)
+def test_each_timer_port_applies_to_its_variant_chain(port):
+    """``lab/variants/timers/X.patch`` (the timer ported to variant X) applies on top of X and the
+    variants X applies on top of, and replaces the patch there."""
+    from kernel_tests import chain
+
+    variant = ROOT / "lab" / "variants" / port.name
+    assert variant.is_file(), f"{port.name}: no variant of that name"
+    variants = [*chain(variant), variant]
+    src = timed_kernel.timed_source(variants=tuple(str(v) for v in variants))
+    assert all(w in src for w in TIMER_WORDS)
+    text = PRODUCT
+    for v in variants:
+        text = timed_kernel.apply(text, v.read_text())
+    assert src == timed_kernel.apply(text, port.read_text())  # the port, not kernel_phases.patch
+
+
 def test_a_kernel_edit_under_a_hunk_is_refused_in_one_line():
     patch = timed_kernel.PATCH.read_text()
     hunks = timed_kernel._hunks(patch)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from kernel_tests import chain
+
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = ROOT / "lowering" / "gluon_window_block.py"
 PATCHES = sorted((ROOT / "lab" / "variants").glob("*.patch"))
@@ -23,16 +25,6 @@ def test_variant_applies_to_todays_kernel(variant, tmp_path):
         assert done.returncode == 0 and "offset" not in done.stdout and "fuzz" not in done.stdout, done.stdout + done.stderr
         src = out
     compile(out.read_text(), str(out), "exec")  # the patched kernel file is Python
-
-
-def chain(variant: Path) -> list[Path]:
-    """The variants ``variant`` applies on top of, first first (its header's ``On top of:`` line)."""
-    for line in variant.read_text().split("\n--- ", 1)[0].splitlines():
-        if line.startswith("On top of: "):
-            base = variant.parent / line.removeprefix("On top of: ").strip()
-            assert base.is_file(), f"{variant.name}: {line!r} names no variant"
-            return [*chain(base), base]
-    return []
 
 
 def test_every_variant_says_whether_it_was_measured():
