@@ -121,8 +121,8 @@ for step in "$@"; do
       # SMI unset: this step's sampler covers the nested one (a second would truncate smi.csv)
       SMI= AGAINST=lowering/gluon_window_block.py,/tmp/ab_variant.py BATCHES=${BATCHES:-1,16,64,256} bash "$0" "$OUT" kinds-ab
       for k in ${PHASES_KINDS:-dflash2_minimax}; do
-        timeout 100 python3 lab/kernel_phases.py --kind $k --layout trtllm --page 32 --batches 16 --variant "$VARIANT" \
-          > "$OUT/phases_$k.txt" 2>&1; echo "--- phases $k: exit $?"; grep -E "Q in registers|first ring tile|replay" "$OUT/phases_$k.txt"
+        timeout 100 python3 lab/kernel_phases.py --kind $k --layout trtllm --page 32 --batches 16 \
+          $(for v in $chain; do echo --variant $v; done) > "$OUT/phases_$k.txt" 2>&1; echo "--- phases $k: exit $?"; grep -E "Q in registers|first ring tile|replay" "$OUT/phases_$k.txt"
       done ;;
     require-h200) # stop here (exit 3) unless the card is an H200: the steps after it are H200 measurements
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "card: $name"
