@@ -113,9 +113,8 @@ for step in "$@"; do
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
       # where staged), then the variant's phases under the timer at PHASES_KINDS' batch 16
-      chain="${VARIANT:?VARIANT=lab/variants/X.patch}"; v="$VARIANT"  # with the variants it applies on top of
-      while base=$(sed -n 's/^On top of: //p' "$v" | head -1) && [ -n "$base" ]; do
-        v="lab/variants/$base"; chain="$v $chain"; done
+      chain=$(python3 -c 'import sys, timed_kernel; print(*timed_kernel.chain(sys.argv[1]))' \
+        "${VARIANT:?VARIANT=lab/variants/X.patch}") || exit 1  # with the variants it applies on top of
       cp lowering/gluon_window_block.py /tmp/ab_variant.py
       for v in $chain; do patch -s /tmp/ab_variant.py "$v" || exit 1; done
       # SMI unset: this step's sampler covers the nested one (a second would truncate smi.csv)

@@ -90,16 +90,35 @@ def kernel_text(rev: str | None = None) -> str:
     return shown.stdout
 
 
-def timed_source(rev: str | None = None, variants: tuple = ()) -> str:
-    """The timed kernel's source: the patch applied to today's kernel (or ``rev``'s), after the
-    kernel variants ``variants`` (``lab/variants/*.patch`` paths, applied in order), so that a
-    variant's phases can be timed as today's are. A variant that moves what the timer hooks into
-    carries the timer ported to it (``lab/variants/timers/<its name>``, a diff from the variant
-    to its timed build); the last such port in ``variants`` replaces the patch."""
+def chain(variant) -> list[Path]:
+    """Variant ``variant`` (a ``lab/variants/*.patch`` path) after the variants it applies on top
+    of, first first (each header's ``On top of: <name>.patch`` line)."""
+    variant = Path(variant)
+    for line in variant.read_text().split("\n--- ", 1)[0].splitlines():
+        if line.startswith("On top of: "):
+            base = variant.parent / line.removeprefix("On top of: ").strip()
+            if not base.is_file():
+                raise PatchError(f"{variant.name}: {line!r} names no variant")
+            return [*chain(base), variant]
+    return [variant]
+
+
+def variant_source(variants=(), rev: str | None = None) -> tuple[str, str]:
+    """Today's kernel (or ``rev``'s) with the kernel variants ``variants`` (patch paths, applied in
+    order): ``(source, what it is)``."""
     text, what = kernel_text(rev), KERNEL
     for v in variants:
         text = apply(text, Path(v).read_text(), what, Path(v).name)
         what = f"{what} + {Path(v).name}"
+    return text, what
+
+
+def timed_source(rev: str | None = None, variants: tuple = ()) -> str:
+    """The timed kernel's source: the patch applied to :func:`variant_source`, so that a variant's
+    phases can be timed as today's are. A variant that moves what the timer hooks into carries the
+    timer ported to it (``lab/variants/timers/<its name>``, a diff from the variant to its timed
+    build); the last such port in ``variants`` replaces the patch."""
+    text, what = variant_source(variants, rev)
     timer = next((PORTS / Path(v).name for v in reversed(variants) if (PORTS / Path(v).name).is_file()), PATCH)
     return apply(text, timer.read_text(), what, timer.name)
 

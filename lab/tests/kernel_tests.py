@@ -65,11 +65,19 @@ def sm90_case(ctx, b, hq, hkv, causal, window, splits, page):
     return t, case, MaskSpec(causal=causal, window=window), case[0].shape[-1] ** -0.5
 
 
-def chain(variant: Path) -> list[Path]:
-    """The variants ``variant`` applies on top of, first first (its header's ``On top of:`` line)."""
-    for line in variant.read_text().split("\n--- ", 1)[0].splitlines():
-        if line.startswith("On top of: "):
-            base = variant.parent / line.removeprefix("On top of: ").strip()
-            assert base.is_file(), f"{variant.name}: {line!r} names no variant"
-            return [*chain(base), base]
-    return []
+
+def variant_module(variant: Path, edit=None, tag: str = ""):
+    """The product kernel with lab variant ``variant`` (after its ``On top of:`` chain) applied,
+    ``edit`` (text -> text) then applied to the source, loaded as its own module beside the
+    product's (``gluon_ab.kernel_at``, named after the variant and ``tag``)."""
+    import tempfile
+
+    from gluon_ab import kernel_at
+    from timed_kernel import chain, variant_source
+
+    text, _ = variant_source(chain(variant))
+    if edit is not None:
+        text = edit(text)
+    path = Path(tempfile.mkdtemp(prefix="variant_")) / (variant.stem.replace("-", "_") + tag + ".py")
+    path.write_text(text)
+    return kernel_at(str(path))

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import sm90_case, spans
+from kernel_tests import sm90_case, spans, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = {"edge-in-ring": ["edge-in-ring.patch"], "all-in-ring": ["edge-in-ring.patch", "all-in-ring.patch"],
-            "all-in-ring-qfirst": ["edge-in-ring.patch", "all-in-ring.patch", "all-in-ring-qfirst.patch"]}
+VARIANTS = ["edge-in-ring", "all-in-ring", "all-in-ring-qfirst"]  # each applied after its "On top of:" chain
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191, 4127, 70]
 SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8), (5, 52, 4), (33, 16, 8), (20, 24, 8)]  # rows 112, 96, 64, 65, 66, 60
 MASKS = [(False, 300), (True, 1000), (False, 4096), (True, None), (False, 77)]
@@ -38,21 +37,11 @@ def test_cases_reach_masked_ring_tiles_with_keys_before_the_window(b, hq, hkv, s
 
 
 def _variant(name):
-    import tempfile
-
-    from gluon_ab import kernel_at
-    from timed_kernel import apply
-
-    text = (ROOT / "lowering" / "gluon_window_block.py").read_text()
-    for patch in VARIANTS[name]:
-        text = apply(text, (ROOT / "lab" / "variants" / patch).read_text(), patch)
-    path = Path(tempfile.mkdtemp(prefix="ring_edges_")) / f"{name.replace('-', '_')}.py"
-    path.write_text(text)
-    return kernel_at(str(path))
+    return variant_module(ROOT / "lab" / "variants" / f"{name}.patch")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows64", "rows65", "b33", "b20"])
 @pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("splits", [1, 2, 5])
@@ -73,7 +62,7 @@ def test_gpu_edges_in_ring(variant, b, hq, hkv, causal, window, splits, page, mo
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("build", [dict(page=32, overlap=True), dict(page=32, overlap=False, num_splits=2),
                                    dict(page=32, consumers=1, overlap=True), dict(d=256, overlap=False)],
                          ids=["p32-overlap", "p32-split", "p32-one-consumer", "d256"])

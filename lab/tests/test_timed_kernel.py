@@ -31,11 +31,9 @@ def test_the_patch_applies_to_todays_kernel_and_the_product_has_no_timer():
 def test_each_timer_port_applies_to_its_variant_chain(port):
     """``lab/variants/timers/X.patch`` (the timer ported to variant X) applies on top of X and the
     variants X applies on top of, and replaces the patch there."""
-    from kernel_tests import chain
-
     variant = ROOT / "lab" / "variants" / port.name
     assert variant.is_file(), f"{port.name}: no variant of that name"
-    variants = [*chain(variant), variant]
+    variants = timed_kernel.chain(variant)
     src = timed_kernel.timed_source(variants=tuple(str(v) for v in variants))
     assert all(w in src for w in TIMER_WORDS)
     text = PRODUCT

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import sm90_case, spans
+from kernel_tests import sm90_case, spans, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
@@ -44,20 +44,11 @@ def test_cases_hold_odd_and_even_interior_counts(b, hq, hkv, causal, window, spl
 
 def _variant(kv: bool, kfirst: bool = False):
     """The patched kernel module (``WIDE_KV = kv``; ``kfirst``: with ``wide-ring-kfirst.patch`` too)."""
-    import tempfile
-
-    from gluon_ab import kernel_at
-    from timed_kernel import apply
-
-    text = apply((ROOT / "lowering" / "gluon_window_block.py").read_text(), VARIANT.read_text(), "the kernel")
-    if kfirst:
-        text = apply(text, KFIRST.read_text(), "the wide build")
-    if kv:
+    def kv_split(text):
         assert "\nWIDE_KV = False" in text
-        text = text.replace("\nWIDE_KV = False", "\nWIDE_KV = True")
-    path = Path(tempfile.mkdtemp(prefix="wide_ring_")) / f"wide_ring{'_kv' if kv else ''}{'_kfirst' if kfirst else ''}.py"
-    path.write_text(text)
-    return kernel_at(str(path))
+        return text.replace("\nWIDE_KV = False", "\nWIDE_KV = True")
+
+    return variant_module(KFIRST if kfirst else VARIANT, kv_split if kv else None, "_kv" if kv else "")
 
 
 @pytest.mark.gpu
