@@ -1,0 +1,130 @@
+"""Sustained load: each kernel (today's Gluon kernel, kernel files of ``--against``, FA4 with ``--fa4``)
+at a drafter kind's shape (``--kind``, ``attention.KINDS``) replayed back to back for ``--seconds``,
+while NVML is read every few milliseconds: SM clock (MHz), power (W), the energy counter (J) and the
+clock-event reasons (power cap, thermal). One CUDA GPU; needs ``pynvml`` (nvidia-ml-py).
+
+Prints, per run and batch: us a call under that load (no L2 flush: the graph replays back to back),
+median / p10 SM clock while it ran, average power from the energy counter, joules a call, and the
+share of samples with the software power cap active. What it tells: whether a kernel is slowed
+by the clock the power cap sets (the phase timer's cycles over ns read 1.42 GHz at two consumers,
+1.79 at one, on the H200: lab/log.md#a31), and how much energy each kernel spends on the same work.
+"""
+
+import argparse
+import threading
+import time
+
+import _paths  # noqa: F401  (bench/ on sys.path)
+import attention as A
+import torch
+from gluon_ab import kernel_at, refuse, use_kind
+
+from draftsmith.lowering import gluon_window_block as g
+from draftsmith.lowering.base import MaskSpec
+from draftsmith.lowering.triton_window_block import choose_config
+
+POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
+
+
+class Sampler(threading.Thread):
+    """NVML readings every ``period`` seconds until :meth:`stop`: (clock MHz, power W, power-capped)."""
+
+    def __init__(self, handle, period: float = 0.005):
+        super().__init__(daemon=True)
+        self.h, self.period, self.rows, self.done = handle, period, [], threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            clk = pynvml.nvmlDeviceGetClockInfo(self.h, pynvml.NVML_CLOCK_SM)
+            pw = pynvml.nvmlDeviceGetPowerUsage(self.h) / 1e3
+            why = pynvml.nvmlDeviceGetCurrentClocksEventReasons(self.h)
+            self.rows.append((clk, pw, bool(why & POWER_CAP)))
+            time.sleep(self.period)
+
+    def stop(self):
+        self.done.set()
+        self.join()
+        return self.rows
+
+
+def sustained(fn, handle, seconds: float, calls_a_graph: int = 8):
+    """Replay a graph of ``calls_a_graph`` calls of ``fn`` back to back for about ``seconds``;
+    returns (us a call, NVML rows, joules over the window)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls_a_graph):
+            fn()
+    for _ in range(20):  # warm: reach the steady clock before the window
+        graph.replay()
+    torch.cuda.synchronize()
+    sampler = Sampler(handle)
+    e0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    sampler.start()
+    t0, replays = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            graph.replay()
+        replays += 10
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    rows = sampler.stop()
+    joules = (pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) - e0) / 1e3
+    return dt / (replays * calls_a_graph) * 1e6, rows, joules, dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", required=True, help="a drafter kind (attention.KINDS)")
+    ap.add_argument("--batches", default="64,256")
+    ap.add_argument("--page", type=int, default=32)
+    ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="trtllm")
+    ap.add_argument("--against", default="", help="comma list of kernel .py files timed beside today's")
+    ap.add_argument("--fa4", action="store_true", help="FlashAttention-4 beside (attention.make_fa4)")
+    ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    if args.seconds <= 0 or args.seconds > 10:
+        refuse(f"--seconds {args.seconds}: give 0 < seconds <= 10")
+    A.PAGE = args.page
+    ctx = use_kind(args.kind)
+    global pynvml
+    import pynvml  # nvidia-ml-py: only where the GPU is (lab/gpu_session.sh's stage step carries its wheel)
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    kernels = {"today": g} | {f: kernel_at(f) for f in args.against.split(",") if f}
+    mask, scale = MaskSpec(causal=False, window=None if A.FULL else A.W), A.D ** -0.5
+    print(f"{torch.cuda.get_device_name()}; kind {args.kind}; power limit "
+          f"{pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3:.0f} W", flush=True)
+    for n in [int(x) for x in args.batches.split(",")]:
+        q, cache, kb, vb = A.make_inputs(n, ctx, seed=n, layout=args.layout, order="random")
+        dense = A.Dense(q, cache, kb, vb, ctx)
+        ring = cache.block_table.shape[1] * cache.page_size
+        span = ring if A.FULL else min(A.W - 1, ring)
+        cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, span, q.device, gluon_ok=True)
+        runs = {name: (lambda m=m: m.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits))
+                for name, m in kernels.items()}
+        if args.fa4:
+            if A.fa4_varlen_func is None:
+                print(f"--fa4: FlashAttention-4 is not importable here ({A.FA4_MISSING})", flush=True)
+            else:
+                runs["FA4"] = A.make_fa4(dense, q)
+        for _ in range(args.rounds):
+            for name, fn in runs.items():
+                err = A.oracle_error(fn(), dense)
+                us, rows, joules, dt = sustained(fn, handle, args.seconds)
+                clk = sorted(r[0] for r in rows)
+                capped = sum(r[2] for r in rows) / max(len(rows), 1)
+                calls = dt / (us * 1e-6)
+                print(f"batch {n} {name}: {us:.1f} us a call, SM clock median {clk[len(clk) // 2]} / p10 "
+                      f"{clk[len(clk) // 10]} MHz, {joules / dt:.0f} W, {joules / calls * 1e3:.3f} mJ a call, "
+                      f"power-capped {capped:.0%} of {len(rows)} samples, oracle err {err:.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
