@@ -12,7 +12,8 @@
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES); variant-ab (VARIANT: a lab/variants patch, KINDS,
-# BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); require-h200 (exit 3 on any
+# BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
+# Compute on today's kernel and FA4, clocks left alone); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
@@ -123,6 +124,20 @@ for step in "$@"; do
         timeout 100 python3 lab/kernel_phases.py --kind $k --layout trtllm --page 32 --batches 16 \
           $(for v in $chain; do echo --variant $v; done) > "$OUT/phases_$k.txt" 2>&1; echo "--- phases $k: exit $?"; grep -E "Q in registers|first ring tile|replay" "$OUT/phases_$k.txt"
       done ;;
+    ncu-ab) # Nsight Compute on today's kernel and FA4 at one drafter kind and batch (KIND, BATCH), each the first launch
+      # of its kernel in lab/gluon_ab.py's run; clocks left alone (METHOD.md); FA4 from the stage step's parts
+      site=/tmp/fa4site; k=${KIND:-dflash2_minimax}; n=${BATCH:-64}
+      if ! command -v ncu > /dev/null; then echo "no ncu on this machine"; else
+        for pair in "ours:gluon_window_block_kernel" "fa4:FlashAttentionForwardSm90"; do
+          PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${NCU_S:-200} ncu --clock-control none \
+            --kernel-name regex:"${pair#*:}" --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+            --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy \
+            python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 --batches $n --builds "" \
+            --against lowering/gluon_window_block.py --fa4 --rounds 1 > "$OUT/ncu_${pair%%:*}_${k}_$n.txt" 2>&1
+          echo "--- ncu ${pair%%:*} $k $n: exit $?"; grep -E "^ +(SM Frequency|Duration|Memory Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued)" \
+            "$OUT/ncu_${pair%%:*}_${k}_$n.txt" | head -${NCU_LINES:-30}
+        done
+      fi ;;
     require-h200) # stop here (exit 3) unless the card is an H200: the steps after it are H200 measurements
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "card: $name"
       case $name in *H200*) ;; *) echo "not an H200: the later steps are not run"; exit 3 ;; esac ;;
