@@ -23,7 +23,7 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
                      one_page: bool = False, wide: bool = False, kernel=gwb, bblk: int = 16) -> Optional[dict]:
     """Compile without a GPU (checks the kernel against the installed triton) as a launch with
     ``num_splits`` splits would (integers equal to 1 made constants where the launch does);
-    returns the kernel's shared memory, warps and PTX, or None without Gluon. ``kernel``: the
+    returns the kernel's shared memory, warps, PTX and cubin (triton's own ptxas), or None without Gluon. ``kernel``: the
     kernel module (today's, another revision's from ``gluon_ab.kernel_at``, or the phase-timer
     build from ``timed_kernel.load``, the only one ``timed`` applies to). ``one_page``: one
     page of ``page`` tokens a sequence (the VANILLA dense arena; its ring of one page made a
@@ -75,4 +75,5 @@ def compile_for_sm90(consumers: int = 2, d: int = 128, causal: bool = False, win
     warps = 4 + 4 * consumers
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": min(255, 65536 // (32 * warps)) // 8 * 8})
-    return {"shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "ptx": k.asm.get("ptx", "")}
+    return {"shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "ptx": k.asm.get("ptx", ""),
+            "cubin": k.asm.get("cubin", b"")}

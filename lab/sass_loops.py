@@ -1,0 +1,77 @@
+"""The Gluon kernel's loops that hold MMAs, as SASS for sm_90a, compiled without a GPU: each
+loop's instruction count a warp an iteration (one ring tile in the consumers' ring loops) and its
+opcode mix. Needs triton 3.6 (Gluon's Hopper API; its package's ``cuobjdump``). ``--variant``: a
+``lab/variants`` patch (after its ``On top of:`` chain) instead of today's kernel.
+
+    PYTHONPATH=.:lab:lab/tests python3 lab/sass_loops.py --consumers 2 --overlap
+
+What it tells: instructions a tile are what bound the consumers where memory does not (lab/log.md#a32:
+the two-consumer build at the H200's power-capped clock), and a count changes with a variant before
+any GPU run.
+"""
+
+import argparse
+import collections
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)")
+GUARD = re.compile(r"^@!?U?P\w+\s+")
+
+
+def loops(sass: str, min_mma: int = 2) -> list:
+    """The innermost loops of ``sass`` (cuobjdump text: a backward branch and the instructions from
+    its target to it) whose body holds at least ``min_mma`` HGMMA instructions: ``(start address,
+    end address, opcode counts)`` per loop, in order; an opcode is the mnemonic without its
+    modifiers or guard."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in map(INSTR.match, sass.splitlines()) if m]
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    found = []
+    for i, (a, text) in enumerate(ins):
+        m = BRANCH.search(text)
+        if not m or int(m.group(1), 16) > a or int(m.group(1), 16) not in at:
+            continue
+        body = [t for _, t in ins[at[int(m.group(1), 16)]:i + 1]]
+        ops = collections.Counter(GUARD.sub("", t).split()[0].split(".")[0] for t in body)
+        if ops["HGMMA"] >= min_mma:
+            found.append((int(m.group(1), 16), a, ops))
+    return [f for f in found if not any(g is not f and f[0] <= g[0] and g[1] <= f[1] for g in found)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--consumers", type=int, choices=(1, 2), default=2)
+    ap.add_argument("--overlap", action="store_true", help="the intra-warpgroup overlap build (one split)")
+    ap.add_argument("--splits", type=int, default=1)
+    ap.add_argument("--page", type=int, default=32)
+    ap.add_argument("--variant", default="", help="a lab/variants/X.patch applied to today's kernel")
+    ap.add_argument("--top", type=int, default=16, help="opcodes shown a loop")
+    args = ap.parse_args()
+    import gluon_compile
+    import triton.backends.nvidia as nv
+
+    kernel = gluon_compile.gwb
+    if args.variant:
+        from kernel_tests import variant_module
+        kernel = variant_module(Path(args.variant))
+    built = gluon_compile.compile_for_sm90(consumers=args.consumers, overlap=args.overlap, page=args.page,
+                                           num_splits=args.splits, kernel=kernel)
+    if built is None:
+        print("needs Gluon's Hopper API (triton 3.6)", file=sys.stderr)
+        raise SystemExit(2)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(built["cubin"])
+        f.flush()
+        sass = subprocess.run([str(Path(nv.__file__).parent / "bin" / "cuobjdump"), "-sass", f.name],
+                              capture_output=True, text=True, check=True).stdout
+    for start, end, ops in loops(sass):
+        mix = ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top))
+        print(f"loop {start:#x}-{end:#x}: {sum(ops.values())} instructions an iteration, {ops['HGMMA']} HGMMA; {mix}")
+
+
+if __name__ == "__main__":
+    main()
