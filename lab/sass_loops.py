@@ -49,6 +49,8 @@ def main():
     ap.add_argument("--splits", type=int, default=1)
     ap.add_argument("--page", type=int, default=32)
     ap.add_argument("--variant", default="", help="a lab/variants/X.patch applied to today's kernel")
+    ap.add_argument("--wide", action="store_true", help="the wide build (needs --variant lab/variants/wide-ring.patch)")
+    ap.add_argument("--wide-kv", action="store_true", help="with --wide: the variant's WIDE_KV = True (K and V on their own barriers)")
     ap.add_argument("--top", type=int, default=16, help="opcodes shown a loop")
     args = ap.parse_args()
     import gluon_compile
@@ -57,9 +59,10 @@ def main():
     kernel = gluon_compile.gwb
     if args.variant:
         from kernel_tests import variant_module
-        kernel = variant_module(Path(args.variant))
+        kv = (lambda text: text.replace("WIDE_KV = False", "WIDE_KV = True")) if args.wide_kv else None
+        kernel = variant_module(Path(args.variant), edit=kv, tag="kv" if args.wide_kv else "")
     built = gluon_compile.compile_for_sm90(consumers=args.consumers, overlap=args.overlap, page=args.page,
-                                           num_splits=args.splits, kernel=kernel)
+                                           num_splits=args.splits, kernel=kernel, **({"wide": True} if args.wide else {}))
     if built is None:
         print("needs Gluon's Hopper API (triton 3.6)", file=sys.stderr)
         raise SystemExit(2)
