@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# FlashAttention-4 for bench/attention.py on a GPU machine without network (Python 3.12, CUDA 13).
+# FlashAttention-4 for bench/attention.py on a GPU machine without network (Python 3.12, CUDA 13), and
+# nvidia-ml-py for lab/power_clock.py.
 #   lab/fa4_wheels.sh download DIR   (a machine with PyPI): the wheels into DIR; the 92 MB
 #                                      cu13 libs wheel split into DIR/cu13.part.* of 46 MB, so that
 #                                      no one transfer exceeds 64 MiB (carry the parts in two calls).
@@ -10,7 +11,7 @@
 set -euo pipefail
 WHEELS="flash-attn-4==4.0.0b36 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1
 nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 quack-kernels==0.6.5
-apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5"
+apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5 nvidia-ml-py==13.615.71"
 case ${1:?download or install} in
   download)
     dir=${2:?DIR}; mkdir -p "$dir"

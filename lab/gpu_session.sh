@@ -13,7 +13,7 @@
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
-# Compute on today's kernel and FA4, clocks left alone); require-h200 (exit 3 on any
+# Compute on today's kernel and FA4, clocks left alone); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
@@ -123,6 +123,16 @@ for step in "$@"; do
       for k in ${PHASES_KINDS:-dflash2_minimax}; do
         timeout 100 python3 lab/kernel_phases.py --kind $k --layout trtllm --page 32 --batches 16 \
           $(for v in $chain; do echo --variant $v; done) > "$OUT/phases_$k.txt" 2>&1; echo "--- phases $k: exit $?"; grep -E "Q in registers|first ring tile|replay" "$OUT/phases_$k.txt"
+      done ;;
+    power) # lab/power_clock.py at KINDS' shapes (BATCHES), today's kernel beside FA4 (and AGAINST kernel files), each
+      # replayed back to back while NVML reads clock, power and energy; FA4 and nvidia-ml-py from the stage step's parts
+      site=/tmp/fa4site
+      if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import flash_attn.cute.interface, pynvml" 2>/dev/null; then
+        timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"; fi
+      for k in ${KINDS:-dflash2_minimax dspark_minimax dflash_w2048}; do
+        PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${POWER_S:-150} python3 lab/power_clock.py \
+          --kind $k --batches "${BATCHES:-64,256}" --fa4 ${AGAINST:+--against "$AGAINST"} > "$OUT/power_$k.txt" 2>&1
+        echo "--- power $k: exit $?"; grep "^batch" "$OUT/power_$k.txt"
       done ;;
     ncu-ab) # Nsight Compute on today's kernel and FA4 at one drafter kind and batch (KIND, BATCH), each the first launch
       # of its kernel in lab/gluon_ab.py's run; clocks left alone (METHOD.md); FA4 from the stage step's parts

@@ -93,7 +93,7 @@ def main():
     A.PAGE = args.page
     ctx = use_kind(args.kind)
     global pynvml
-    import pynvml  # nvidia-ml-py: only where the GPU is (lab/gpu_session.sh's stage step carries its wheel)
+    import pynvml  # nvidia-ml-py: only where the GPU is (lab/fa4_wheels.sh fetches its wheel beside FA4's)
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
