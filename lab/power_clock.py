@@ -27,17 +27,19 @@ POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 
 
 class Sampler(threading.Thread):
-    """NVML readings every ``period`` seconds until :meth:`stop`: (clock MHz, power W, power-capped)."""
+    """NVML (``nvml``: the pynvml module) read every ``period`` seconds until :meth:`stop`:
+    rows of (SM clock MHz, power W, power-capped)."""
 
-    def __init__(self, handle, period: float = 0.005):
+    def __init__(self, nvml, handle, period: float = 0.005):
         super().__init__(daemon=True)
-        self.h, self.period, self.rows, self.done = handle, period, [], threading.Event()
+        self.nvml, self.h, self.period, self.rows, self.done = nvml, handle, period, [], threading.Event()
 
     def run(self):
+        nvml = self.nvml
         while not self.done.is_set():
-            clk = pynvml.nvmlDeviceGetClockInfo(self.h, pynvml.NVML_CLOCK_SM)
-            pw = pynvml.nvmlDeviceGetPowerUsage(self.h) / 1e3
-            why = pynvml.nvmlDeviceGetCurrentClocksEventReasons(self.h)
+            clk = nvml.nvmlDeviceGetClockInfo(self.h, nvml.NVML_CLOCK_SM)
+            pw = nvml.nvmlDeviceGetPowerUsage(self.h) / 1e3
+            why = nvml.nvmlDeviceGetCurrentClocksEventReasons(self.h)
             self.rows.append((clk, pw, bool(why & POWER_CAP)))
             time.sleep(self.period)
 
@@ -47,9 +49,9 @@ class Sampler(threading.Thread):
         return self.rows
 
 
-def sustained(fn, handle, seconds: float, calls_a_graph: int = 8):
+def sustained(fn, nvml, handle, seconds: float, calls_a_graph: int = 8):
     """Replay a graph of ``calls_a_graph`` calls of ``fn`` back to back for about ``seconds``;
-    returns (us a call, NVML rows, joules over the window)."""
+    returns (us a call, :class:`Sampler` rows, joules over the window, seconds of the window)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -62,8 +64,8 @@ def sustained(fn, handle, seconds: float, calls_a_graph: int = 8):
     for _ in range(20):  # warm: reach the steady clock before the window
         graph.replay()
     torch.cuda.synchronize()
-    sampler = Sampler(handle)
-    e0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    sampler = Sampler(nvml, handle)
+    e0 = nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
     sampler.start()
     t0, replays = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
@@ -73,7 +75,7 @@ def sustained(fn, handle, seconds: float, calls_a_graph: int = 8):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     rows = sampler.stop()
-    joules = (pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) - e0) / 1e3
+    joules = (nvml.nvmlDeviceGetTotalEnergyConsumption(handle) - e0) / 1e3
     return dt / (replays * calls_a_graph) * 1e6, rows, joules, dt
 
 
@@ -92,7 +94,6 @@ def main():
         refuse(f"--seconds {args.seconds}: give 0 < seconds <= 10")
     A.PAGE = args.page
     ctx = use_kind(args.kind)
-    global pynvml
     import pynvml  # nvidia-ml-py: only where the GPU is (lab/fa4_wheels.sh fetches its wheel beside FA4's)
 
     pynvml.nvmlInit()
@@ -117,7 +118,7 @@ def main():
         for _ in range(args.rounds):
             for name, fn in runs.items():
                 err = A.oracle_error(fn(), dense)
-                us, rows, joules, dt = sustained(fn, handle, args.seconds)
+                us, rows, joules, dt = sustained(fn, pynvml, handle, args.seconds)
                 clk = sorted(r[0] for r in rows)
                 capped = sum(r[2] for r in rows) / max(len(rows), 1)
                 calls = dt / (us * 1e-6)
