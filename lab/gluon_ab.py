@@ -92,6 +92,17 @@ def use_kind(kind: str) -> int:
     return ctx
 
 
+def inputs(n: int, ctx: int, layout: str, order: str):
+    """``attention.py``'s inputs at batch ``n`` of the shape its globals hold, with their float64
+    oracle's view and the launch's config (``choose_config``, the Gluon kernel allowed):
+    ``((q, cache, k_blk, v_blk), dense, config)``."""
+    q, cache, kb, vb = A.make_inputs(n, ctx, seed=n, layout=layout, order=order)
+    ring = cache.block_table.shape[1] * cache.page_size
+    span = ring if A.FULL else min(A.W - 1, ring)  # triton_window_block's max_span
+    cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, span, q.device, gluon_ok=True)
+    return (q, cache, kb, vb), A.Dense(q, cache, kb, vb, ctx), cfg
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,16,64,256")
@@ -123,11 +134,7 @@ def main():
     print(f"shape: {args.kind or 'MiniMax'} Hq {A.HQ}, Hkv {A.HKV}, D {A.D}, B {A.B}, "
           f"{'full attention' if A.FULL else f'W {A.W}'}, ctx {args.ctx}, {args.layout} pages of {A.PAGE}", flush=True)
     for n in [int(x) for x in args.batches.split(",")]:
-        q, cache, kb, vb = A.make_inputs(n, args.ctx, seed=n, layout=args.layout, order=args.page_order)
-        dense = A.Dense(q, cache, kb, vb, args.ctx)
-        ring = cache.block_table.shape[1] * cache.page_size
-        span = ring if A.FULL else min(A.W - 1, ring)  # triton_window_block's max_span
-        cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, span, q.device, gluon_ok=True)
+        (q, cache, kb, vb), dense, cfg = inputs(n, args.ctx, args.layout, args.page_order)
         res = {}
         kernels = {name: (g, build_kwargs(name)) for name in builds}
         kernels.update({rev: (module, {}) for rev, module in older.items()})

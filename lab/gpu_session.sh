@@ -36,6 +36,13 @@ use_devsite() {  # the package's own deps (pydantic, omegaconf, re2, ...) from t
     [ -d /tmp/devsite/yaml ] || rm -rf /tmp/devsite/_yaml /tmp/devsite/PyYAML-*.dist-info; fi
   export PYTHONPATH="$PYTHONPATH:/tmp/devsite"
 }
+use_fa4() {  # FA4 installed into /tmp/fa4site from the parts the stage step put in /tmp/fa4w, unless it imports
+  # already ($1: the modules to import, default FA4's interface)
+  if ! PYTHONPATH="/tmp/fa4site:/tmp/fa4site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import ${1:-flash_attn.cute.interface}" \
+      2>/dev/null; then
+    timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w /tmp/fa4site > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
+    tail -2 "$OUT/fa4_install.txt"; fi
+}
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
@@ -82,9 +89,7 @@ for step in "$@"; do
     kinds-bench) # issue 45 point 3: every drafter kind's shape (bench/attention.py KINDS) beside FA4, TensorRT-LLM's
       # paged pool on 32-token pages; FA4 installed from the parts staged in /tmp/fa4w (this call's and earlier ones)
       t0=$(date +%s); site=/tmp/fa4site
-      if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import flash_attn.cute.interface" 2>/dev/null; then
-        timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
-        tail -2 "$OUT/fa4_install.txt"; fi
+      use_fa4
       for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048 dflash_full dspark_full}; do
         left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
         PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 bench/attention.py \
@@ -99,9 +104,7 @@ for step in "$@"; do
       # --kind --fa4); NUM_BUFS=4,5: each kernel per ring-slot count; AB_BUILDS: today's kernel's builds too (gluon_ab
       # --builds, e.g. overlap+pingpong,pingpong). FA4 from the stage step's parts, as kinds-bench.
       t0=$(date +%s); site=/tmp/fa4site
-      if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import flash_attn.cute.interface" 2>/dev/null; then
-        timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
-        tail -2 "$OUT/fa4_install.txt"; fi
+      use_fa4
       for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048}; do
         left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
         echo "--- $k from $(date -u +%H:%M:%S) (matches smi.csv's timestamps)"
@@ -127,8 +130,7 @@ for step in "$@"; do
     power) # lab/power_clock.py at KINDS' shapes (BATCHES), today's kernel beside FA4 (and AGAINST kernel files), each
       # replayed back to back while NVML reads clock, power and energy; FA4 and nvidia-ml-py from the stage step's parts
       site=/tmp/fa4site
-      if ! PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" python3 -c "import flash_attn.cute.interface, pynvml" 2>/dev/null; then
-        timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w "$site" > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"; fi
+      use_fa4 "flash_attn.cute.interface, pynvml"
       for k in ${KINDS:-dflash2_minimax dspark_minimax dflash_w2048}; do
         PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${POWER_S:-150} python3 lab/power_clock.py \
           --kind $k --batches "${BATCHES:-64,256}" --fa4 ${AGAINST:+--against "$AGAINST"} > "$OUT/power_$k.txt" 2>&1

@@ -17,11 +17,10 @@ import time
 import _paths  # noqa: F401  (bench/ on sys.path)
 import attention as A
 import torch
-from gluon_ab import kernel_at, refuse, use_kind
+from gluon_ab import inputs, kernel_at, refuse, use_kind
 
 from draftsmith.lowering import gluon_window_block as g
 from draftsmith.lowering.base import MaskSpec
-from draftsmith.lowering.triton_window_block import choose_config
 
 POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 
@@ -103,11 +102,7 @@ def main():
     print(f"{torch.cuda.get_device_name()}; kind {args.kind}; power limit "
           f"{pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3:.0f} W", flush=True)
     for n in [int(x) for x in args.batches.split(",")]:
-        q, cache, kb, vb = A.make_inputs(n, ctx, seed=n, layout=args.layout, order="random")
-        dense = A.Dense(q, cache, kb, vb, ctx)
-        ring = cache.block_table.shape[1] * cache.page_size
-        span = ring if A.FULL else min(A.W - 1, ring)
-        cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, span, q.device, gluon_ok=True)
+        (q, cache, kb, vb), dense, cfg = inputs(n, ctx, args.layout, "random")
         runs = {name: (lambda m=m: m.launch(q, cache, kb, vb, mask, scale, num_splits=cfg.num_splits))
                 for name, m in kernels.items()}
         if args.fa4:

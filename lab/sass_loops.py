@@ -42,6 +42,17 @@ def loops(sass: str, min_mma: int = 2) -> list:
     return [f for f in found if not any(g is not f and f[0] <= g[0] and g[1] <= f[1] for g in found)]
 
 
+def sass_of(cubin: bytes) -> str:
+    """``cubin``'s SASS, by the ``cuobjdump`` that triton's NVIDIA backend carries."""
+    import triton.backends.nvidia as nv
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([str(Path(nv.__file__).parent / "bin" / "cuobjdump"), "-sass", f.name],
+                              capture_output=True, text=True, check=True).stdout
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--consumers", type=int, choices=(1, 2), default=2)
@@ -54,7 +65,6 @@ def main():
     ap.add_argument("--top", type=int, default=16, help="opcodes shown a loop")
     args = ap.parse_args()
     import gluon_compile
-    import triton.backends.nvidia as nv
 
     kernel = gluon_compile.gwb
     if args.variant:
@@ -66,12 +76,7 @@ def main():
     if built is None:
         print("needs Gluon's Hopper API (triton 3.6)", file=sys.stderr)
         raise SystemExit(2)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(built["cubin"])
-        f.flush()
-        sass = subprocess.run([str(Path(nv.__file__).parent / "bin" / "cuobjdump"), "-sass", f.name],
-                              capture_output=True, text=True, check=True).stdout
-    for start, end, ops in loops(sass):
+    for start, end, ops in loops(sass_of(built["cubin"])):
         mix = ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top))
         print(f"loop {start:#x}-{end:#x}: {sum(ops.values())} instructions an iteration, {ops['HGMMA']} HGMMA; {mix}")
 

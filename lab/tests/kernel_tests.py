@@ -65,7 +65,6 @@ def sm90_case(ctx, b, hq, hkv, causal, window, splits, page):
     return t, case, MaskSpec(causal=causal, window=window), case[0].shape[-1] ** -0.5
 
 
-
 def variant_module(variant: Path, edit=None, tag: str = ""):
     """The product kernel with lab variant ``variant`` (after its ``On top of:`` chain) applied,
     ``edit`` (text -> text) then applied to the source, loaded as its own module beside the

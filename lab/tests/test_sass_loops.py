@@ -3,7 +3,7 @@ for sm_90a where triton 3.6's Gluon is installed."""
 
 import pytest
 
-from sass_loops import loops
+from sass_loops import loops, sass_of
 
 SASS = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -34,16 +34,6 @@ def test_todays_two_consumer_ring_loop_is_found():
     import gluon_compile
 
     built = gluon_compile.compile_for_sm90(consumers=2, overlap=True, page=32)
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    import triton.backends.nvidia as nv
-
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(built["cubin"])
-        f.flush()
-        sass = subprocess.run([str(Path(nv.__file__).parent / "bin" / "cuobjdump"), "-sass", f.name],
-                              capture_output=True, text=True, check=True).stdout
+    sass = sass_of(built["cubin"])
     ring = [ops for _, _, ops in loops(sass) if ops["HGMMA"] == 12 and not ops["LDGSTS"]]
     assert ring and all(ops["MUFU"] >= 32 for ops in ring)  # a 64 x 64 tile's exp2s a thread, at least
