@@ -8,7 +8,7 @@
 # shards, then the attention bench at TP 1/2/4/8 on 32-token pages and the dense arena beside FA4; FA4 from the
 # wheels of lab/fa4_wheels.sh found under .whl/ (any subfolders; parts carried in earlier calls stay there while
 # the machine is warm) or an FA4_SITE already installed), fa4-stage (only copy .whl/ aside), tests-kernel, tests-core, tests-host, tests-gpu,
-# tests-lab, variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
+# tests-lab (LAB_TESTS, LAB_K, LAB_SHARDS), variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES); variant-ab (VARIANT: a lab/variants patch, KINDS,
@@ -53,8 +53,15 @@ for step in "$@"; do
     tests-host) timeout 400 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/runtime/test_fused_host_kernels.py \
                   tests/runtime/test_host.py 2>&1 | tail -15 ;;
     tests-gpu) timeout 500 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -15 ;;
-    tests-lab) use_devsite  # LAB_TESTS: which (default every lab test), LAB_K: a -k expression; deps from the stage step
-      timeout ${TESTS_S:-300} python3 -P -m pytest -q -p no:cacheprovider ${LAB_K:+-k "$LAB_K"} ${LAB_TESTS:-lab/tests} 2>&1 | tail -15 ;;
+    tests-lab) use_devsite  # LAB_TESTS: which (default every lab test), LAB_K: a -k expression, LAB_SHARDS=n: n pytest
+      # processes (lab/pytest_shard.py) compiling on the machine's cores at once; deps from the stage step
+      n=${LAB_SHARDS:-1}
+      for i in $(seq 0 $((n - 1))); do
+        OMP_NUM_THREADS=2 PYTEST_SHARD=$i/$n timeout ${TESTS_S:-300} python3 -P -m pytest -q -p no:cacheprovider -p pytest_shard \
+          ${LAB_K:+-k "$LAB_K"} ${LAB_TESTS:-lab/tests} > "$OUT/tests_lab_$i.txt" 2>&1 &
+      done
+      wait
+      for i in $(seq 0 $((n - 1))); do grep -E "^(FAILED|ERROR)" "$OUT/tests_lab_$i.txt" | head -10; tail -1 "$OUT/tests_lab_$i.txt"; done ;;
     after-kernel-edit) # what a change to lowering/gluon_window_block.py must pass on the H200
              timeout 540 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/lowering/test_triton_window_block.py \
                2>&1 | tail -15
