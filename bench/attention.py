@@ -78,15 +78,18 @@ def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
     ``[:, 0]`` and V at ``[:, 1]`` (TensorRT-LLM's paged DFlash context pool, read in place),
     each passed as its ``[pages, P, Hkv, D]`` view. ``order``: ``random`` scatters the ring's
     pages over the pool (a permutation), ``sequential`` gives sequence ``n`` pages
-    ``n * ring ... n * ring + ring - 1`` in ring order (see ``PAGE_ORDER``)."""
+    ``n * ring ... n * ring + ring - 1`` in ring order, ``shared`` gives every sequence the same
+    ``ring`` pages (scattered), so that the context's K/V, read by every program, stay in L2: the
+    kernels run bound by their own instructions rather than by memory (see ``PAGE_ORDER``)."""
     g = torch.Generator(device=DEV).manual_seed(seed)
     ring = math.ceil((W - 1) / PAGE) + 1
-    total = n * ring
+    total = ring if order == "shared" else n * ring
     kw = dict(device=DEV, dtype=torch.bfloat16, generator=g)
     if layout == "arena":  # [slots, L, max_ctx + B, Hkv, D], one spare slot; layer 1 of 2, a view
         k_arena = torch.randn(n + 1, 2, ctx + B, HKV, D, **kw)
         v_arena = torch.randn(n + 1, 2, ctx + B, HKV, D, **kw)
-        ids = torch.randperm(n + 1, device=DEV, generator=g)[:n] if order == "random" else torch.arange(n, device=DEV)
+        ids = (torch.randperm(n + 1, device=DEV, generator=g)[:n] if order == "random"
+               else torch.zeros(n, dtype=torch.long, device=DEV) if order == "shared" else torch.arange(n, device=DEV))
         cache = PagedKV(k_arena[:, 1], v_arena[:, 1], ids[:, None].to(torch.int32),
                         torch.full((n,), ctx, dtype=torch.int32, device=DEV))
         return torch.randn(n, B, HQ, D, **kw), cache, torch.randn(n, B, HKV, D, **kw), torch.randn(n, B, HKV, D, **kw)
@@ -99,8 +102,8 @@ def make_inputs(n, ctx, seed=0, layout="nhd", order="random"):
     else:
         k_pages = torch.randn(total, PAGE, HKV, D, **kw)
         v_pages = torch.randn(total, PAGE, HKV, D, **kw)
-    ids = torch.randperm(total, device=DEV, generator=g) if order == "random" else torch.arange(total, device=DEV)
-    bt = ids.reshape(n, ring).to(torch.int32)
+    ids = torch.randperm(total, device=DEV, generator=g) if order != "sequential" else torch.arange(total, device=DEV)
+    bt = (ids.expand(n, ring) if order == "shared" else ids.reshape(n, ring)).to(torch.int32).contiguous()
     cache = PagedKV(k_pages, v_pages, bt, torch.full((n,), ctx, dtype=torch.int32, device=DEV))
     q = torch.randn(n, B, HQ, D, **kw)
     kb = torch.randn(n, B, HKV, D, **kw)
@@ -197,19 +200,26 @@ def make_fa4(dense, q):
     zeros: FA4 reads at least one tile it then masks, and a NaN there would reach its output.
     The window is FA4's bottom-right aligned ``(W - 1, W - 1)``: query ``j`` sits at key
     ``ctx + j``, the two-sided window of the drafter's mask.
+
+    With ``PAGE_ORDER == "shared"`` the pages that hold only context keys are one set for every
+    sequence (their keys are the same, as the ring cache's are), the pages from key ``ctx`` on
+    (the block's keys) each sequence's own.
     """
     n, ctx = dense.n, dense.ctx
     per = -(-(ctx + B) // FA4_PAGE)
     first = max(0, ctx - (W - 1)) // FA4_PAGE
     own = per - first
+    common = ctx // FA4_PAGE - first if PAGE_ORDER == "shared" else 0  # context-only pages every sequence shares
     kw = dict(device=DEV, dtype=q.dtype)
-    k4 = torch.zeros(1 + n * own, FA4_PAGE, HKV, D, **kw)
+    k4 = torch.zeros(1 + common + n * (own - common), FA4_PAGE, HKV, D, **kw)
     v4 = torch.zeros_like(k4)
     table = torch.zeros(n, per, dtype=torch.int32, device=DEV)
     gen = torch.Generator(device=DEV).manual_seed(n)
-    ids = (torch.randperm(n * own, device=DEV, generator=gen) if PAGE_ORDER == "random"
-           else torch.arange(n * own, device=DEV))
-    table[:, first:] = 1 + ids.to(torch.int32).view(n, own)
+    mine = n * (own - common)
+    ids = (torch.arange(mine, device=DEV) if PAGE_ORDER == "sequential"
+           else torch.randperm(mine, device=DEV, generator=gen))
+    table[:, first:first + common] = 1 + torch.arange(common, dtype=torch.int32, device=DEV)
+    table[:, first + common:] = 1 + common + ids.to(torch.int32).view(n, own - common)
     sel = (dense.kpos >= first * FA4_PAGE).nonzero().flatten()
     pos = dense.kpos[sel]
     pages = table.long()[:, pos // FA4_PAGE]  # [N, L]
@@ -293,9 +303,10 @@ def main():
     ap.add_argument("--full", action="store_true", help="full (non-causal) attention over the whole context")
     ap.add_argument("--kind", default=None, choices=sorted(KINDS),
                     help="a drafter kind's shape (KINDS: heads, KV heads, head dim, block, window, context)")
-    ap.add_argument("--page-order", choices=("random", "sequential"), default=PAGE_ORDER,
-                    help="pages of a sequence scattered over the pool (a permutation) or in pool order; applies to "
-                         "the ring cache and to FA4's pages alike")
+    ap.add_argument("--page-order", choices=("random", "sequential", "shared"), default=PAGE_ORDER,
+                    help="pages of a sequence scattered over the pool (a permutation) or in pool order, or one set of "
+                         "context pages for every sequence (K/V in L2: bound by instructions, not memory); applies "
+                         "to the ring cache and to FA4's pages alike")
     ap.add_argument("--tiny", action="store_true",
                     help="timing.TINY's shape (a few heads and keys) and a short context: a smoke run, also on CPU "
                          "(TRITON_INTERPRET=1; the flex and FA4 rows are skipped there)")

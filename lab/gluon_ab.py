@@ -109,7 +109,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--builds", default="base,pingpong,overlap+pingpong")
-    ap.add_argument("--page-order", choices=("random", "sequential"), default="random")
+    ap.add_argument("--page-order", choices=("random", "sequential", "shared"), default="random",
+                    help="attention.py's --page-order (shared: every sequence's context in the same pages, K/V in L2)")
     ap.add_argument("--page", type=int, default=A.PAGE, help="tokens a page (TensorRT-LLM's default: 32)")
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
     ap.add_argument("--head-dim", type=int, default=A.D, help="head dim (attention.py's --head-dim)")
@@ -119,7 +120,7 @@ def main():
     ap.add_argument("--kind", default=None, help="a drafter kind's shape (attention.KINDS); sets --ctx and --head-dim")
     ap.add_argument("--fa4", action="store_true", help="time FlashAttention-4 beside (attention.make_fa4), if importable")
     args = ap.parse_args()
-    A.PAGE, A.D = args.page, args.head_dim
+    A.PAGE, A.D, A.PAGE_ORDER = args.page, args.head_dim, args.page_order
     if args.kind:
         args.ctx = use_kind(args.kind)
     slot_counts = [int(x) for x in args.num_bufs.split(",") if x] or [args.num_buf]

@@ -11,7 +11,7 @@
 # tests-lab (LAB_TESTS, LAB_K, LAB_SHARDS), variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
-# kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES); variant-ab (VARIANT: a lab/variants patch, KINDS,
+# kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
 # Compute on today's kernel and FA4, clocks left alone); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
@@ -117,6 +117,7 @@ for step in "$@"; do
         echo "--- $k from $(date -u +%H:%M:%S) (matches smi.csv's timestamps)"
         PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 lab/gluon_ab.py \
           --kind $k --layout trtllm --page 32 --batches "${BATCHES:-16,64,256}" --builds "${AB_BUILDS:-}" \
+          --page-order "${PAGE_ORDER:-random}" \
           --against "${AGAINST:-lowering/gluon_window_block.py}" ${NUM_BUFS:+--num-bufs "$NUM_BUFS"} --fa4 \
           --rounds "${ROUNDS:-2}" > "$OUT/ab_$k.txt" 2>&1
         echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$OUT/ab_$k.txt" | head -12

@@ -77,6 +77,38 @@ def test_attention_full_attention_and_block_width():
     assert "B 5, full attention" in out
 
 
+@pytest.mark.parametrize("order", ["random", "sequential", "shared"])
+def test_attention_page_orders_give_fa4_the_ring_caches_keys(order, monkeypatch):
+    """``--page-order``: FA4's pages hold, at every position its window reads, the key and value
+    the ring cache holds there (``shared``: one set of context pages for every sequence, so
+    the context's K/V stay in L2); read here by indexing both page tables directly."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import attention as A
+
+    for name, value in dict(DEV="cpu", HQ=8, HKV=2, D=16, B=4, W=100, PAGE=16, FA4_PAGE=32,
+                            PAGE_ORDER=order, fa4_varlen_func=lambda *a, **k: None).items():
+        monkeypatch.setattr(A, name, value)
+    n, ctx = 3, 333
+    q, cache, kb, vb = A.make_inputs(n, ctx, seed=5, layout="trtllm", order=order)
+    bt = cache.block_table.long()
+    assert (bt == bt[0]).all().item() == (order == "shared")
+    run = A.make_fa4(A.Dense(q, cache, kb, vb, ctx), q)
+    held = {name: cell.cell_contents for name, cell in zip(run.__code__.co_freevars, run.__closure__)}
+    k4, v4, table = held["k4"], held["v4"], held["table"].long()
+    ring = bt.shape[1]
+    for s in range(n):
+        for t in range(ctx - (A.W - 1), ctx + A.B):  # the keys query ctx + B - 1's window reaches, and the block's
+            page, slot = table[s, t // 32], t % 32
+            if t < ctx:
+                want_k = cache.k_pages[bt[s, (t // 16) % ring], t % 16]
+                want_v = cache.v_pages[bt[s, (t // 16) % ring], t % 16]
+            else:
+                want_k, want_v = kb[s, t - ctx], vb[s, t - ctx]
+            assert torch.equal(k4[page, slot], want_k) and torch.equal(v4[page, slot], want_v), (s, t)
+
+
 def test_read_ceiling_tiny_under_the_interpreter():
     triton_or_skip()
     out = run("read_ceiling.py", "--tiny", interpret=True)
