@@ -119,10 +119,17 @@ def main():
     ap.add_argument("--against", default="", help="comma list of git revisions, or kernel .py files, whose kernel to time beside")
     ap.add_argument("--kind", default=None, help="a drafter kind's shape (attention.KINDS); sets --ctx and --head-dim")
     ap.add_argument("--fa4", action="store_true", help="time FlashAttention-4 beside (attention.make_fa4), if importable")
+    ap.add_argument("--window", type=int, default=None,
+                    help="the two-sided window W instead of the kind's (a windowed kind): times at two windows split "
+                         "a kernel's time a program into a fixed part and a part a key")
     args = ap.parse_args()
     A.PAGE, A.D, A.PAGE_ORDER = args.page, args.head_dim, args.page_order
     if args.kind:
         args.ctx = use_kind(args.kind)
+    if args.window is not None:
+        if A.FULL or not 1 < args.window <= args.ctx:
+            refuse(f"--window {args.window}: needs a windowed shape and 1 < W <= the context ({args.ctx})")
+        A.W = args.window
     slot_counts = [int(x) for x in args.num_bufs.split(",") if x] or [args.num_buf]
     builds = args.builds.split(",") if args.builds else []
     for name in builds:

@@ -164,6 +164,8 @@ def main():
     ap.add_argument("--kind", default=None, help="a drafter kind's shape (attention.KINDS); sets --ctx and --window")
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
     ap.add_argument("--page", type=int, default=attention.PAGE, help="tokens a page (TensorRT-LLM's: 32)")
+    ap.add_argument("--page-order", choices=("random", "sequential", "shared"), default="random",
+                    help="attention.py's --page-order (shared: every sequence's context in the same pages, K/V in L2)")
     ap.add_argument("--variant", action="append", default=[],
                     help="a kernel variant (lab/variants/*.patch) applied before the timer; repeat for an On-top-of chain")
     args = ap.parse_args()
@@ -193,7 +195,7 @@ def main():
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     tables = []
     for n in map(int, args.batches.split(",")):
-        q, cache, kb, vb = make_inputs(n, args.ctx, layout=args.layout)
+        q, cache, kb, vb = make_inputs(n, args.ctx, layout=args.layout, order=args.page_order)
         ring = cache.block_table.shape[1] * cache.page_size
         span = ring if attention.FULL else min(W - 1, ring)  # triton_window_block's max_span
         chosen = choose_config(n, B, HQ, HKV, D, span, q.device, gluon_ok=True).num_splits
