@@ -13,7 +13,7 @@
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
-# Compute on today's kernel and FA4, clocks left alone); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
+# Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
@@ -144,6 +144,24 @@ for step in "$@"; do
           --kind $k --batches "${BATCHES:-64,256}" --fa4 ${AGAINST:+--against "$AGAINST"} > "$OUT/power_$k.txt" 2>&1
         echo "--- power $k: exit $?"; grep "^batch" "$OUT/power_$k.txt"
       done ;;
+    ncu-stalls) # the warps' stall reasons (Nsight Compute, per issued instruction) of today's kernel (AGAINST: kernel
+      # files instead) and FA4, with K/V in L2 (--page-order shared), at KINDS' shapes, BATCH (64): where two consumer
+      # warpgroups lose cycles that one does not (lab/log.md#a33); clocks left alone; FA4 from the stage step's parts
+      site=/tmp/fa4site; n=${BATCH:-64}
+      use_fa4
+      if ! command -v ncu > /dev/null; then echo "no ncu on this machine"; else
+        for k in ${KINDS:-dflash2_minimax dflash_w2048}; do
+          for pair in "ours:gluon_window_block_kernel" "fa4:FlashAttentionForwardSm90"; do
+            PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${NCU_S:-120} ncu --clock-control none \
+              --kernel-name regex:"${pair#*:}" --launch-count 1 --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" \
+              python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 --batches $n --builds "" --page-order shared \
+              --against "${AGAINST:-lowering/gluon_window_block.py}" --fa4 --rounds 1 > "$OUT/stalls_${pair%%:*}_${k}_$n.txt" 2>&1
+            echo "--- stalls ${pair%%:*} $k $n: exit $?"
+            grep -E "stalled|inst_executed|cycles_elapsed|issue_active|tensor_op" "$OUT/stalls_${pair%%:*}_${k}_$n.txt" \
+              | awk '$0 !~ /stalled/ || $NF + 0 >= 0.05' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -30
+          done
+        done
+      fi ;;
     ncu-ab) # Nsight Compute on today's kernel and FA4 at one drafter kind and batch (KIND, BATCH), each the first launch
       # of its kernel in lab/gluon_ab.py's run; clocks left alone (METHOD.md); FA4 from the stage step's parts
       site=/tmp/fa4site; k=${KIND:-dflash2_minimax}; n=${BATCH:-64}
