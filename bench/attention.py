@@ -60,6 +60,7 @@ DEV = timing.device()  # the GPU; the CPU (TRITON_INTERPRET=1) for --tiny runs w
 FA4_PAGE = 128  # --fa4-page: FA4's page size; 128 = whole 128-key tiles per page, so its TMA path is taken
 LAYOUTS = ("nhd", "hnd", "trtllm", "arena")  # --layout: K/V storage (make_inputs)
 PAGE_ORDER = "random"  # --page-order: where a sequence's pages lie in the pool, for every paged row alike
+PAGE_ORDERS = ("random", "sequential", "shared")  # make_inputs' orders (the lab's tools take the same)
 FULL = False  # --full (or a --kind of full attention): W is then ctx + B, a window no key is outside of
 #: --kind: each drafter kind's attention shape, from the adapters (synth configs, adapters/*.yaml):
 #: (Hq, Hkv, D, B, W or None for full attention, context tokens a sequence, the adapters of that shape)
@@ -303,7 +304,7 @@ def main():
     ap.add_argument("--full", action="store_true", help="full (non-causal) attention over the whole context")
     ap.add_argument("--kind", default=None, choices=sorted(KINDS),
                     help="a drafter kind's shape (KINDS: heads, KV heads, head dim, block, window, context)")
-    ap.add_argument("--page-order", choices=("random", "sequential", "shared"), default=PAGE_ORDER,
+    ap.add_argument("--page-order", choices=PAGE_ORDERS, default=PAGE_ORDER,
                     help="pages of a sequence scattered over the pool (a permutation) or in pool order, or one set of "
                          "context pages for every sequence (K/V in L2: bound by instructions, not memory); applies "
                          "to the ring cache and to FA4's pages alike")

@@ -97,10 +97,15 @@ def inputs(n: int, ctx: int, layout: str, order: str):
     oracle's view and the launch's config (``choose_config``, the Gluon kernel allowed):
     ``((q, cache, k_blk, v_blk), dense, config)``."""
     q, cache, kb, vb = A.make_inputs(n, ctx, seed=n, layout=layout, order=order)
+    return (q, cache, kb, vb), A.Dense(q, cache, kb, vb, ctx), launch_config(n, cache, q.device)
+
+
+def launch_config(n: int, cache, device):
+    """The lowering's config (``choose_config``, the Gluon kernel allowed) at batch ``n`` on
+    ``cache``, for the shape ``attention``'s globals hold."""
     ring = cache.block_table.shape[1] * cache.page_size
     span = ring if A.FULL else min(A.W - 1, ring)  # triton_window_block's max_span
-    cfg = choose_config(n, A.B, A.HQ, A.HKV, A.D, span, q.device, gluon_ok=True)
-    return (q, cache, kb, vb), A.Dense(q, cache, kb, vb, ctx), cfg
+    return choose_config(n, A.B, A.HQ, A.HKV, A.D, span, device, gluon_ok=True)
 
 
 def main():
@@ -109,7 +114,7 @@ def main():
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--builds", default="base,pingpong,overlap+pingpong")
-    ap.add_argument("--page-order", choices=("random", "sequential", "shared"), default="random",
+    ap.add_argument("--page-order", choices=A.PAGE_ORDERS, default="random",
                     help="attention.py's --page-order (shared: every sequence's context in the same pages, K/V in L2)")
     ap.add_argument("--page", type=int, default=A.PAGE, help="tokens a page (TensorRT-LLM's default: 32)")
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")

@@ -43,6 +43,24 @@ use_fa4() {  # FA4 installed into /tmp/fa4site from the parts the stage step put
     timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w /tmp/fa4site > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
     tail -2 "$OUT/fa4_install.txt"; fi
 }
+ncu_both() {  # Nsight Compute on the first launch of ours and of FA4, each in its own lab/gluon_ab.py run at kind $1,
+  # batch $2 (--fa4, 32-token pages): $3 the output files' tag ($OUT/<tag>_<ours|fa4>_<kind>_<batch>.txt), $4 ncu's
+  # options, then lab/gluon_ab.py's own arguments, last the lines to show (a grep -E pattern); clocks left alone
+  # (METHOD.md); FA4 from the stage step's parts
+  local k=$1 n=$2 tag=$3 opts=$4 site=/tmp/fa4site; shift 4
+  local show=${*: -1}; set -- "${@:1:$#-1}"
+  use_fa4
+  if ! command -v ncu > /dev/null; then echo "no ncu on this machine"; return; fi
+  for pair in "ours:gluon_window_block_kernel" "fa4:FlashAttentionForwardSm90"; do
+    local f="$OUT/${tag}_${pair%%:*}_${k}_$n.txt"
+    PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${NCU_S:-200} ncu --clock-control none \
+      --kernel-name regex:"${pair#*:}" --launch-count 1 $opts python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 \
+      --batches $n --builds "" --fa4 --rounds 1 "$@" > "$f" 2>&1
+    echo "--- $tag ${pair%%:*} $k $n: exit $?"
+    grep -E "$show" "$f" | awk '$0 !~ /stalled/ || $NF + 0 >= 0.05' \
+      | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -${NCU_LINES:-30}
+  done
+}
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
@@ -146,36 +164,17 @@ for step in "$@"; do
       done ;;
     ncu-stalls) # the warps' stall reasons (Nsight Compute, per issued instruction) of today's kernel (AGAINST: kernel
       # files instead) and FA4, with K/V in L2 (--page-order shared), at KINDS' shapes, BATCH (64): where two consumer
-      # warpgroups lose cycles that one does not (lab/log.md#a33); clocks left alone; FA4 from the stage step's parts
-      site=/tmp/fa4site; n=${BATCH:-64}
-      use_fa4
-      if ! command -v ncu > /dev/null; then echo "no ncu on this machine"; else
-        for k in ${KINDS:-dflash2_minimax dflash_w2048}; do
-          for pair in "ours:gluon_window_block_kernel" "fa4:FlashAttentionForwardSm90"; do
-            PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${NCU_S:-120} ncu --clock-control none \
-              --kernel-name regex:"${pair#*:}" --launch-count 1 --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" \
-              python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 --batches $n --builds "" --page-order shared \
-              --against "${AGAINST:-lowering/gluon_window_block.py}" --fa4 --rounds 1 > "$OUT/stalls_${pair%%:*}_${k}_$n.txt" 2>&1
-            echo "--- stalls ${pair%%:*} $k $n: exit $?"
-            grep -E "stalled|inst_executed|cycles_elapsed|issue_active|tensor_op" "$OUT/stalls_${pair%%:*}_${k}_$n.txt" \
-              | awk '$0 !~ /stalled/ || $NF + 0 >= 0.05' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -30
-          done
-        done
-      fi ;;
-    ncu-ab) # Nsight Compute on today's kernel and FA4 at one drafter kind and batch (KIND, BATCH), each the first launch
-      # of its kernel in lab/gluon_ab.py's run; clocks left alone (METHOD.md); FA4 from the stage step's parts
-      site=/tmp/fa4site; k=${KIND:-dflash2_minimax}; n=${BATCH:-64}
-      if ! command -v ncu > /dev/null; then echo "no ncu on this machine"; else
-        for pair in "ours:gluon_window_block_kernel" "fa4:FlashAttentionForwardSm90"; do
-          PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${NCU_S:-200} ncu --clock-control none \
-            --kernel-name regex:"${pair#*:}" --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
-            --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy \
-            python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 --batches $n --builds "" \
-            --against lowering/gluon_window_block.py --fa4 --rounds 1 > "$OUT/ncu_${pair%%:*}_${k}_$n.txt" 2>&1
-          echo "--- ncu ${pair%%:*} $k $n: exit $?"; grep -E "^ +(SM Frequency|Duration|Memory Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued)" \
-            "$OUT/ncu_${pair%%:*}_${k}_$n.txt" | head -${NCU_LINES:-30}
-        done
-      fi ;;
+      # warpgroups lose cycles that one does not (lab/log.md#a33)
+      for k in ${KINDS:-dflash2_minimax dflash_w2048}; do
+        ncu_both $k ${BATCH:-64} stalls "--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" \
+          --page-order shared --against "${AGAINST:-lowering/gluon_window_block.py}" \
+          "stalled|inst_executed|cycles_elapsed|issue_active|tensor_op"
+      done ;;
+    ncu-ab) # Nsight Compute on today's kernel and FA4 at one drafter kind and batch (KIND, BATCH)
+      ncu_both ${KIND:-dflash2_minimax} ${BATCH:-64} ncu "--section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy" \
+        --against lowering/gluon_window_block.py \
+        "^ +(SM Frequency|Duration|Memory Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued)" ;;
     require-h200) # stop here (exit 3) unless the card is an H200: the steps after it are H200 measurements
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "card: $name"
       case $name in *H200*) ;; *) echo "not an H200: the later steps are not run"; exit 3 ;; esac ;;

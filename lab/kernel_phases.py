@@ -29,10 +29,10 @@ import torch
 import _paths  # noqa: F401  (bench/ on sys.path)
 import attention
 import timed_kernel
+from gluon_ab import launch_config, use_kind
 from attention import B, D, HKV, HQ, W, bench_graph, capture_graph, copy_bandwidth, flush_l2, kernel_us, make_inputs, needed_bytes
 from draftsmith.lowering import gluon_window_block as gwb
 from draftsmith.lowering.base import MaskSpec
-from draftsmith.lowering.triton_window_block import choose_config
 
 SLOT = {}  # timer slot name -> index, the timed build's TIMER_SLOTS (filled by main)
 
@@ -164,16 +164,14 @@ def main():
     ap.add_argument("--kind", default=None, help="a drafter kind's shape (attention.KINDS); sets --ctx and --window")
     ap.add_argument("--layout", choices=("nhd", "hnd", "trtllm"), default="nhd", help="page storage (attention.py's)")
     ap.add_argument("--page", type=int, default=attention.PAGE, help="tokens a page (TensorRT-LLM's: 32)")
-    ap.add_argument("--page-order", choices=("random", "sequential", "shared"), default="random",
+    ap.add_argument("--page-order", choices=attention.PAGE_ORDERS, default="random",
                     help="attention.py's --page-order (shared: every sequence's context in the same pages, K/V in L2)")
     ap.add_argument("--variant", action="append", default=[],
                     help="a kernel variant (lab/variants/*.patch) applied before the timer; repeat for an On-top-of chain")
     args = ap.parse_args()
     attention.PAGE = args.page
     if args.kind:
-        import gluon_ab  # the lab's A/B sets a kind's shape the same way
-
-        args.ctx = gluon_ab.use_kind(args.kind)
+        args.ctx = use_kind(args.kind)  # the lab's A/B sets a kind's shape the same way
         HQ, HKV, D, B, W = attention.HQ, attention.HKV, attention.D, attention.B, attention.W
     else:
         W = attention.W = args.window  # attention.make_inputs sizes the ring from it
@@ -196,9 +194,7 @@ def main():
     tables = []
     for n in map(int, args.batches.split(",")):
         q, cache, kb, vb = make_inputs(n, args.ctx, layout=args.layout, order=args.page_order)
-        ring = cache.block_table.shape[1] * cache.page_size
-        span = ring if attention.FULL else min(W - 1, ring)  # triton_window_block's max_span
-        chosen = choose_config(n, B, HQ, HKV, D, span, q.device, gluon_ok=True).num_splits
+        chosen = launch_config(n, cache, q.device).num_splits
         for splits in map(int, (args.splits or str(chosen)).split(",")):
             timer = torch.full((n * HKV, splits, len(TIMED.TIMER_SLOTS)), -1, dtype=torch.int64, device="cuda")
             kw = dict(num_splits=splits)
