@@ -13,7 +13,7 @@
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
-# Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
+# Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
@@ -46,7 +46,8 @@ use_fa4() {  # FA4 installed into /tmp/fa4site from the parts the stage step put
 ncu_both() {  # Nsight Compute on the first launch of ours and of FA4, each in its own lab/gluon_ab.py run at kind $1,
   # batch $2 (--fa4, 32-token pages): $3 the output files' tag ($OUT/<tag>_<ours|fa4>_<kind>_<batch>.txt), $4 ncu's
   # options, then lab/gluon_ab.py's own arguments, last the lines to show (a grep -E pattern); clocks left alone
-  # (METHOD.md); FA4 from the stage step's parts
+  # (METHOD.md); FA4 from the stage step's parts; NCU_REP=1: also each kernel's SASS source page with its warp
+  # stall samples ($OUT/<tag>_<ours|fa4>_<kind>_<batch>_sass.csv.xz, for lab/ncu_sass.py)
   local k=$1 n=$2 tag=$3 opts=$4 site=/tmp/fa4site; shift 4
   local show=${*: -1}; set -- "${@:1:$#-1}"
   use_fa4
@@ -54,9 +55,12 @@ ncu_both() {  # Nsight Compute on the first launch of ours and of FA4, each in i
   for pair in "ours:gluon_window_block_kernel" "fa4:FlashAttentionForwardSm90"; do
     local f="$OUT/${tag}_${pair%%:*}_${k}_$n.txt"
     PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${NCU_S:-200} ncu --clock-control none \
-      --kernel-name regex:"${pair#*:}" --launch-count 1 $opts python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 \
+      --kernel-name regex:"${pair#*:}" --launch-count 1 $opts ${NCU_REP:+-o "${f%.txt}"} python3 lab/gluon_ab.py --kind $k --layout trtllm --page 32 \
       --batches $n --builds "" --fa4 --rounds 1 "$@" > "$f" 2>&1
     echo "--- $tag ${pair%%:*} $k $n: exit $?"
+    if [ -n "${NCU_REP:-}" ]; then  # the report's source page: every SASS instruction with its stall samples
+      ncu -i "${f%.txt}.ncu-rep" --page source --csv --print-source sass > "${f%.txt}_sass.csv" 2>&1
+      rm -f "${f%.txt}.ncu-rep"; wc -l < "${f%.txt}_sass.csv"; xz -f "${f%.txt}_sass.csv"; fi  # read: lab/ncu_sass.py
     grep -E "$show" "$f" | awk '$0 !~ /stalled/ || $NF + 0 >= 0.05' \
       | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -${NCU_LINES:-30}
   done
@@ -170,6 +174,10 @@ for step in "$@"; do
           --page-order shared --against "${AGAINST:-lowering/gluon_window_block.py}" \
           "stalled|inst_executed|cycles_elapsed|issue_active|tensor_op"
       done ;;
+    ncu-source) # where in the SASS the warps stall (Nsight Compute's warp-state sampling, a CSV of every instruction),
+      # ours (AGAINST: a kernel file instead) and FA4 at KIND, BATCH with K/V in L2 (--page-order shared)
+      NCU_REP=1 ncu_both ${KIND:-dflash2_minimax} ${BATCH:-64} source "--section SourceCounters --section WarpStateStats" \
+        --page-order shared --against "${AGAINST:-lowering/gluon_window_block.py}" "^ +(Warp Cycles Per Issued|Duration)" ;;
     ncu-ab) # Nsight Compute on today's kernel and FA4 at one drafter kind and batch (KIND, BATCH)
       ncu_both ${KIND:-dflash2_minimax} ${BATCH:-64} ncu "--section SpeedOfLight --section ComputeWorkloadAnalysis \
         --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy" \

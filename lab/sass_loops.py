@@ -63,6 +63,7 @@ def main():
     ap.add_argument("--wide", action="store_true", help="the wide build (needs --variant lab/variants/wide-ring.patch)")
     ap.add_argument("--wide-kv", action="store_true", help="with --wide: the variant's WIDE_KV = True (K and V on their own barriers)")
     ap.add_argument("--top", type=int, default=16, help="opcodes shown a loop")
+    ap.add_argument("--dump", type=int, default=-1, metavar="N", help="also print loop N's instructions (0: the first)")
     args = ap.parse_args()
     import gluon_compile
 
@@ -76,7 +77,12 @@ def main():
     if built is None:
         print("needs Gluon's Hopper API (triton 3.6)", file=sys.stderr)
         raise SystemExit(2)
-    for start, end, ops in loops(sass_of(built["cubin"])):
+    sass = sass_of(built["cubin"])
+    for n, (start, end, ops) in enumerate(loops(sass)):
+        if n == args.dump:
+            for m in map(INSTR.match, sass.splitlines()):
+                if m and start <= int(m.group(1), 16) <= end:
+                    print(f"  {m.group(1)}  {m.group(2)}")
         mix = ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top))
         print(f"loop {start:#x}-{end:#x}: {sum(ops.values())} instructions an iteration, {ops['HGMMA']} HGMMA; {mix}")
 

@@ -1,0 +1,30 @@
+"""Write a kernel file with the wide build on (lab/variants/wide-ring.patch's opt-in, for
+``lab/gluon_ab.py --against``): ``default_wide()`` true for two consumers at head dim 128, and the
+named switches (``WIDE_KV``, ``WIDE_Q_SMEM``) set to True.
+
+    python3 lab/wide_copy.py SRC DST [WIDE_KV] [WIDE_Q_SMEM]
+"""
+
+import sys
+
+
+def wide_on(text: str, switches=()) -> str:
+    """``text`` (a kernel file with wide-ring.patch applied) with the wide build the default for two
+    consumers at head dim 128 and each of ``switches`` True; refuses text without them."""
+    head = "def default_wide(consumers: int, d: int) -> bool:"
+    at = text.index(head)
+    off = text.index("    return False", at)
+    text = text[:off] + "    return consumers == 2 and d == 128" + text[off + len("    return False"):]
+    for name in switches:
+        if f"\n{name} = False" not in text:
+            raise ValueError(f"no switch {name} = False")
+        text = text.replace(f"\n{name} = False", f"\n{name} = True", 1)
+    return text
+
+
+if __name__ == "__main__":
+    src, dst, *names = sys.argv[1:]
+    with open(src) as f:
+        out = wide_on(f.read(), names)
+    with open(dst, "w") as f:
+        f.write(out)
