@@ -16,8 +16,9 @@ from kernel_tests import sm90_case, spans, variant_module
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
 KFIRST = ROOT / "lab" / "variants" / "wide-ring-kfirst.patch"  # on top of VARIANT: K of tile s before V of s - 1
-#: the builds tested: (WIDE_KV, the K-first producer)
-BUILDS = {"kv1": (False, False), "kv2": (True, False), "kv2-kfirst": (True, True)}
+#: the builds tested: (the switches set True, the K-first producer)
+BUILDS = {"kv1": ((), False), "kv2": (("WIDE_KV",), False), "kv2-kfirst": (("WIDE_KV",), True),
+          "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), False)}
 
 
 def _interior_counts(ctx, b, window, splits=1, bn=64):
@@ -42,13 +43,17 @@ def test_cases_hold_odd_and_even_interior_counts(b, hq, hkv, causal, window, spl
     assert any(c % 2 for c in counts) and any(c and c % 2 == 0 for c in counts), counts
 
 
-def _variant(kv: bool, kfirst: bool = False):
-    """The patched kernel module (``WIDE_KV = kv``; ``kfirst``: with ``wide-ring-kfirst.patch`` too)."""
-    def kv_split(text):
-        assert "\nWIDE_KV = False" in text
-        return text.replace("\nWIDE_KV = False", "\nWIDE_KV = True")
+def _variant(switches: tuple = (), kfirst: bool = False):
+    """The patched kernel module (each of ``switches``, e.g. ``WIDE_KV``, set True; ``kfirst``: with
+    ``wide-ring-kfirst.patch`` too)."""
+    def switched(text):
+        for name in switches:
+            assert f"\n{name} = False" in text, name
+            text = text.replace(f"\n{name} = False", f"\n{name} = True")
+        return text
 
-    return variant_module(KFIRST if kfirst else VARIANT, kv_split if kv else None, "_kv" if kv else "")
+    return variant_module(KFIRST if kfirst else VARIANT, switched if switches else None,
+                          "".join("_" + n.removeprefix("WIDE_").lower() for n in switches))
 
 
 @pytest.mark.gpu
