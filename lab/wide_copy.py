@@ -8,18 +8,22 @@ named switches (``WIDE_KV``, ``WIDE_Q_SMEM``) set to True.
 import sys
 
 
-def wide_on(text: str, switches=()) -> str:
-    """``text`` (a kernel file with wide-ring.patch applied) with the wide build the default for two
-    consumers at head dim 128 and each of ``switches`` True; refuses text without them."""
-    head = "def default_wide(consumers: int, d: int) -> bool:"
-    at = text.index(head)
-    off = text.index("    return False", at)
-    text = text[:off] + "    return consumers == 2 and d == 128" + text[off + len("    return False"):]
+def switch_on(text: str, switches=()) -> str:
+    """``text`` (a kernel file with wide-ring.patch applied) with each of ``switches`` (module-level
+    ``NAME = False`` lines, e.g. ``WIDE_KV``) True; refuses a name it does not hold."""
     for name in switches:
         if f"\n{name} = False" not in text:
             raise ValueError(f"no switch {name} = False")
         text = text.replace(f"\n{name} = False", f"\n{name} = True", 1)
     return text
+
+
+def wide_on(text: str, switches=()) -> str:
+    """:func:`switch_on`, and the wide build the default for two consumers at head dim 128."""
+    at = text.index("def default_wide(consumers: int, d: int) -> bool:")
+    off = text.index("    return False", at)
+    text = text[:off] + "    return consumers == 2 and d == 128" + text[off + len("    return False"):]
+    return switch_on(text, switches)
 
 
 if __name__ == "__main__":

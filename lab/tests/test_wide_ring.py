@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernel_tests import sm90_case, spans, variant_module
+from wide_copy import switch_on
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
@@ -46,13 +47,7 @@ def test_cases_hold_odd_and_even_interior_counts(b, hq, hkv, causal, window, spl
 def _variant(switches: tuple = (), kfirst: bool = False):
     """The patched kernel module (each of ``switches``, e.g. ``WIDE_KV``, set True; ``kfirst``: with
     ``wide-ring-kfirst.patch`` too)."""
-    def switched(text):
-        for name in switches:
-            assert f"\n{name} = False" in text, name
-            text = text.replace(f"\n{name} = False", f"\n{name} = True")
-        return text
-
-    return variant_module(KFIRST if kfirst else VARIANT, switched if switches else None,
+    return variant_module(KFIRST if kfirst else VARIANT, (lambda text: switch_on(text, switches)) if switches else None,
                           "".join("_" + n.removeprefix("WIDE_").lower() for n in switches))
 
 
