@@ -13,7 +13,7 @@
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
-# Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
+# Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); windows-ab (AGAINST, KINDS, BATCHES, WINDOWS: a cost a 64 keys and a program, lab/window_split.py); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
@@ -173,6 +173,20 @@ for step in "$@"; do
         ncu_both $k ${BATCH:-64} stalls "--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" \
           --page-order shared --against "${AGAINST:-lowering/gluon_window_block.py}" \
           "stalled|inst_executed|cycles_elapsed|issue_active|tensor_op"
+      done ;;
+    windows-ab) # kernel files (AGAINST) at two windows (WINDOWS, default "4096 1024") with K/V in L2 (PAGE_ORDER,
+      # default shared) at KINDS' shapes and BATCHES, then lab/window_split.py: each kernel's cost a 64 keys and a
+      # program (lab/log.md#a33's method); FA4 beside when staged (FA4=1)
+      set -- ${WINDOWS:-4096 1024}; site=/tmp/fa4site; [ -n "${FA4:-}" ] && use_fa4
+      for k in ${KINDS:-dflash2_minimax dspark_minimax}; do
+        for w in "$@"; do
+          PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout ${WINDOW_S:-150} python3 lab/gluon_ab.py \
+            --kind $k --window $w --page-order "${PAGE_ORDER:-shared}" --layout trtllm --page 32 --batches "${BATCHES:-64}" \
+            --builds "" --against "${AGAINST:-lowering/gluon_window_block.py}" --rounds ${ROUNDS:-2} ${FA4:+--fa4} \
+            > "$OUT/windows_${k}_$w.txt" 2>&1 || echo "--- $k window $w: exit $?"
+          grep -E "WRONG|rror" "$OUT/windows_${k}_$w.txt" | head -3
+        done
+        echo "--- $k"; python3 lab/window_split.py "$OUT/windows_${k}_$1.txt" "$OUT/windows_${k}_$2.txt"
       done ;;
     ncu-source) # where in the SASS the warps stall (Nsight Compute's warp-state sampling, a CSV of every instruction),
       # ours (AGAINST: a kernel file instead) and FA4 at KIND, BATCH with K/V in L2 (--page-order shared)
