@@ -65,6 +65,9 @@ def main(argv=None) -> int:
     ap.add_argument("--copy", type=int, default=0, help="only the loop's first N instructions (one copy)")
     ap.add_argument("--cycles", type=float, default=0.0, help="the loop step's cycles: phases in cycles")
     ap.add_argument("--top", type=int, default=12, help="the instructions with the most samples shown")
+    ap.add_argument("--outside", action="store_true",
+                    help="also the samples outside the loop, by execution count (a program's fixed part: the "
+                         "instructions every program's warps run once), and their hottest instructions")
     args = ap.parse_args(argv)
     header, rows = read(args.csv)
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
@@ -83,7 +86,27 @@ def main(argv=None) -> int:
         other = int(r[ALL]) - sum(n for n, _ in why)  # reasons the page has no column for (the wgmma queue's)
         why = sorted(why + ([(other, "other")] if other > 0 else []), reverse=True)[:3]
         print(f"  {k:4d} {int(r[ALL]):6d}  {r['Source'].strip()[:56]:56s} " + " ".join(f"{w}:{n}" for n, w in why))
+    if args.outside:
+        print_outside(rows, body, args.top)
     return 0
+
+
+def print_outside(rows: list[dict], body: list[dict], top: int) -> None:
+    """The samples of the instructions outside the hot loop, grouped by how often each ran (largest
+    groups first), and the ``top`` hottest of them."""
+    loop_count = int(body[0][EXECUTED])
+    rest = [(i, r) for i, r in enumerate(rows) if int(r[EXECUTED]) != loop_count]
+    total = sum(int(r[ALL]) for r in rows)
+    groups = Counter()
+    sizes = Counter()
+    for _, r in rest:
+        groups[int(r[EXECUTED])] += int(r[ALL])
+        sizes[int(r[EXECUTED])] += 1
+    print(f"outside the loop: {sum(groups.values())} of {total} samples")
+    for count, samples in groups.most_common(8):
+        print(f"  executed {count:9d} times: {sizes[count]:5d} instructions, {samples / total:6.1%} of the samples")
+    for i, r in sorted(rest, key=lambda ir: -int(ir[1][ALL]))[:top]:
+        print(f"  {i:5d} {int(r[ALL]):6d}  x{int(r[EXECUTED]):<8d} {r['Source'].strip()[:60]}")
 
 
 if __name__ == "__main__":

@@ -65,3 +65,12 @@ def test_cli_prints_phases_in_cycles(tmp_path, capsys):
 def test_no_loop_is_refused(tmp_path):
     (tmp_path / "page.csv").write_text('"Kernel Name","k"\n' + ",".join(f'"{h}"' for h in HEADER) + "\n")
     assert ncu_sass.main([str(tmp_path / "page.csv")]) == 2
+
+
+def test_outside_counts_the_rest(tmp_path, capsys):
+    samples = [10] * len(LOOP)
+    _write(tmp_path / "page.csv", samples)
+    assert ncu_sass.main([str(tmp_path / "page.csv"), "--outside", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "outside the loop: 6 of 146 samples" in out  # the prologue's 3 + 2 + 1
+    assert "executed         1 times:     3 instructions" in out
