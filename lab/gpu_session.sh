@@ -13,7 +13,7 @@
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
-# Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); windows-ab (AGAINST, KINDS, BATCHES, WINDOWS: a cost a 64 keys and a program, lab/window_split.py); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
+# Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); windows-ab (AGAINST, KINDS, BATCHES, WINDOWS: a cost a 64 keys and a program, lab/window_split.py); wide-copy (WIDE, WIDE_CHAIN: /tmp/ab_wide.py, the wide build on); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
@@ -174,6 +174,12 @@ for step in "$@"; do
           --page-order shared --against "${AGAINST:-lowering/gluon_window_block.py}" \
           "stalled|inst_executed|cycles_elapsed|issue_active|tensor_op"
       done ;;
+    wide-copy) # /tmp/ab_wide.py: today's kernel with wide-ring.patch (and WIDE_CHAIN: patches on top of it), the wide
+      # build on by default and WIDE ("WIDE_KV WIDE_Q_SMEM" unless set) switched on (lab/wide_copy.py), for AGAINST
+      cp lowering/gluon_window_block.py /tmp/ab_wide0.py
+      for v in lab/variants/wide-ring.patch ${WIDE_CHAIN:-}; do patch -s /tmp/ab_wide0.py "$v" || exit 1; done
+      python3 lab/wide_copy.py /tmp/ab_wide0.py /tmp/ab_wide.py ${WIDE-WIDE_KV WIDE_Q_SMEM} || exit 1
+      echo "/tmp/ab_wide.py: wide-ring.patch ${WIDE_CHAIN:-} + ${WIDE-WIDE_KV WIDE_Q_SMEM}" ;;
     windows-ab) # kernel files (AGAINST) at two windows (WINDOWS, default "4096 1024") with K/V in L2 (PAGE_ORDER,
       # default shared) at KINDS' shapes and BATCHES, then lab/window_split.py: each kernel's cost a 64 keys and a
       # program (lab/log.md#a33's method); FA4 beside when staged (FA4=1)
