@@ -168,6 +168,9 @@ def main():
                     help="attention.py's --page-order (shared: every sequence's context in the same pages, K/V in L2)")
     ap.add_argument("--variant", action="append", default=[],
                     help="a kernel variant (lab/variants/*.patch) applied before the timer; repeat for an On-top-of chain")
+    ap.add_argument("--switch", action="append", default=[],
+                    help="a variant's module-level switch set True (e.g. WIDE_KV, WIDE_Q_SMEM); repeat for more")
+    ap.add_argument("--wide", action="store_true", help="launch the timed build with wide=True (wide-ring.patch's build)")
     args = ap.parse_args()
     attention.PAGE = args.page
     if args.kind:
@@ -178,8 +181,8 @@ def main():
     if not gwb.available():
         raise SystemExit("needs triton 3.6's Gluon and an SM90 GPU")
     try:
-        TIMED = timed_kernel.load(args.variant)
-    except timed_kernel.PatchError as e:
+        TIMED = timed_kernel.load(args.variant, args.switch)
+    except (timed_kernel.PatchError, ValueError) as e:
         raise SystemExit(str(e)) from None
     SLOT.update({name: i for i, name in enumerate(TIMED.TIMER_SLOTS)})
     copy_tbs = copy_bandwidth()
@@ -203,7 +206,7 @@ def main():
                 return gwb.launch(q, cache, kb, vb, mask, scale, **kw)
 
             def timed():
-                return TIMED.launch(q, cache, kb, vb, mask, scale, timer=timer, **kw)
+                return TIMED.launch(q, cache, kb, vb, mask, scale, timer=timer, **kw, **({"wide": True} if args.wide else {}))
 
             err = (timed().float() - plain().float()).abs().max().item()
             if err != 0.0:
@@ -220,7 +223,7 @@ def main():
     for n, splits, t in tables:
         print(f"\n## batch {n}, {splits} splits, {n * HKV} programs per split")
         phase_table(t, splits)
-        sm_table(t, 2 * 64 * D * 2)  # a ring tile: 64 keys of K and V, bf16
+        sm_table(t, 2 * (128 if args.wide else 64) * D * 2)  # a ring tile: 64 (wide: 128) keys of K and V, bf16
 
 
 if __name__ == "__main__":

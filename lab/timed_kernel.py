@@ -123,20 +123,22 @@ def timed_source(rev: str | None = None, variants: tuple = ()) -> str:
     return apply(text, timer.read_text(), what, timer.name)
 
 
-def load(variants=()):
+def load(variants=(), switches=()):
     """The timed kernel (on top of ``variants``, any sequence of patch paths, see
-    :func:`timed_source`), imported as ``draftsmith.lowering.gluon_window_block_at_timed`` (its
-    relative imports resolve to the product's sibling modules); one import per variant chain."""
-    return _load(tuple(variants))
+    :func:`timed_source`; ``switches``: module-level ``NAME = False`` lines set True, as
+    ``wide_copy.switch_on`` sets them), imported as ``draftsmith.lowering.gluon_window_block_at_timed``
+    (its relative imports resolve to the product's sibling modules); one import per chain and switches."""
+    return _load(tuple(variants), tuple(switches))
 
 
 @functools.lru_cache(maxsize=None)
-def _load(variants: tuple):
+def _load(variants: tuple, switches: tuple = ()):
     from gluon_ab import kernel_at
+    from wide_copy import switch_on
 
     folder = Path(tempfile.mkdtemp(prefix="timed_kernel_"))
     path = folder / "timed.py"
-    path.write_text(timed_source(variants=variants))
+    path.write_text(switch_on(timed_source(variants=variants), switches))
     return kernel_at(str(path))
 
 

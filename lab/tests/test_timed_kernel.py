@@ -161,3 +161,14 @@ def test_a_variant_is_timed_under_the_same_timer(tmp_path):
         timed_kernel.apply(PRODUCT.replace(anchor + "\n", anchor + "  # edited\n"), variant.read_text(),
                            name=variant.name)
     assert variant.name in str(e.value) and "\n" not in str(e.value)
+
+
+def test_switches_are_set_in_the_timed_build():
+    """``load(variants, switches)``: the wide build timed with its switches on (its timer port applies
+    on top of wide-ring.patch); a switch the source does not hold is refused."""
+    wide = ROOT / "lab" / "variants" / "wide-ring.patch"
+    timed = timed_kernel.load([str(wide)], ["WIDE_KV", "WIDE_Q_SMEM"])
+    assert timed.WIDE_KV is True and timed.WIDE_Q_SMEM is True and "timer" in inspect.signature(timed.launch).parameters
+    assert timed_kernel.load([str(wide)]).WIDE_KV is False
+    with pytest.raises(ValueError, match="WIDE_NOTHING"):
+        timed_kernel.load([str(wide)], ["WIDE_NOTHING"])
