@@ -205,8 +205,10 @@ def main():
             def plain():
                 return gwb.launch(q, cache, kb, vb, mask, scale, **kw)
 
+            tkw = dict(kw, wide=True) if args.wide else kw
+
             def timed():
-                return TIMED.launch(q, cache, kb, vb, mask, scale, timer=timer, **kw, **({"wide": True} if args.wide else {}))
+                return TIMED.launch(q, cache, kb, vb, mask, scale, timer=timer, **tkw)
 
             err = (timed().float() - plain().float()).abs().max().item()
             if err != 0.0:

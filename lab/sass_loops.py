@@ -61,7 +61,8 @@ def main():
     ap.add_argument("--page", type=int, default=32)
     ap.add_argument("--variant", default="", help="a lab/variants/X.patch applied to today's kernel")
     ap.add_argument("--wide", action="store_true", help="the wide build (needs --variant lab/variants/wide-ring.patch)")
-    ap.add_argument("--wide-kv", action="store_true", help="with --wide: the variant's WIDE_KV = True (K and V on their own barriers)")
+    ap.add_argument("--switch", action="append", default=[],
+                    help="a variant's module-level switch set True (e.g. WIDE_KV, WIDE_Q_SMEM); repeat for more")
     ap.add_argument("--top", type=int, default=16, help="opcodes shown a loop")
     ap.add_argument("--dump", type=int, default=-1, metavar="N", help="also print loop N's instructions (0: the first)")
     args = ap.parse_args()
@@ -70,8 +71,9 @@ def main():
     kernel = gluon_compile.gwb
     if args.variant:
         from kernel_tests import variant_module
-        kv = (lambda text: text.replace("WIDE_KV = False", "WIDE_KV = True")) if args.wide_kv else None
-        kernel = variant_module(Path(args.variant), edit=kv, tag="kv" if args.wide_kv else "")
+        from wide_copy import switch_on
+        on = (lambda text: switch_on(text, args.switch)) if args.switch else None
+        kernel = variant_module(Path(args.variant), edit=on, tag="".join("_" + n.lower() for n in args.switch))
     built = gluon_compile.compile_for_sm90(consumers=args.consumers, overlap=args.overlap, page=args.page,
                                            num_splits=args.splits, kernel=kernel, **({"wide": True} if args.wide else {}))
     if built is None:
