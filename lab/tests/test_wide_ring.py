@@ -17,9 +17,10 @@ from wide_copy import switch_on
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
 KFIRST = ROOT / "lab" / "variants" / "wide-ring-kfirst.patch"  # on top of VARIANT: K of tile s before V of s - 1
-#: the builds tested: (the switches set True, the K-first producer)
-BUILDS = {"kv1": ((), False), "kv2": (("WIDE_KV",), False), "kv2-kfirst": (("WIDE_KV",), True),
-          "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), False)}
+STORE = ROOT / "lab" / "variants" / "wide-store.patch"  # on top of VARIANT: the output through Q's shared buffer
+#: the builds tested: (the switches set True, the variant patch with the ones it applies on top of)
+BUILDS = {"kv1": ((), VARIANT), "kv2": (("WIDE_KV",), VARIANT), "kv2-kfirst": (("WIDE_KV",), KFIRST),
+          "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), VARIANT), "kv2-q-store": (("WIDE_KV", "WIDE_Q_SMEM"), STORE)}
 
 
 def _interior_counts(ctx, b, window, splits=1, bn=64):
@@ -44,10 +45,10 @@ def test_cases_hold_odd_and_even_interior_counts(b, hq, hkv, causal, window, spl
     assert any(c % 2 for c in counts) and any(c and c % 2 == 0 for c in counts), counts
 
 
-def _variant(switches: tuple = (), kfirst: bool = False):
-    """The patched kernel module (each of ``switches``, e.g. ``WIDE_KV``, set True; ``kfirst``: with
-    ``wide-ring-kfirst.patch`` too)."""
-    return variant_module(KFIRST if kfirst else VARIANT, (lambda text: switch_on(text, switches)) if switches else None,
+def _variant(switches: tuple = (), patch: Path = VARIANT):
+    """The kernel module patched by ``patch`` (after the variants it applies on top of), each of
+    ``switches`` (e.g. ``WIDE_KV``) set True."""
+    return variant_module(patch, (lambda text: switch_on(text, switches)) if switches else None,
                           "".join("_" + n.removeprefix("WIDE_").lower() for n in switches))
 
 
