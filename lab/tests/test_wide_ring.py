@@ -18,9 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
 KFIRST = ROOT / "lab" / "variants" / "wide-ring-kfirst.patch"  # on top of VARIANT: K of tile s before V of s - 1
 STORE = ROOT / "lab" / "variants" / "wide-store.patch"  # on top of VARIANT: the output through Q's shared buffer
+DEEPK = ROOT / "lab" / "variants" / "wide-deep-k.patch"  # on top of STORE: shared private buffers, a deeper K ring
 #: the builds tested: (the switches set True, the variant patch with the ones it applies on top of)
 BUILDS = {"kv1": ((), VARIANT), "kv2": (("WIDE_KV",), VARIANT), "kv2-kfirst": (("WIDE_KV",), KFIRST),
-          "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), VARIANT), "kv2-q-store": (("WIDE_KV", "WIDE_Q_SMEM"), STORE)}
+          "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), VARIANT), "kv2-q-store": (("WIDE_KV", "WIDE_Q_SMEM"), STORE),
+          "kv2-q-share": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE"), DEEPK),
+          "kv2-q-share-deepk": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_K_DEEP"), DEEPK)}
 
 
 def _interior_counts(ctx, b, window, splits=1, bn=64):
