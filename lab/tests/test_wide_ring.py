@@ -23,7 +23,8 @@ DEEPK = ROOT / "lab" / "variants" / "wide-deep-k.patch"  # on top of STORE: shar
 BUILDS = {"kv1": ((), VARIANT), "kv2": (("WIDE_KV",), VARIANT), "kv2-kfirst": (("WIDE_KV",), KFIRST),
           "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), VARIANT), "kv2-q-store": (("WIDE_KV", "WIDE_Q_SMEM"), STORE),
           "kv2-q-share": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE"), DEEPK),
-          "kv2-q-share-deepk": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_K_DEEP"), DEEPK)}
+          "kv2-q-share-deepk": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_K_DEEP"), DEEPK),
+          "kv2-q-share-deepv": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_V_DEEP"), DEEPK)}
 
 
 def _interior_counts(ctx, b, window, splits=1, bn=64):
