@@ -80,3 +80,16 @@ def variant_module(variant: Path, edit=None, tag: str = ""):
     path = Path(tempfile.mkdtemp(prefix="variant_")) / (variant.stem.replace("-", "_") + tag + ".py")
     path.write_text(text)
     return kernel_at(str(path))
+
+
+def assert_launches(t, module, case, mask, scale, causal, window, splits, monkeypatch, **launch_kw):
+    """``module.launch`` on ``case`` (from :func:`sm90_case`; ``t`` its test module) against the float64
+    oracle, every output the launch allocates NaN until written, once per consumer build: with and
+    without the overlap at one split, without it at more (``launch_kw``: the launch's other keys)."""
+    q, cache, kb, vb = case
+    assert module.fits(*case)
+    t.poison_torch_empty(monkeypatch)
+    for overlap in ((False, True) if splits == 1 else (False,)):
+        out, lse = module.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap,
+                                 **launch_kw)
+        t._assert_oracle(case, out, lse, causal, window, scale)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import sm90_case, variant_module
+from kernel_tests import assert_launches, sm90_case, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
@@ -31,10 +31,5 @@ def test_gpu_block_narrow(b, hq, hkv, causal, window, splits, page, monkeypatch)
     """The variant's launch (each consumer build at one split) against the float64 oracle; outputs
     NaN until written."""
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, page)
-    q, cache, kb, vb = case
     k = variant_module(ROOT / "lab" / "variants" / "block-narrow.patch")
-    assert k.fits(*case)
-    t.poison_torch_empty(monkeypatch)
-    for overlap in ((False, True) if splits == 1 else (False,)):
-        out, lse = k.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap)
-        t._assert_oracle(case, out, lse, causal, window, scale)
+    assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch)

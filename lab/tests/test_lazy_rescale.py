@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import sm90_case, variant_module
+from kernel_tests import assert_launches, sm90_case, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
@@ -34,8 +34,4 @@ def test_gpu_lazy_rescale(k_scale, b, hq, hkv, causal, window, splits, monkeypat
         s = (keys @ q[0, 0, 0].double()) * scale / 0.6931471805599453
         assert s[~s.isnan()].std().item() > 10
     k = variant_module(ROOT / "lab" / "variants" / "lazy-rescale.patch")
-    assert k.fits(*case)
-    t.poison_torch_empty(monkeypatch)
-    for overlap in ((False, True) if splits == 1 else (False,)):
-        out, lse = k.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap)
-        t._assert_oracle(case, out, lse, causal, window, scale)
+    assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import sm90_case, spans, variant_module
+from kernel_tests import assert_launches, sm90_case, spans, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ["edge-in-ring", "all-in-ring", "all-in-ring-qfirst", "all-in-ring-pairs",
@@ -56,13 +56,7 @@ def test_gpu_edges_in_ring(variant, b, hq, hkv, causal, window, splits, page, mo
     (NHD), NaN wherever the mask cannot reach; outputs NaN until written; the overlap build too at one
     split."""
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, page)
-    k = _variant(variant)
-    assert k.fits(*case)
-    q, cache, kb, vb = case
-    t.poison_torch_empty(monkeypatch)
-    for overlap in ((False, True) if splits == 1 else (False,)):
-        out, lse = k.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap)
-        t._assert_oracle(case, out, lse, causal, window, scale)
+    assert_launches(t, _variant(variant), case, mask, scale, causal, window, splits, monkeypatch)
 
 
 @pytest.mark.gpu

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import sm90_case, variant_module
+from kernel_tests import assert_launches, sm90_case, variant_module
 from wide_copy import switch_on
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,12 +30,6 @@ def test_gpu_shared_private(num_buf, shape, causal, window, splits, page, monkey
     NaN until written."""
     b, hq, hkv = shape
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, page)
-    q, cache, kb, vb = case
     k = variant_module(ROOT / "lab" / "variants" / "shared-private.patch",
                        lambda text: switch_on(text, ("SHARED_PRIVATE",)), "_on")
-    assert k.fits(*case)
-    t.poison_torch_empty(monkeypatch)
-    for overlap in ((False, True) if splits == 1 else (False,)):
-        out, lse = k.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap,
-                            num_buf=num_buf)
-        t._assert_oracle(case, out, lse, causal, window, scale)
+    assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch, num_buf=num_buf)

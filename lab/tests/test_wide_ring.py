@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import sm90_case, spans, variant_module
+from kernel_tests import assert_launches, sm90_case, spans, variant_module
 from wide_copy import switch_on
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,13 +70,8 @@ def test_gpu_wide_build(build, b, hq, hkv, causal, window, splits, page, monkeyp
     is NaN until written; the overlap build too at one split."""
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, page)
     wide = _variant(*BUILDS[build])
-    assert wide.fits(*case) and wide.wide_fits(2 if b * (hq // hkv) > wide.TILE else 1, 128)
-    q, cache, kb, vb = case
-    t.poison_torch_empty(monkeypatch)
-    for overlap in ((False, True) if splits == 1 else (False,)):
-        out, lse = wide.launch(q, cache, kb, vb, mask, scale, return_lse=True, num_splits=splits, overlap=overlap,
-                               wide=True)
-        t._assert_oracle(case, out, lse, causal, window, scale)
+    assert wide.wide_fits(2 if b * (hq // hkv) > wide.TILE else 1, 128)
+    assert_launches(t, wide, case, mask, scale, causal, window, splits, monkeypatch, wide=True)
 
 
 @pytest.mark.gpu
