@@ -24,7 +24,10 @@ BUILDS = {"kv1": ((), VARIANT), "kv2": (("WIDE_KV",), VARIANT), "kv2-kfirst": ((
           "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), VARIANT), "kv2-q-store": (("WIDE_KV", "WIDE_Q_SMEM"), STORE),
           "kv2-q-share": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE"), DEEPK),
           "kv2-q-share-deepk": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_K_DEEP"), DEEPK),
-          "kv2-q-share-deepv": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_V_DEEP"), DEEPK)}
+          "kv2-q-share-deepv": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_V_DEEP"), DEEPK),
+          "kv2-q-share-rows": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_ROWS_FIRST"), DEEPK),
+          "kv2-q-share-rows-deepk": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_ROWS_FIRST", "WIDE_K_DEEP"),
+                                     DEEPK)}
 
 
 def _interior_counts(ctx, b, window, splits=1, bn=64):
