@@ -7,11 +7,12 @@ P @ V's ``WARPGROUP.DEPBAR``, the first ``MUFU``). Samples are a warp's time: wi
 loop step's cycles, e.g. from ``lab/gluon_ab.py --window``'s cost a tile) each phase is given in
 cycles, else as a share of the loop.
 
-    python3 lab/ncu_sass.py OUT/source_ours_dflash2_minimax_64_sass.csv --copy 293 --cycles 1430 --top 20
+    python3 lab/ncu_sass.py OUT/source_ours_dflash2_minimax_64_sass.csv.xz --copy 293 --cycles 1430 --top 20
 """
 
 import argparse
 import csv
+import lzma
 import sys
 from collections import Counter
 
@@ -20,8 +21,9 @@ EXECUTED = "Instructions Executed"
 
 
 def read(path: str) -> tuple[list[str], list[dict]]:
-    """The source page's columns and rows (the CSV's first line names the kernel; the second is the header)."""
-    with open(path, newline="") as f:
+    """The source page's columns and rows (the CSV's first line names the kernel; the second is the
+    header); ``path`` ending in ``.xz`` is read as ``gpu_session.sh ncu-source`` writes it, compressed."""
+    with (lzma.open if str(path).endswith(".xz") else open)(path, "rt", newline="") as f:
         rows = list(csv.reader(f))
     start = next(i for i, r in enumerate(rows) if ALL in r and "Source" in r)
     header = rows[start]

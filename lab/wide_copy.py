@@ -9,8 +9,9 @@ import sys
 
 
 def switch_on(text: str, switches=()) -> str:
-    """``text`` (a kernel file with wide-ring.patch applied) with each of ``switches`` (module-level
-    ``NAME = False`` lines, e.g. ``WIDE_KV``) True; refuses a name it does not hold."""
+    """``text`` (a kernel file with a variant applied) with each of ``switches`` (module-level
+    ``NAME = False`` lines, e.g. ``WIDE_KV``, ``SHARED_PRIVATE``) True: the one switch rule of the
+    lab's tools and tests; refuses a name it does not hold."""
     for name in switches:
         if f"\n{name} = False" not in text:
             raise ValueError(f"no switch {name} = False")

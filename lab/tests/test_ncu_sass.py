@@ -74,3 +74,12 @@ def test_outside_counts_the_rest(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "outside the loop: 6 of 146 samples" in out  # the prologue's 3 + 2 + 1
     assert "executed         1 times:     3 instructions" in out
+
+
+def test_reads_the_compressed_page_ncu_source_writes(tmp_path):
+    """``gpu_session.sh ncu-source`` keeps each page xz-compressed; the reader takes it as it is."""
+    import lzma
+
+    _write(tmp_path / "page.csv", [random.randint(0, 50) for _ in LOOP])
+    (tmp_path / "page.csv.xz").write_bytes(lzma.compress((tmp_path / "page.csv").read_bytes()))
+    assert ncu_sass.read(str(tmp_path / "page.csv.xz")) == ncu_sass.read(str(tmp_path / "page.csv"))
