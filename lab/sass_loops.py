@@ -1,6 +1,6 @@
 """The Gluon kernel's loops that hold MMAs, as SASS for sm_90a, compiled without a GPU: each
 loop's instruction count a warp an iteration (one ring tile in the consumers' ring loops) and its
-opcode mix. Needs triton 3.6 (Gluon's Hopper API; its package's ``cuobjdump``). ``--variant``: a
+opcode mix, and the kernel's instructions outside those loops (lab/log.md#a35, #a36). Needs triton 3.6 (Gluon's Hopper API; its package's ``cuobjdump``). ``--variant``: a
 ``lab/variants`` patch (after its ``On top of:`` chain) instead of today's kernel.
 
     PYTHONPATH=.:lab:lab/tests python3 lab/sass_loops.py --consumers 2 --overlap
@@ -42,6 +42,12 @@ def loops(sass: str, min_mma: int = 2) -> list:
     return [f for f in found if not any(g is not f and f[0] <= g[0] and g[1] <= f[1] for g in found)]
 
 
+def outside(sass: str, found: list) -> tuple[int, int]:
+    """``(instructions of sass, those outside every loop of found)`` (``found``: :func:`loops`'s)."""
+    addrs = [int(m.group(1), 16) for m in map(INSTR.match, sass.splitlines()) if m]
+    return len(addrs), sum(1 for a in addrs if not any(s <= a <= e for s, e, _ in found))
+
+
 def sass_of(cubin: bytes) -> str:
     """``cubin``'s SASS, by the ``cuobjdump`` that triton's NVIDIA backend carries."""
     import triton.backends.nvidia as nv
@@ -71,16 +77,17 @@ def main():
     kernel = gluon_compile.gwb
     if args.variant:
         from kernel_tests import variant_module
-        from wide_copy import switch_on
-        on = (lambda text: switch_on(text, args.switch)) if args.switch else None
-        kernel = variant_module(Path(args.variant), edit=on, tag="".join("_" + n.lower() for n in args.switch))
+        kernel = variant_module(Path(args.variant), args.switch)
     built = gluon_compile.compile_for_sm90(consumers=args.consumers, overlap=args.overlap, page=args.page,
                                            num_splits=args.splits, kernel=kernel, **({"wide": True} if args.wide else {}))
     if built is None:
         print("needs Gluon's Hopper API (triton 3.6)", file=sys.stderr)
         raise SystemExit(2)
     sass = sass_of(built["cubin"])
-    for n, (start, end, ops) in enumerate(loops(sass)):
+    found = loops(sass)
+    total, rest = outside(sass, found)
+    print(f"{total} instructions, {rest} outside the loops below (a program's once-run code and the loops without MMAs)")
+    for n, (start, end, ops) in enumerate(found):
         if n == args.dump:
             for m in map(INSTR.match, sass.splitlines()):
                 if m and start <= int(m.group(1), 16) <= end:

@@ -65,18 +65,19 @@ def sm90_case(ctx, b, hq, hkv, causal, window, splits, page):
     return t, case, MaskSpec(causal=causal, window=window), case[0].shape[-1] ** -0.5
 
 
-def variant_module(variant: Path, edit=None, tag: str = ""):
-    """The product kernel with lab variant ``variant`` (after its ``On top of:`` chain) applied,
-    ``edit`` (text -> text) then applied to the source, loaded as its own module beside the
-    product's (``gluon_ab.kernel_at``, named after the variant and ``tag``)."""
+def variant_module(variant: Path, switches=()):
+    """The product kernel with lab variant ``variant`` (after its ``On top of:`` chain) applied and
+    each of ``switches`` (module-level ``NAME = False`` lines, ``wide_copy.switch_on``) set True,
+    loaded as its own module beside the product's (``gluon_ab.kernel_at``, named after the variant
+    and the switches)."""
     import tempfile
 
     from gluon_ab import kernel_at
     from timed_kernel import chain, variant_source
+    from wide_copy import switch_on
 
-    text, _ = variant_source(chain(variant))
-    if edit is not None:
-        text = edit(text)
+    text = switch_on(variant_source(chain(variant))[0], switches)
+    tag = "".join("_" + n.lower() for n in switches)
     path = Path(tempfile.mkdtemp(prefix="variant_")) / (variant.stem.replace("-", "_") + tag + ".py")
     path.write_text(text)
     return kernel_at(str(path))

@@ -3,7 +3,7 @@ for sm_90a where triton 3.6's Gluon is installed."""
 
 import pytest
 
-from sass_loops import loops, sass_of
+from sass_loops import loops, outside, sass_of
 
 SASS = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -24,6 +24,7 @@ def test_innermost_loops_with_mmas_and_their_opcodes():
     ops = found[0][2]
     assert ops == {"HGMMA": 2, "FMUL": 1, "FMNMX": 1, "BRA": 1}
     assert [(s, e) for s, e, _ in loops(SASS, min_mma=1)] == [(0x10, 0x50), (0x60, 0x70)]
+    assert outside(SASS, found) == (9, 4)  # 0x00, 0x60, 0x70, 0x80: not in 0x10-0x50
 
 
 def test_todays_two_consumer_ring_loop_is_found():

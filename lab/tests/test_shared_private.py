@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from kernel_tests import assert_launches, sm90_case, variant_module
-from wide_copy import switch_on
 
 ROOT = Path(__file__).resolve().parents[2]
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
@@ -30,6 +29,5 @@ def test_gpu_shared_private(num_buf, shape, causal, window, splits, page, monkey
     NaN until written."""
     b, hq, hkv = shape
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, page)
-    k = variant_module(ROOT / "lab" / "variants" / "shared-private.patch",
-                       lambda text: switch_on(text, ("SHARED_PRIVATE",)), "_on")
+    k = variant_module(ROOT / "lab" / "variants" / "shared-private.patch", ("SHARED_PRIVATE",))
     assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch, num_buf=num_buf)

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from kernel_tests import assert_launches, sm90_case, spans, variant_module
-from wide_copy import switch_on
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANT = ROOT / "lab" / "variants" / "wide-ring.patch"
@@ -57,8 +56,7 @@ def test_cases_hold_odd_and_even_interior_counts(b, hq, hkv, causal, window, spl
 def _variant(switches: tuple = (), patch: Path = VARIANT):
     """The kernel module patched by ``patch`` (after the variants it applies on top of), each of
     ``switches`` (e.g. ``WIDE_KV``) set True."""
-    return variant_module(patch, (lambda text: switch_on(text, switches)) if switches else None,
-                          "".join("_" + n.removeprefix("WIDE_").lower() for n in switches))
+    return variant_module(patch, switches)
 
 
 @pytest.mark.gpu
