@@ -131,18 +131,19 @@ for step in "$@"; do
     kinds-ab) # issue 45 point 3: kernel files (AGAINST, e.g. lowering/gluon_window_block.py and a patched copy) at each
       # drafter kind's shape on TensorRT-LLM's 32-token pages, alternated with FA4 in one process a kind (lab/gluon_ab.py
       # --kind --fa4); NUM_BUFS=4,5: each kernel per ring-slot count; AB_BUILDS: today's kernel's builds too (gluon_ab
-      # --builds, e.g. overlap+pingpong,pingpong). FA4 from the stage step's parts, as kinds-bench.
-      t0=$(date +%s); site=/tmp/fa4site
-      use_fa4
+      # --builds, e.g. overlap+pingpong,pingpong). FA4 from the stage step's parts, as kinds-bench; NO_FA4=1: without
+      # FA4 (one call, nothing staged; it also compiles the kernels for a later call on the same warm machine).
+      t0=$(date +%s); site=/tmp/fa4site; fa4=--fa4
+      if [ -n "${NO_FA4:-}" ]; then fa4=; else use_fa4; fi
       for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048}; do
         left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
         echo "--- $k from $(date -u +%H:%M:%S) (matches smi.csv's timestamps)"
         PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 lab/gluon_ab.py \
           --kind $k --layout trtllm --page 32 --batches "${BATCHES:-16,64,256}" --builds "${AB_BUILDS:-}" \
           --page-order "${PAGE_ORDER:-random}" \
-          --against "${AGAINST:-lowering/gluon_window_block.py}" ${NUM_BUFS:+--num-bufs "$NUM_BUFS"} --fa4 \
-          --rounds "${ROUNDS:-2}" > "$OUT/ab_$k.txt" 2>&1
-        echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$OUT/ab_$k.txt" | head -12
+          --against "${AGAINST:-lowering/gluon_window_block.py}" ${NUM_BUFS:+--num-bufs "$NUM_BUFS"} $fa4 \
+          --rounds "${ROUNDS:-2}" > "$OUT/ab_$k${NO_FA4:+_nofa4}.txt" 2>&1
+        echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$OUT/ab_$k${NO_FA4:+_nofa4}.txt" | head -12
       done
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
