@@ -1,0 +1,132 @@
+"""Compile-only probe (triton 3.6's Gluon, sm_90a, no GPU): one tile of block attention with the keys on
+wgmma's M ("swap AB", lab/NOTES-attention.md's thirtieth part), so that a program's packed rows are wgmma's N and
+need no padding to 64. S^T = K Q^T (M = 64 keys, N = rows), a query's maximum and sum over the tile's keys (across
+the warpgroup's four warps), P^T through shared memory, O^T = V^T P^T (M = head dim, V^T from shared memory).
+
+Gluon's shapes are powers of two, so 96 rows (dflash2_minimax) cannot be one N = 96 tile (``--rows 96 --one``: the
+compiler refuses it); they can be N = 64 + 32, two wgmmas each way (``--rows 96``). Prints the wgmma shapes of the
+PTX, shared memory and the SASS opcode mix of the tile (straight-line code, one tile).
+
+    PYTHONPATH=<triton 3.6>:.:lab python3 lab/keys_on_m_probe.py --rows 96
+"""
+
+import argparse
+import collections
+
+from sass_loops import GUARD, INSTR, sass_of
+
+try:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+except Exception:  # noqa: BLE001 - no triton, or one without Gluon's Hopper API
+    gluon = None
+else:
+    D = gl.constexpr(128)  # head dim
+    BN = gl.constexpr(64)  # keys a tile: wgmma's M
+
+
+def pieces(rows: int, one: bool) -> tuple:
+    """``(NA, NB)``: ``rows`` as one power-of-two N piece (``one``, or a power of two already; ``NB`` 0) or as a
+    power of two and the next power of two at or above the rest (96: 64 + 32; 112: 64 + 64; 28: 16 + 16)."""
+    if one or rows & (rows - 1) == 0:
+        return rows, 0
+    na = 1 << (rows.bit_length() - 1)
+    return na, 1 << (rows - na - 1).bit_length()
+
+
+def _define():
+    """The probe kernel (needs Gluon's Hopper API)."""
+
+    @gluon.jit
+    def _piece_scores(k_s, q_s, N: gl.constexpr):
+        """S^T of one N-row piece: [BN keys, N rows], float32 in wgmma's layout."""
+        st_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
+        s = warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([BN, N], gl.float32, layout=st_l),
+                          use_acc=False, is_async=True)
+        return warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+
+    @gluon.jit
+    def _piece_out(v_s, p, o_ptr, ROW0: gl.constexpr, N: gl.constexpr, R: gl.constexpr):
+        """O^T of one piece from its P^T (registers, wgmma's layout): P^T to shared memory, then V^T P^T."""
+        DH: gl.constexpr = D
+        p_s = gl.allocate_shared_memory(gl.bfloat16, [BN, N], gl.NVMMASharedLayout.get_default_for([BN, N], gl.bfloat16))
+        p_s.store(p.to(gl.bfloat16))
+        fence_async_shared()
+        gl.thread_barrier()
+        ot_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
+        o = warpgroup_mma(v_s.permute((1, 0)), p_s, gl.zeros([DH, N], gl.float32, layout=ot_l), use_acc=False,
+                          is_async=True)
+        o = warpgroup_mma_wait(num_outstanding=0, deps=(o, ))
+        rows = ROW0 + gl.arange(0, N, layout=gl.SliceLayout(0, ot_l))
+        dims = gl.arange(0, DH, layout=gl.SliceLayout(1, ot_l))
+        gl.store(o_ptr + rows[None, :] * DH + dims[:, None], o, mask=rows[None, :] < R)
+
+    @gluon.jit
+    def probe(q_ptr, k_ptr, v_ptr, o_ptr, R: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, D: gl.constexpr,
+              BN: gl.constexpr):
+        """Rows 0 .. NA - 1 and NA .. NA + NB - 1 as two N pieces (NB = 0: one piece)."""
+        ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        dd = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
+        rk = gl.arange(0, BN, layout=gl.SliceLayout(1, ld))
+        sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.bfloat16)
+        k_s = gl.allocate_shared_memory(gl.bfloat16, [BN, D], sl, gl.load(k_ptr + rk[:, None] * D + dd[None, :]))
+        v_s = gl.allocate_shared_memory(gl.bfloat16, [BN, D], sl, gl.load(v_ptr + rk[:, None] * D + dd[None, :]))
+        ra = gl.arange(0, NA, layout=gl.SliceLayout(1, ld))
+        qa_s = gl.allocate_shared_memory(gl.bfloat16, [NA, D], gl.NVMMASharedLayout.get_default_for([NA, D], gl.bfloat16),
+                                         gl.load(q_ptr + ra[:, None] * D + dd[None, :], mask=ra[:, None] < R))
+        fence_async_shared()
+        sa = _piece_scores(k_s, qa_s, NA)
+        pa = gl.exp2(sa - gl.max(sa, axis=0)[None, :])
+        la = gl.sum(pa, axis=0)
+        _piece_out(v_s, pa, o_ptr, 0, NA, R)
+        if NB > 0:
+            rb = NA + gl.arange(0, NB, layout=gl.SliceLayout(1, ld))
+            qb_s = gl.allocate_shared_memory(gl.bfloat16, [NB, D],
+                                             gl.NVMMASharedLayout.get_default_for([NB, D], gl.bfloat16),
+                                             gl.load(q_ptr + rb[:, None] * D + dd[None, :], mask=rb[:, None] < R))
+            fence_async_shared()
+            sb = _piece_scores(k_s, qb_s, NB)
+            pb = gl.exp2(sb - gl.max(sb, axis=0)[None, :])
+            lb = gl.sum(pb, axis=0)
+            _piece_out(v_s, pb, o_ptr, NA, NB, R)
+            gl.store(o_ptr + R * D + NA + gl.arange(0, NB, layout=lb.type.layout), lb)
+        gl.store(o_ptr + R * D + gl.arange(0, NA, layout=la.type.layout), la)
+    return probe
+
+
+def compile_probe(rows: int, one: bool = False) -> dict:
+    """The probe at ``rows`` compiled for sm_90a: its N pieces, shared memory, PTX wgmma shapes and SASS opcode
+    counts (raises triton's compile error where Gluon refuses the shape)."""
+    probe = _define()
+    na, nb = pieces(rows, one)
+    sig = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*fp32", "R": "constexpr",
+           "NA": "constexpr", "NB": "constexpr", "D": "constexpr", "BN": "constexpr"}
+    const = {(4, ): rows, (5, ): na, (6, ): nb, (7, ): D.value, (8, ): BN.value}
+    src = GluonASTSource(probe, sig, const, {(i, ): [["tt.divisibility", 16]] for i in range(4)})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    sass = sass_of(k.asm["cubin"])
+    ops = collections.Counter(GUARD.sub("", m.group(2)).split()[0].split(".")[0]
+                              for m in map(INSTR.match, sass.splitlines()) if m)
+    shapes = sorted({w for line in k.asm["ptx"].splitlines() for w in line.split() if w.startswith("wgmma.mma_async")})
+    return {"pieces": (na, nb), "shared": k.metadata.shared, "wgmma": shapes, "ops": ops}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=96)
+    ap.add_argument("--one", action="store_true", help="the rows as one N tile (refused unless a power of two)")
+    args = ap.parse_args()
+    got = compile_probe(args.rows, args.one)
+    print(f"rows {args.rows} as N pieces {got['pieces']}: {got['shared']} bytes of shared memory")
+    for w in got["wgmma"]:
+        print(" ", w)
+    print(sum(got["ops"].values()), "SASS instructions;", ", ".join(f"{a} {b}" for a, b in got["ops"].most_common(14)))
+
+
+if __name__ == "__main__":
+    main()
