@@ -137,13 +137,13 @@ for step in "$@"; do
       if [ -n "${NO_FA4:-}" ]; then fa4=; else use_fa4; fi
       for k in ${KINDS:-dspark_minimax dflash2_minimax dflash_w2048}; do
         left=$(( ${KINDS_BUDGET:-540} - ($(date +%s) - t0) )); [ $left -lt 30 ] && { echo "out of time before $k"; break; }
-        echo "--- $k from $(date -u +%H:%M:%S) (matches smi.csv's timestamps)"
+        echo "--- $k from $(date -u +%H:%M:%S) (matches smi.csv's timestamps)"; log="$OUT/ab_$k${NO_FA4:+_nofa4}.txt"
         PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH" timeout $left python3 lab/gluon_ab.py \
           --kind $k --layout trtllm --page 32 --batches "${BATCHES:-16,64,256}" --builds "${AB_BUILDS:-}" \
           --page-order "${PAGE_ORDER:-random}" \
           --against "${AGAINST:-lowering/gluon_window_block.py}" ${NUM_BUFS:+--num-bufs "$NUM_BUFS"} $fa4 \
-          --rounds "${ROUNDS:-2}" > "$OUT/ab_$k${NO_FA4:+_nofa4}.txt" 2>&1
-        echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$OUT/ab_$k${NO_FA4:+_nofa4}.txt" | head -12
+          --rounds "${ROUNDS:-2}" > "$log" 2>&1
+        echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$log" | head -12
       done
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside

@@ -13,7 +13,7 @@ PTX, shared memory and the SASS opcode mix of the tile (straight-line code, one 
 import argparse
 import collections
 
-from sass_loops import GUARD, INSTR, sass_of
+from sass_loops import INSTR, opcode, sass_of
 
 try:
     import triton
@@ -25,9 +25,6 @@ try:
                                                                   warpgroup_mma_wait)
 except Exception:  # noqa: BLE001 - no triton, or one without Gluon's Hopper API
     gluon = None
-else:
-    D = gl.constexpr(128)  # head dim
-    BN = gl.constexpr(64)  # keys a tile: wgmma's M
 
 
 def pieces(rows: int, one: bool) -> tuple:
@@ -39,79 +36,65 @@ def pieces(rows: int, one: bool) -> tuple:
     return na, 1 << (rows - na - 1).bit_length()
 
 
-def _define():
-    """The probe kernel (needs Gluon's Hopper API)."""
+if gluon is not None:
+    D = gl.constexpr(128)  # head dim
+    BN = gl.constexpr(64)  # keys a tile: wgmma's M
 
     @gluon.jit
-    def _piece_scores(k_s, q_s, N: gl.constexpr):
-        """S^T of one N-row piece: [BN keys, N rows], float32 in wgmma's layout."""
-        st_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
-        s = warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([BN, N], gl.float32, layout=st_l),
-                          use_acc=False, is_async=True)
-        return warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-
-    @gluon.jit
-    def _piece_out(v_s, p, o_ptr, ROW0: gl.constexpr, N: gl.constexpr, R: gl.constexpr):
-        """O^T of one piece from its P^T (registers, wgmma's layout): P^T to shared memory, then V^T P^T."""
-        DH: gl.constexpr = D
+    def _piece(q_ptr, k_s, v_s, o_ptr, ROW0: gl.constexpr, N: gl.constexpr, R: gl.constexpr):
+        """Rows ``ROW0 .. ROW0 + N - 1`` (those below ``R``) as one N piece: S^T = K Q^T, the softmax over the
+        tile's keys (wgmma's M), P^T to shared memory, O^T = V^T P^T; O^T stored at ``o_ptr`` ([R, D]) and the
+        sums after it."""
+        ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        mn_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
+        r = ROW0 + gl.arange(0, N, layout=gl.SliceLayout(1, ld))
+        dd = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
+        q_s = gl.allocate_shared_memory(gl.bfloat16, [N, D], gl.NVMMASharedLayout.get_default_for([N, D], gl.bfloat16),
+                                        gl.load(q_ptr + r[:, None] * D + dd[None, :], mask=r[:, None] < R))
+        fence_async_shared()
+        s = warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([BN, N], gl.float32, layout=mn_l), use_acc=False,
+                          is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        p = gl.exp2(s - gl.max(s, axis=0)[None, :])  # a query's maximum over M: across the four warps
         p_s = gl.allocate_shared_memory(gl.bfloat16, [BN, N], gl.NVMMASharedLayout.get_default_for([BN, N], gl.bfloat16))
         p_s.store(p.to(gl.bfloat16))
         fence_async_shared()
         gl.thread_barrier()
-        ot_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
-        o = warpgroup_mma(v_s.permute((1, 0)), p_s, gl.zeros([DH, N], gl.float32, layout=ot_l), use_acc=False,
+        o = warpgroup_mma(v_s.permute((1, 0)), p_s, gl.zeros([D, N], gl.float32, layout=mn_l), use_acc=False,
                           is_async=True)
         o = warpgroup_mma_wait(num_outstanding=0, deps=(o, ))
-        rows = ROW0 + gl.arange(0, N, layout=gl.SliceLayout(0, ot_l))
-        dims = gl.arange(0, DH, layout=gl.SliceLayout(1, ot_l))
-        gl.store(o_ptr + rows[None, :] * DH + dims[:, None], o, mask=rows[None, :] < R)
+        rows = ROW0 + gl.arange(0, N, layout=gl.SliceLayout(0, mn_l))
+        dims = gl.arange(0, D, layout=gl.SliceLayout(1, mn_l))
+        gl.store(o_ptr + rows[None, :] * D + dims[:, None], o, mask=rows[None, :] < R)
+        l = gl.sum(p, axis=0)
+        lrow = ROW0 + gl.arange(0, N, layout=l.type.layout)
+        gl.store(o_ptr + R * D + lrow, l, mask=lrow < R)
 
     @gluon.jit
-    def probe(q_ptr, k_ptr, v_ptr, o_ptr, R: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, D: gl.constexpr,
-              BN: gl.constexpr):
-        """Rows 0 .. NA - 1 and NA .. NA + NB - 1 as two N pieces (NB = 0: one piece)."""
+    def probe(q_ptr, k_ptr, v_ptr, o_ptr, R: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr):
+        """One 64-key tile for rows 0 .. NA - 1 and NA .. NA + NB - 1, two N pieces (NB = 0: one)."""
         ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         dd = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
         rk = gl.arange(0, BN, layout=gl.SliceLayout(1, ld))
         sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.bfloat16)
         k_s = gl.allocate_shared_memory(gl.bfloat16, [BN, D], sl, gl.load(k_ptr + rk[:, None] * D + dd[None, :]))
         v_s = gl.allocate_shared_memory(gl.bfloat16, [BN, D], sl, gl.load(v_ptr + rk[:, None] * D + dd[None, :]))
-        ra = gl.arange(0, NA, layout=gl.SliceLayout(1, ld))
-        qa_s = gl.allocate_shared_memory(gl.bfloat16, [NA, D], gl.NVMMASharedLayout.get_default_for([NA, D], gl.bfloat16),
-                                         gl.load(q_ptr + ra[:, None] * D + dd[None, :], mask=ra[:, None] < R))
-        fence_async_shared()
-        sa = _piece_scores(k_s, qa_s, NA)
-        pa = gl.exp2(sa - gl.max(sa, axis=0)[None, :])
-        la = gl.sum(pa, axis=0)
-        _piece_out(v_s, pa, o_ptr, 0, NA, R)
+        _piece(q_ptr, k_s, v_s, o_ptr, 0, NA, R)
         if NB > 0:
-            rb = NA + gl.arange(0, NB, layout=gl.SliceLayout(1, ld))
-            qb_s = gl.allocate_shared_memory(gl.bfloat16, [NB, D],
-                                             gl.NVMMASharedLayout.get_default_for([NB, D], gl.bfloat16),
-                                             gl.load(q_ptr + rb[:, None] * D + dd[None, :], mask=rb[:, None] < R))
-            fence_async_shared()
-            sb = _piece_scores(k_s, qb_s, NB)
-            pb = gl.exp2(sb - gl.max(sb, axis=0)[None, :])
-            lb = gl.sum(pb, axis=0)
-            _piece_out(v_s, pb, o_ptr, NA, NB, R)
-            gl.store(o_ptr + R * D + NA + gl.arange(0, NB, layout=lb.type.layout), lb)
-        gl.store(o_ptr + R * D + gl.arange(0, NA, layout=la.type.layout), la)
-    return probe
+            _piece(q_ptr, k_s, v_s, o_ptr, NA, NB, R)
 
 
 def compile_probe(rows: int, one: bool = False) -> dict:
     """The probe at ``rows`` compiled for sm_90a: its N pieces, shared memory, PTX wgmma shapes and SASS opcode
     counts (raises triton's compile error where Gluon refuses the shape)."""
-    probe = _define()
     na, nb = pieces(rows, one)
     sig = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*fp32", "R": "constexpr",
-           "NA": "constexpr", "NB": "constexpr", "D": "constexpr", "BN": "constexpr"}
-    const = {(4, ): rows, (5, ): na, (6, ): nb, (7, ): D.value, (8, ): BN.value}
-    src = GluonASTSource(probe, sig, const, {(i, ): [["tt.divisibility", 16]] for i in range(4)})
+           "NA": "constexpr", "NB": "constexpr"}
+    src = GluonASTSource(probe, sig, {(4, ): rows, (5, ): na, (6, ): nb},
+                         {(i, ): [["tt.divisibility", 16]] for i in range(4)})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
     sass = sass_of(k.asm["cubin"])
-    ops = collections.Counter(GUARD.sub("", m.group(2)).split()[0].split(".")[0]
-                              for m in map(INSTR.match, sass.splitlines()) if m)
+    ops = collections.Counter(opcode(m.group(2)) for m in map(INSTR.match, sass.splitlines()) if m)
     shapes = sorted({w for line in k.asm["ptx"].splitlines() for w in line.split() if w.startswith("wgmma.mma_async")})
     return {"pieces": (na, nb), "shared": k.metadata.shared, "wgmma": shapes, "ops": ops}
 

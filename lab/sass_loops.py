@@ -23,6 +23,11 @@ BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)")
 GUARD = re.compile(r"^@!?U?P\w+\s+")
 
 
+def opcode(instruction: str) -> str:
+    """An instruction's mnemonic without its guard or modifiers (``@!P0 FMNMX.FTZ R3, ...`` -> ``FMNMX``)."""
+    return GUARD.sub("", instruction).split()[0].split(".")[0]
+
+
 def loops(sass: str, min_mma: int = 2) -> list:
     """The innermost loops of ``sass`` (cuobjdump text: a backward branch and the instructions from
     its target to it) whose body holds at least ``min_mma`` HGMMA instructions: ``(start address,
@@ -36,7 +41,7 @@ def loops(sass: str, min_mma: int = 2) -> list:
         if not m or int(m.group(1), 16) > a or int(m.group(1), 16) not in at:
             continue
         body = [t for _, t in ins[at[int(m.group(1), 16)]:i + 1]]
-        ops = collections.Counter(GUARD.sub("", t).split()[0].split(".")[0] for t in body)
+        ops = collections.Counter(opcode(t) for t in body)
         if ops["HGMMA"] >= min_mma:
             found.append((int(m.group(1), 16), a, ops))
     return [f for f in found if not any(g is not f and f[0] <= g[0] and g[1] <= f[1] for g in found)]
