@@ -241,7 +241,7 @@ def make_fa4(dense, q):
 def oracle_error(out, dense, rows=4):
     """Largest relative error of ``out [N, B, Hq, D]`` against a float64 attention written here
     (softmax over the two-sided window of the stored + block keys), over the first ``rows``
-    sequences."""
+    sequences; inf when any of those rows is not finite (a NaN would slip past ``max``)."""
     worst = 0.0
     for i in range(min(rows, dense.n)):
         k = dense.k[i].double()  # [Hkv, L, D]
@@ -254,8 +254,9 @@ def oracle_error(out, dense, rows=4):
         ok = (qpos[:, None] - dense.kpos[None, :]).abs() <= W - 1
         s = s.masked_fill(~ok[None], float("-inf"))
         ref = (torch.softmax(s, -1) @ vh).permute(1, 0, 2)  # [B, Hq, D]
-        err = ((out[i].double() - ref).norm() / ref.norm()).item()
-        worst = max(worst, err)
+        if not torch.isfinite(out[i]).all():
+            return float("inf")
+        worst = max(worst, ((out[i].double() - ref).norm() / ref.norm()).item())
     return worst
 
 

@@ -109,6 +109,24 @@ def test_attention_page_orders_give_fa4_the_ring_caches_keys(order, monkeypatch)
             assert torch.equal(k4[page, slot], want_k) and torch.equal(v4[page, slot], want_v), (s, t)
 
 
+def test_attention_oracle_error_refuses_a_nan(monkeypatch):
+    """A NaN anywhere in the checked rows is an infinite error (``max`` alone would keep 0 and
+    call a kernel that wrote NaN correct); an all-zero output is off by exactly its reference's norm."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import attention as A
+
+    for name, value in dict(DEV="cpu", HQ=8, HKV=2, D=16, B=4, W=100, PAGE=16).items():
+        monkeypatch.setattr(A, name, value)
+    q, cache, kb, vb = A.make_inputs(3, 333, seed=int(torch.randint(1 << 30, ())), layout="trtllm")
+    dense = A.Dense(q, cache, kb, vb, 333)
+    out = torch.zeros(3, A.B, A.HQ, A.D)
+    assert A.oracle_error(out, dense) == pytest.approx(1.0)
+    out[2, 3, 5, 7] = float("nan")
+    assert A.oracle_error(out, dense) == float("inf")
+
+
 def test_read_ceiling_tiny_under_the_interpreter():
     triton_or_skip()
     out = run("read_ceiling.py", "--tiny", interpret=True)
