@@ -111,7 +111,7 @@ def test_attention_page_orders_give_fa4_the_ring_caches_keys(order, monkeypatch)
 
 def test_attention_oracle_error_refuses_a_nan(monkeypatch):
     """A NaN anywhere in the checked rows is an infinite error (``max`` alone would keep 0 and
-    call a kernel that wrote NaN correct); an all-zero output is off by exactly its reference's norm."""
+    call a kernel that wrote NaN correct); an all-zero output's relative error is exactly 1."""
     import torch
 
     monkeypatch.syspath_prepend(str(BENCH))
