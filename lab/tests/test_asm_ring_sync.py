@@ -11,12 +11,9 @@ from pathlib import Path
 import pytest
 
 from draftsmith.lowering import gluon_window_block as gwb
-from kernel_tests import assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, ROW_SHAPES, assert_launches, sm90_case, variant_module
 
 VARIANT = Path(__file__).resolve().parents[2] / "lab" / "variants" / "asm-ring-sync.patch"
-CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
-#: (B, Hq, Hkv): packed rows 112, 96, 65, 28, 64
-SHAPES = [(7, 64, 4), (16, 48, 8), (5, 52, 4), (7, 32, 8), (16, 32, 8)]
 INIT = re.compile(r"add\.s32\s+(%r\d+), %r\d+, (\d+);\s*\n(?:.*\n){0,3}?\s*@%p\d+ mbarrier\.init\.shared::cta\.b64 \[\1\], 1;")
 
 
@@ -51,13 +48,12 @@ def test_barrier_offset_and_no_warpgroup_sync(d, consumers, overlap, splits):
     ring = [(s, e) for s, e, ops in found if sum(ops.values()) < 500]  # the ring loops (the masked edge loops: ~760)
     assert ring
     for start, end in ring:
-        body = [m.group(2) for m in map(sass_loops.INSTR.match, sass.splitlines())
-                if m and start <= int(m.group(1), 16) <= end]
-        assert not [t for t in body if t.startswith("BAR.SYNC") and t.endswith("0x80")], (start, end)
+        syncs = [t for t in sass_loops.body(sass, start, end) if t.startswith("BAR.SYNC") and t.endswith("0x80")]
+        assert not syncs, (start, end)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows65", "rows28", "rows64"])
+@pytest.mark.parametrize("b,hq,hkv", list(ROW_SHAPES.values()), ids=list(ROW_SHAPES))
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_gpu_asm_ring_sync(b, hq, hkv, causal, window, splits, monkeypatch):

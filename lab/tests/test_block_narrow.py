@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, assert_launches, sm90_case, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
-CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
 #: (B, Hq, Hkv): packed rows 112 / width 16, 96 / 16, 65 / 16, 64 (one consumer) / 16, 120 / 32, 120 / 64
 SHAPES = [(7, 64, 4), (16, 48, 8), (5, 52, 4), (16, 32, 8), (20, 48, 8), (40, 24, 8)]
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, assert_launches, sm90_case, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
-CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
 SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8)]  # rows 112, 96, 64
 
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, assert_launches, sm90_case, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
-CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
 #: (ring slots, (B, Hq, Hkv)): packed rows 112, 96, 65 (two consumers) at four and five slots, 64 (one
 #: consumer, whose two pairs leave no room for a fifth slot) at four
 BUILDS = [(4, (7, 64, 4)), (4, (16, 48, 8)), (4, (13, 40, 8)), (4, (16, 32, 8)),

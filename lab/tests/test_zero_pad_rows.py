@@ -8,16 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, ROW_SHAPES, assert_launches, sm90_case, variant_module
 
 VARIANTS = Path(__file__).resolve().parents[2] / "lab" / "variants"
-CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
-#: (B, Hq, Hkv): packed rows 112, 96, 65, 28, 64
-SHAPES = [(7, 64, 4), (16, 48, 8), (5, 52, 4), (7, 32, 8), (16, 32, 8)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows65", "rows28", "rows64"])
+@pytest.mark.parametrize("b,hq,hkv", list(ROW_SHAPES.values()), ids=list(ROW_SHAPES))
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_gpu_padding_rows(b, hq, hkv, causal, window, splits, monkeypatch):
