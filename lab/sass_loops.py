@@ -47,11 +47,6 @@ def loops(sass: str, min_mma: int = 2) -> list:
     return [f for f in found if not any(g is not f and f[0] <= g[0] and g[1] <= f[1] for g in found)]
 
 
-def body(sass: str, start: int, end: int) -> list[str]:
-    """The instructions of ``sass`` from address ``start`` to ``end`` (a loop of :func:`loops`), as text."""
-    return [m.group(2) for m in map(INSTR.match, sass.splitlines()) if m and start <= int(m.group(1), 16) <= end]
-
-
 def outside(sass: str, found: list) -> tuple[int, int]:
     """``(instructions of sass, those outside every loop of found)`` (``found``: :func:`loops`'s)."""
     addrs = [int(m.group(1), 16) for m in map(INSTR.match, sass.splitlines()) if m]

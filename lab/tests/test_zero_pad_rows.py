@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import CTX, ROW_SHAPES, assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, assert_launches, sm90_case, variant_module
 
 VARIANTS = Path(__file__).resolve().parents[2] / "lab" / "variants"
+#: ``(B, Hq, Hkv)`` by id: packed rows 112, 96 and 65 (two consumers, one to three padding-only warps),
+#: 28 (one consumer, two padding-only warps) and 64 (none)
+ROW_SHAPES = {"rows112": (7, 64, 4), "rows96": (16, 48, 8), "rows65": (5, 52, 4), "rows28": (7, 32, 8),
+              "rows64": (16, 32, 8)}
 
 
 @pytest.mark.gpu
