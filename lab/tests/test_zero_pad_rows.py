@@ -1,6 +1,7 @@
 """``lab/variants/zero-pad-rows.patch`` (the padding rows' maximum starts at +1e30, so their P is 0)
 against the float64 oracle on an SM90 GPU: packed rows 112, 96 and 65 (two consumers, one to three
-padding-only warps), 28 (one consumer, two padding-only warps) and 64 (none), masks and splits.
+padding-only warps), 28 (one consumer, two padding-only warps) and 64 (none), masks and splits; and ``wide-zero-pad-rows.patch`` (the same change
+on the wide build with shared private buffers and the narrow block tile) on the same cases.
 Cases and oracle are the product kernel tests' (``kernel_tests.sm90_case``); ``-m gpu``; skipped
 without an SM90 GPU."""
 
@@ -11,6 +12,8 @@ import pytest
 from kernel_tests import CTX, assert_launches, sm90_case, variant_module
 
 VARIANTS = Path(__file__).resolve().parents[2] / "lab" / "variants"
+#: the wide build's switches under ``wide-zero-pad-rows.patch`` (those of ``wide-block-narrow.patch``)
+WIDE = ("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_BLOCK_NARROW")
 #: ``(B, Hq, Hkv)`` by id: packed rows 112, 96 and 65 (two consumers, one to three padding-only warps),
 #: 28 (one consumer, two padding-only warps) and 64 (none)
 ROW_SHAPES = {"rows112": (7, 64, 4), "rows96": (16, 48, 8), "rows65": (5, 52, 4), "rows28": (7, 32, 8),
@@ -27,3 +30,15 @@ def test_gpu_padding_rows(b, hq, hkv, causal, window, splits, monkeypatch):
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, 32)
     k = variant_module(VARIANTS / "zero-pad-rows.patch")
     assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,hq,hkv", list(ROW_SHAPES.values()), ids=list(ROW_SHAPES))
+@pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_gpu_padding_rows_wide(b, hq, hkv, causal, window, splits, monkeypatch):
+    """``launch(wide=True)`` of the stacked variant against the float64 oracle, as above."""
+    t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, 32)
+    k = variant_module(VARIANTS / "wide-zero-pad-rows.patch", WIDE)
+    assert k.wide_fits(2 if b * (hq // hkv) > k.TILE else 1, 128)
+    assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch, wide=True)
