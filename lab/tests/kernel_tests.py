@@ -69,20 +69,21 @@ def sm90_case(ctx, b, hq, hkv, causal, window, splits, page):
     return t, case, MaskSpec(causal=causal, window=window), case[0].shape[-1] ** -0.5
 
 
-def variant_module(variant: Path, switches=()):
+def variant_module(variant: Path, switches=(), base: Path | None = None):
     """The product kernel with lab variant ``variant`` (after its ``On top of:`` chain) applied and
     each of ``switches`` (module-level ``NAME = False`` lines, ``wide_copy.switch_on``) set True,
-    loaded as its own module beside the product's (``gluon_ab.kernel_at``, named after the variant
-    and the switches)."""
+    loaded as its own module beside the product's (``gluon_ab.kernel_at``, named after the variants
+    and the switches). ``base``: a variant (with its chain) applied first, for a stack no header names."""
     import tempfile
 
     from gluon_ab import kernel_at
     from timed_kernel import chain, variant_source
     from wide_copy import switch_on
 
-    text = switch_on(variant_source(chain(variant))[0], switches)
+    text = switch_on(variant_source([*(chain(base) if base else ()), *chain(variant)])[0], switches)
+    name = "_".join(v.stem for v in (base, variant) if v).replace("-", "_")
     tag = "".join("_" + n.lower() for n in switches)
-    path = Path(tempfile.mkdtemp(prefix="variant_")) / (variant.stem.replace("-", "_") + tag + ".py")
+    path = Path(tempfile.mkdtemp(prefix="variant_")) / (name + tag + ".py")
     path.write_text(text)
     return kernel_at(str(path))
 

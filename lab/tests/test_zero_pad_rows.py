@@ -1,7 +1,8 @@
 """``lab/variants/zero-pad-rows.patch`` (the padding rows' maximum starts at +1e30, so their P is 0)
 against the float64 oracle on an SM90 GPU: packed rows 112, 96 and 65 (two consumers, one to three
-padding-only warps), 28 (one consumer, two padding-only warps) and 64 (none), masks and splits; and ``wide-zero-pad-rows.patch`` (the same change
-on the wide build with shared private buffers and the narrow block tile) on the same cases at two consumers.
+padding-only warps), 28 (one consumer, two padding-only warps) and 64 (none), masks and splits; and the
+same patch on top of ``wide-block-narrow.patch`` (the wide build with shared private buffers and the
+narrow block tile) on the same cases at two consumers.
 Cases and oracle are the product kernel tests' (``kernel_tests.sm90_case``); ``-m gpu``; skipped
 without an SM90 GPU."""
 
@@ -12,7 +13,7 @@ import pytest
 from kernel_tests import CTX, assert_launches, sm90_case, variant_module
 
 VARIANTS = Path(__file__).resolve().parents[2] / "lab" / "variants"
-#: the wide build's switches under ``wide-zero-pad-rows.patch`` (those of ``wide-block-narrow.patch``)
+#: the switches of the wide build under ``wide-block-narrow.patch``
 WIDE = ("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_BLOCK_NARROW")
 #: ``(B, Hq, Hkv)`` by id: packed rows 112, 96 and 65 (two consumers, one to three padding-only warps),
 #: 28 (one consumer, two padding-only warps) and 64 (none)
@@ -41,8 +42,8 @@ TWO_CONSUMERS = {k: v for k, v in ROW_SHAPES.items() if v[0] * (v[1] // v[2]) > 
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_gpu_padding_rows_wide(b, hq, hkv, causal, window, splits, monkeypatch):
-    """``launch(wide=True)`` of the stacked variant against the float64 oracle, as above."""
+    """``launch(wide=True)`` of the two stacked against the float64 oracle, as above."""
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, 32)
-    k = variant_module(VARIANTS / "wide-zero-pad-rows.patch", WIDE)
+    k = variant_module(VARIANTS / "zero-pad-rows.patch", WIDE, base=VARIANTS / "wide-block-narrow.patch")
     assert k.wide_fits(2, 128)
     assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch, wide=True)
