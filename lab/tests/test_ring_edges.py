@@ -5,7 +5,8 @@ too, private buffers of the block's rows only, six ring slots), and ``all-in-rin
 top of that (the ring waits for every consumer's Q load), and ``all-in-ring-pairs.patch`` on all-in-ring
 (two ring tiles a step in the turns build, its default at two consumers), and
 ``all-in-ring-pairs-overlap.patch`` on that (two tiles a step in the overlap build too); ``named-release.patch``
-(ring slots released on named barriers, not mbarriers) is run through the same cases. Each is applied to today's kernel at
+(ring slots released on named barriers, not mbarriers) and ``partial-sums.patch`` (the ring's row sums as lane
+partials) are run through the same cases. Each is applied to today's kernel at
 run time (``timed_kernel.apply``, strictly) and loaded beside the product's (``gluon_ab.kernel_at``);
 the cases and the oracle are the product kernel tests' (``tests/lowering/test_triton_window_block.py``),
 with NaN wherever the mask cannot reach (so a V row no query may reach that were not zeroed would
@@ -18,8 +19,8 @@ import pytest
 from kernel_tests import assert_launches, sm90_case, spans, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = ["edge-in-ring", "all-in-ring", "all-in-ring-qfirst", "all-in-ring-pairs",
-            "all-in-ring-pairs-overlap", "named-release", "rescale-under-qk", "tree-rows", "late-wait", "partial-sums"]  # each applied after its "On top of:" chain
+VARIANTS = ["edge-in-ring", "all-in-ring", "all-in-ring-qfirst", "all-in-ring-pairs",  # each after its "On top of:" chain
+            "all-in-ring-pairs-overlap", "named-release", "rescale-under-qk", "tree-rows", "late-wait", "partial-sums"]
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191, 4127, 70]
 SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8), (5, 52, 4), (33, 16, 8), (20, 24, 8)]  # rows 112, 96, 64, 65, 66, 60
 MASKS = [(False, 300), (True, 1000), (False, 4096), (True, None), (False, 77)]
