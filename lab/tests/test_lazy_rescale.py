@@ -1,5 +1,6 @@
 """``lab/variants/lazy-rescale.patch`` (the accumulator's rescale skipped while no row's reference
-moves by more than its slack, lab/log.md#a32) against the float64 oracle on an SM90 GPU, with K
+moves by more than its slack, lab/log.md#a32) and ``warp-rescale.patch`` (the same skip decided by
+each warp for its own rows) against the float64 oracle on an SM90 GPU, with K
 scaled so that a row's maximum passes its reference by more than the slack in later tiles too (the
 rescale taken mid-ring), and unscaled (mostly skipped). Cases and oracle are the product kernel
 tests' (``kernel_tests.sm90_case``); ``-m gpu``; skipped without an SM90 GPU and triton 3.6's Gluon."""
@@ -15,11 +16,12 @@ SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8)]  # rows 112, 96, 64
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["lazy-rescale", "warp-rescale"])
 @pytest.mark.parametrize("k_scale", [1.0, 24.0])
 @pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows64"])
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
 @pytest.mark.parametrize("splits", [1, 2])
-def test_gpu_lazy_rescale(k_scale, b, hq, hkv, causal, window, splits, monkeypatch):
+def test_gpu_lazy_rescale(variant, k_scale, b, hq, hkv, causal, window, splits, monkeypatch):
     """The variant's launch (each consumer build at one split) against the float64 oracle; outputs
     NaN until written. At ``k_scale`` 24 the scores spread over tens of log2 units, so references
     move after the first ring tile (the spread asserted on the inputs)."""
@@ -32,5 +34,5 @@ def test_gpu_lazy_rescale(k_scale, b, hq, hkv, causal, window, splits, monkeypat
         keys = cache.k_pages[cache.block_table[0].long()][:, :, 0].reshape(-1, q.shape[-1]).double()
         s = (keys @ q[0, 0, 0].double()) * scale / 0.6931471805599453
         assert s[~s.isnan()].std().item() > 10
-    k = variant_module(ROOT / "lab" / "variants" / "lazy-rescale.patch")
+    k = variant_module(ROOT / "lab" / "variants" / f"{variant}.patch")
     assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch)
