@@ -20,6 +20,7 @@ STORE = ROOT / "lab" / "variants" / "wide-store.patch"  # on top of VARIANT: the
 DEEPK = ROOT / "lab" / "variants" / "wide-deep-k.patch"  # on top of STORE: shared private buffers, a deeper K ring
 NARROW = ROOT / "lab" / "variants" / "wide-block-narrow.patch"  # on top of DEEPK: the block's tile at wgmma N = 16
 SUMS = ROOT / "lab" / "variants" / "wide-partial-sums.patch"  # on top of NARROW: the ring's row sums as lane partials
+WARP = ROOT / "lab" / "variants" / "wide-warp-rescale.patch"  # on top of SUMS: the rescale skipped a warp at a time
 #: the builds tested: (the switches set True, the variant patch with the ones it applies on top of)
 BUILDS = {"kv1": ((), VARIANT), "kv2": (("WIDE_KV",), VARIANT), "kv2-kfirst": (("WIDE_KV",), KFIRST),
           "kv2-q": (("WIDE_KV", "WIDE_Q_SMEM"), VARIANT), "kv2-q-store": (("WIDE_KV", "WIDE_Q_SMEM"), STORE),
@@ -30,7 +31,8 @@ BUILDS = {"kv1": ((), VARIANT), "kv2": (("WIDE_KV",), VARIANT), "kv2-kfirst": ((
           "kv2-q-share-rows-deepk": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_ROWS_FIRST", "WIDE_K_DEEP"),
                                      DEEPK),
           "kv2-q-share-narrow": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_BLOCK_NARROW"), NARROW),
-          "kv2-q-share-narrow-sums": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_BLOCK_NARROW"), SUMS)}
+          "kv2-q-share-narrow-sums": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_BLOCK_NARROW"), SUMS),
+          "kv2-q-share-narrow-sums-wr": (("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_BLOCK_NARROW"), WARP)}
 
 
 def _interior_counts(ctx, b, window, splits=1, bn=64):
