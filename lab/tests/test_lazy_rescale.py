@@ -1,6 +1,6 @@
 """``lab/variants/lazy-rescale.patch`` (the accumulator's rescale skipped while no row's reference
-moves by more than its slack, lab/log.md#a32) and ``warp-rescale.patch`` (the same skip decided by
-each warp for its own rows) against the float64 oracle on an SM90 GPU, with K
+moves by more than its slack, lab/log.md#a32), ``warp-rescale.patch`` (the same skip decided by
+each warp for its own rows) and ``lane-max.patch`` (the row maximum's shuffles skipped with it) against the float64 oracle on an SM90 GPU, with K
 scaled so that a row's maximum passes its reference by more than the slack in later tiles too (the
 rescale taken mid-ring), and unscaled (mostly skipped). Cases and oracle are the product kernel
 tests' (``kernel_tests.sm90_case``); ``-m gpu``; skipped without an SM90 GPU and triton 3.6's Gluon."""
@@ -16,7 +16,7 @@ SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8)]  # rows 112, 96, 64
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["lazy-rescale", "warp-rescale"])
+@pytest.mark.parametrize("variant", ["lazy-rescale", "warp-rescale", "lane-max"])
 @pytest.mark.parametrize("k_scale", [1.0, 24.0])
 @pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows64"])
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])

@@ -20,7 +20,8 @@ from kernel_tests import assert_launches, sm90_case, spans, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ["edge-in-ring", "all-in-ring", "all-in-ring-qfirst", "all-in-ring-pairs",  # each after its "On top of:" chain
-            "all-in-ring-pairs-overlap", "named-release", "rescale-under-qk", "tree-rows", "late-wait", "partial-sums"]
+            "all-in-ring-pairs-overlap", "named-release", "rescale-under-qk", "tree-rows", "late-wait", "partial-sums",
+            "warp-rescale", "lane-max"]
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777, 2222, 191, 4127, 70]
 SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8), (5, 52, 4), (33, 16, 8), (20, 24, 8)]  # rows 112, 96, 64, 65, 66, 60
 MASKS = [(False, 300), (True, 1000), (False, 4096), (True, None), (False, 77)]
