@@ -1,8 +1,9 @@
 """``lab/variants/lazy-rescale.patch`` (the accumulator's rescale skipped while no row's reference
 moves by more than its slack, lab/log.md#a32), ``warp-rescale.patch`` (the same skip decided by
-each warp for its own rows) and ``lane-max.patch`` (the row maximum's shuffles skipped with it) against the float64 oracle on an SM90 GPU, with K
-scaled so that a row's maximum passes its reference by more than the slack in later tiles too (the
-rescale taken mid-ring), and unscaled (mostly skipped). Cases and oracle are the product kernel
+each warp for its own rows) and ``lane-max.patch`` (the row maximum's shuffles skipped with it)
+against the float64 oracle on an SM90 GPU, with K scaled so that a row's maximum passes its
+reference by more than the slack in later tiles too (the rescale taken mid-ring), and unscaled
+(mostly skipped). Cases and oracle are the product kernel
 tests' (``kernel_tests.sm90_case``); ``-m gpu``; skipped without an SM90 GPU and triton 3.6's Gluon."""
 
 from pathlib import Path
