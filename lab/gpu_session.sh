@@ -11,7 +11,7 @@
 # tests-lab (LAB_TESTS, LAB_K, LAB_SHARDS), variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
-# kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2, NO_FA4=1: without FA4); variant-ab (VARIANT: a lab/variants patch, KINDS,
+# kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2, NO_FA4=1: without FA4); variant-copy (VARIANT, DEST: a variant on today's kernel); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
 # Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); windows-ab (AGAINST, KINDS, BATCHES, WINDOWS: a cost a 64 keys and a program, lab/window_split.py); wide-copy (WIDE, WIDE_CHAIN: /tmp/ab_wide.py, the wide build on); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
@@ -42,6 +42,13 @@ use_fa4() {  # FA4 installed into /tmp/fa4site from the parts the stage step put
       2>/dev/null; then
     timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w /tmp/fa4site > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
     tail -2 "$OUT/fa4_install.txt"; fi
+}
+variant_copy() {  # $1 <- today's kernel with VARIANT=lab/variants/X.patch applied after the variants its header
+  # names it on top of (timed_kernel.chain); sets chain (the patches, first first)
+  chain=$(python3 -c 'import sys, timed_kernel; print(*timed_kernel.chain(sys.argv[1]))' \
+    "${VARIANT:?VARIANT=lab/variants/X.patch}") || return 1
+  cp lowering/gluon_window_block.py "$1" || return 1
+  for v in $chain; do patch -s "$1" "$v" || return 1; done
 }
 ncu_both() {  # Nsight Compute on the first launch of ours and of FA4, each in its own lab/gluon_ab.py run at kind $1,
   # batch $2 (--fa4, 32-token pages): $3 the output files' tag ($OUT/<tag>_<ours|fa4>_<kind>_<batch>.txt), $4 ncu's
@@ -146,12 +153,11 @@ for step in "$@"; do
         echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$log" | head -12
       done
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
+    variant-copy) # DEST (default /tmp/ab_variant.py): today's kernel with VARIANT and its chain (variant_copy), for AGAINST
+      variant_copy "${DEST:=/tmp/ab_variant.py}" || exit 1; echo "$DEST: $chain" ;;
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
       # where staged), then the variant's phases under the timer at PHASES_KINDS' batch 16
-      chain=$(python3 -c 'import sys, timed_kernel; print(*timed_kernel.chain(sys.argv[1]))' \
-        "${VARIANT:?VARIANT=lab/variants/X.patch}") || exit 1  # with the variants it applies on top of
-      cp lowering/gluon_window_block.py /tmp/ab_variant.py
-      for v in $chain; do patch -s /tmp/ab_variant.py "$v" || exit 1; done
+      variant_copy /tmp/ab_variant.py || exit 1
       # SMI unset: this step's sampler covers the nested one (a second would truncate smi.csv)
       SMI= AGAINST=lowering/gluon_window_block.py,/tmp/ab_variant.py BATCHES=${BATCHES:-1,16,64,256} bash "$0" "$OUT" kinds-ab
       for k in ${PHASES_KINDS:-dflash2_minimax}; do
