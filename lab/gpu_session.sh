@@ -11,7 +11,7 @@
 # tests-lab (LAB_TESTS, LAB_K, LAB_SHARDS), variants, attention, attention-triton (ATTN_ARGS: more flags), phases (PHASES_ARGS), merge, ceiling,
 # ncu, draft-profile, draft, ab (AGAINST: kernel .py files or revisions, BATCHES, AB_ARGS);
 # issue 45 point 3: stage (STAGE=dir: wheels, cu13 parts, site.tar.xz, trtllm_src), capture-tests, kinds-bench,
-# kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2, NO_FA4=1: without FA4); variant-copy (VARIANT, DEST: a variant on today's kernel); variant-ab (VARIANT: a lab/variants patch, KINDS,
+# kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2, NO_FA4=1: without FA4); variant-copy (VARIANT, DEST: a variant on the kernel it names); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
 # Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); windows-ab (AGAINST, KINDS, BATCHES, WINDOWS: a cost a 64 keys and a program, lab/window_split.py); wide-copy (WIDE, WIDE_CHAIN: /tmp/ab_wide.py, the wide build on); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
 # other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
@@ -43,12 +43,9 @@ use_fa4() {  # FA4 installed into /tmp/fa4site from the parts the stage step put
     timeout 120 bash lab/fa4_wheels.sh install /tmp/fa4w /tmp/fa4site > "$OUT/fa4_install.txt" 2>&1; echo "fa4 install: exit $?"
     tail -2 "$OUT/fa4_install.txt"; fi
 }
-variant_copy() {  # $1 <- today's kernel with VARIANT=lab/variants/X.patch applied after the variants its header
-  # names it on top of (timed_kernel.chain); sets chain (the patches, first first)
-  chain=$(python3 -c 'import sys, timed_kernel; print(*timed_kernel.chain(sys.argv[1]))' \
-    "${VARIANT:?VARIANT=lab/variants/X.patch}") || return 1
-  cp lowering/gluon_window_block.py "$1" || return 1
-  for v in $chain; do patch -s "$1" "$v" || return 1; done
+variant_copy() {  # $1 <- VARIANT=lab/variants/X.patch applied after the variants its header names it on top of,
+  # on the kernel its Kernel: line names (lab/.kernels/, carried, where that is not today's); sets chain (what it is)
+  chain=$(python3 lab/timed_kernel.py --variant "${VARIANT:?VARIANT=lab/variants/X.patch}" --write "$1") || return 1
 }
 ncu_both() {  # Nsight Compute on the first launch of ours and of FA4, each in its own lab/gluon_ab.py run at kind $1,
   # batch $2 (--fa4, 32-token pages): $3 the output files' tag ($OUT/<tag>_<ours|fa4>_<kind>_<batch>.txt), $4 ncu's
@@ -153,8 +150,8 @@ for step in "$@"; do
         echo "--- $k: exit $?"; grep -E "^shape|^batch [0-9]+( FA4 / run)?:|WRONG|Error|--fa4" "$log" | head -12
       done
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
-    variant-copy) # DEST (default /tmp/ab_variant.py): today's kernel with VARIANT and its chain (variant_copy), for AGAINST
-      variant_copy "${DEST:=/tmp/ab_variant.py}" || exit 1; echo "$DEST: $chain" ;;
+    variant-copy) # DEST (default /tmp/ab_variant.py): VARIANT after its chain, on the kernel it names (variant_copy), for AGAINST
+      variant_copy "${DEST:=/tmp/ab_variant.py}" || exit 1; echo "$chain" ;;
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
       # where staged), then the variant's phases under the timer at PHASES_KINDS' batch 16
       variant_copy /tmp/ab_variant.py || exit 1
@@ -183,8 +180,8 @@ for step in "$@"; do
       done ;;
     wide-copy) # /tmp/ab_wide.py: today's kernel with wide-ring.patch (and WIDE_CHAIN: patches on top of it), the wide
       # build on by default and WIDE ("WIDE_KV WIDE_Q_SMEM" unless set) switched on (lab/wide_copy.py), for AGAINST
-      cp lowering/gluon_window_block.py /tmp/ab_wide0.py
-      for v in lab/variants/wide-ring.patch ${WIDE_CHAIN:-}; do patch -s /tmp/ab_wide0.py "$v" || exit 1; done
+      python3 -c 'import sys, timed_kernel; open("/tmp/ab_wide0.py", "w").write(timed_kernel.variant_source(sys.argv[1:])[0])' \
+        lab/variants/wide-ring.patch ${WIDE_CHAIN:-} || exit 1
       python3 lab/wide_copy.py /tmp/ab_wide0.py /tmp/ab_wide.py ${WIDE-WIDE_KV WIDE_Q_SMEM} || exit 1
       echo "/tmp/ab_wide.py: wide-ring.patch ${WIDE_CHAIN:-} + ${WIDE-WIDE_KV WIDE_Q_SMEM}" ;;
     windows-ab) # kernel files (AGAINST) at two windows (WINDOWS, default "4096 1024") with K/V in L2 (PAGE_ORDER,

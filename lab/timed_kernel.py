@@ -14,6 +14,11 @@ moves what the timer hooks into makes :func:`timed_source` fail, naming the hunk
 ``PYTHONPATH=. python3 lab/timed_kernel.py --write /tmp/timed.py`` (the last version that
 applied: ``--base REV``), port the timer to today's kernel in that file, and
 ``--refresh /tmp/timed.py`` rewrites the patch against today's kernel.
+
+A kernel variant (``lab/variants/X.patch``) names the product kernel it applies to on a header line
+``Kernel: <git blob id>``, so that a kernel edit leaves every variant reproducible:
+:func:`variant_source` applies it (after its ``On top of:`` chain) to that kernel, from git, or
+from ``lab/.kernels/`` on a tree without .git (``--kernels`` writes it; carry it to the GPU machine).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import hashlib
 import re
 import subprocess
 import sys
@@ -30,7 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "lowering/gluon_window_block.py"
 PATCH = Path(__file__).with_name("kernel_phases.patch")
-PORTS = Path(__file__).with_name("variants") / "timers"  # the timer ported to a variant: timers/<variant's name>
+KERNELS = Path(__file__).with_name(".kernels")  # <blob id>.py: kernels variants name, for a tree without .git
+VARIANTS = Path(__file__).with_name("variants")
+PORTS = VARIANTS / "timers"  # the timer ported to a variant: timers/<variant's name>
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -90,6 +98,38 @@ def kernel_text(rev: str | None = None) -> str:
     return shown.stdout
 
 
+def blob_id(text: str) -> str:
+    """git's blob id of ``text`` (what ``git hash-object`` prints)."""
+    data = text.encode()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def kernel_blob(blob: str) -> str:
+    """The kernel whose git blob id is ``blob``: today's file if it is that one, else the copy in
+    ``lab/.kernels/`` (``--kernels`` writes it: the GPU machine's copy of the tree has no .git),
+    else git's."""
+    today = kernel_text()
+    if blob_id(today) == blob:
+        return today
+    kept = KERNELS / f"{blob}.py"
+    if kept.is_file() and blob_id(kept.read_text()) == blob:
+        return kept.read_text()
+    shown = subprocess.run(["git", "-C", str(ROOT), "cat-file", "blob", blob], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise PatchError(f"kernel {blob[:12]} is not today's {KERNEL} and git has no such blob here: "
+                         f"'python3 lab/timed_kernel.py --kernels' where it does writes lab/.kernels/ (carry it)")
+    return shown.stdout
+
+
+def kernel_of(variant) -> str:
+    """The blob id on variant ``variant``'s ``Kernel: <blob id>`` header line: the product kernel
+    it (after its chain) applies to."""
+    for line in Path(variant).read_text().split("\n--- ", 1)[0].splitlines():
+        if line.startswith("Kernel: "):
+            return line.split()[1]
+    raise PatchError(f"{Path(variant).name}: no 'Kernel: <git blob id of {KERNEL}>' header line")
+
+
 def chain(variant) -> list[Path]:
     """Variant ``variant`` (a ``lab/variants/*.patch`` path) after the variants it applies on top
     of, first first (each header's ``On top of: <name>.patch`` line)."""
@@ -104,9 +144,18 @@ def chain(variant) -> list[Path]:
 
 
 def variant_source(variants=(), rev: str | None = None) -> tuple[str, str]:
-    """Today's kernel (or ``rev``'s) with the kernel variants ``variants`` (patch paths, applied in
-    order): ``(source, what it is)``."""
-    text, what = kernel_text(rev), KERNEL
+    """The kernel variants ``variants`` (patch paths, applied in order) on the kernel their
+    ``Kernel:`` lines name (one for all), or today's kernel (``rev``'s) when there are none:
+    ``(source, what it is)``."""
+    bases = {kernel_of(v) for v in variants}
+    if len(bases) > 1 or (bases and rev):
+        raise PatchError(f"{', '.join(Path(v).name for v in variants)}: not one kernel "
+                         f"({', '.join(sorted(b[:12] for b in bases))}{', --base ' + rev if rev else ''})")
+    if bases:
+        text = kernel_blob(*bases)
+        what = KERNEL if text == kernel_text() else f"{KERNEL} (blob {next(iter(bases))[:12]})"
+    else:
+        text, what = kernel_text(rev), KERNEL
     for v in variants:
         text = apply(text, Path(v).read_text(), what, Path(v).name)
         what = f"{what} + {Path(v).name}"
@@ -154,9 +203,23 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--write", type=Path, help="write the timed kernel's source here")
     ap.add_argument("--base", help="with --write: apply the patch to this git revision's kernel instead")
     ap.add_argument("--refresh", type=Path, help="rewrite the patch from this edited timed kernel")
+    ap.add_argument("--variant", type=Path, help="with --write: write this lab/variants patch after its chain, "
+                                                 "on the kernel it names, untimed")
+    ap.add_argument("--kernels", action="store_true", help="write the kernels the variants name that are not "
+                                                            "today's into lab/.kernels/ (from git)")
     args = ap.parse_args(argv)
     try:
-        if args.refresh:
+        if args.kernels:
+            for blob in sorted({kernel_of(v) for v in VARIANTS.glob("*.patch")}):
+                if blob != blob_id(kernel_text()):
+                    KERNELS.mkdir(exist_ok=True)
+                    (KERNELS / f"{blob}.py").write_text(kernel_blob(blob))
+                    print(f"wrote {(KERNELS / blob).relative_to(ROOT)}.py")
+        elif args.variant and args.write:
+            text, what = variant_source(chain(args.variant))
+            args.write.write_text(text)
+            print(f"{args.write}: {what}")
+        elif args.refresh:
             PATCH.write_text(refresh(args.refresh))
             timed_source()
             print(f"{PATCH.relative_to(ROOT)} rewritten; it applies to {KERNEL}")

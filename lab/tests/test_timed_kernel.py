@@ -36,7 +36,7 @@ def test_each_timer_port_applies_to_its_variant_chain(port):
     variants = timed_kernel.chain(variant)
     src = timed_kernel.timed_source(variants=tuple(str(v) for v in variants))
     assert all(w in src for w in TIMER_WORDS)
-    text = PRODUCT
+    text = timed_kernel.kernel_blob(timed_kernel.kernel_of(variant))
     for v in variants:
         text = timed_kernel.apply(text, v.read_text())
     assert src == timed_kernel.apply(text, port.read_text())  # the port, not kernel_phases.patch
@@ -149,7 +149,7 @@ def test_a_variant_is_timed_under_the_same_timer(tmp_path):
     edited = tmp_path / "edited.py"
     edited.write_text(PRODUCT.replace(anchor + "\n", anchor + "\n" + added + "\n", 1))
     variant = tmp_path / "mark.patch"
-    variant.write_text(timed_kernel.refresh(edited))
+    variant.write_text(f"Kernel: {timed_kernel.blob_id(PRODUCT)}\n" + timed_kernel.refresh(edited))
     src = timed_kernel.timed_source(variants=(variant,))
     assert all(w in src for w in TIMER_WORDS) and added in src and added not in timed_kernel.timed_source()
     compile(src, "timed_variant.py", "exec")
