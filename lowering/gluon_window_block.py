@@ -13,7 +13,9 @@ One program per (sequence, KV head, split), all ``B * G`` packed query rows (at 
   dense arena), else ``64 / SUB`` boxes of ``SUB`` keys each (:func:`sub_rows`: TensorRT-LLM's
   32-token pages take two), each from its own page;
 - one or two 4-warp consumer partitions (rows 0-63, 64-127) each run the online softmax
-  (float32, base-2) with wgmma over every slot, then release it; so each K/V tile is read
+  (float32, base-2; a row's reference maximum moves only when passed by more than
+  ``TUNED["rescale_slack"]``, and a warp none of whose rows moved skips the rescale) with
+  wgmma over every slot, then release it; so each K/V tile is read
   from memory once per KV head, and, the two taking turns at the tensor cores, one
   consumer's softmax overlaps the other's MMAs and the producer's loads (FA3's structure;
   Triton's own ``warp_specialize`` does not produce it on Hopper here);
@@ -86,6 +88,9 @@ TUNED = {
                 "window; head dim 64's overlap build spills", "lab/log.md#a11"),
     "pingpong": ("head dim != 256", "the consumers take turns at the tensor cores except at head dim 256, "
                  "where the turns cost more than they hide", "lab/log.md#a17"),
+    "rescale_slack": (8.0, "log2 units a row's reference maximum may trail the row's maximum before it moves; "
+                           "a warp none of whose rows moved skips the accumulator's rescale and the quad's "
+                           "shuffles for the row maximum (P stays below 2^8)", "lab/log.md#a45"),
 }
 NUM_BUF = TUNED["ring_slots"][0]
 CONSUMER_REGS = TUNED["consumer_regs"][0]
@@ -155,6 +160,34 @@ def _rows_16b_aligned(*tensors) -> bool:
     return all(t.data_ptr() % 16 == 0 and all(st % 8 == 0 for st in t.stride()[:-1]) for t in tensors)
 
 
+def rescale_asm(n: int) -> tuple[str, str]:
+    """``(PTX, constraints)`` of :func:`rescale`'s statement over ``n`` accumulator registers ($0..:
+    the outputs, each tied to its input; then ``n`` inputs each of acc, alpha and the warp's flag):
+    multiply in place unless the warp's flag is 0 (a warp-uniform branch: the flag is a vote)."""
+    muls = "".join(f"mul.f32 ${i}, ${i}, ${2 * n + i};\n\t" for i in range(n))
+    ptx = "{\n\t.reg .pred p;\n\t" + f"setp.ne.u32 p, ${3 * n}, 0;\n\t" + "@!p bra.uni SKIP;\n\t" + muls + "SKIP:\n\t}"
+    return ptx, ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n + ["r"] * n)
+
+
+def lane_ref_ptx(slack: float) -> str:
+    """PTX for :func:`lane_ref` over a thread's two rows: $0, $1 the new references, $2, $3 the
+    warp's vote; $4, $5 the lane's own maxima, $6, $7 the references. Every input is read into a
+    local before any output is written (outputs may share registers with inputs)."""
+    import struct
+
+    sl = "0f%08X" % struct.unpack("<I", struct.pack("<f", slack))[0]  # PTX's hex float
+    row = lambda i: (f"shfl.sync.bfly.b32 t, x{i}, 1, 0x1f, 0xffffffff;\n\tmax.f32 x{i}, x{i}, t;\n\t"
+                     f"shfl.sync.bfly.b32 t, x{i}, 2, 0x1f, 0xffffffff;\n\tmax.f32 x{i}, x{i}, t;\n\t"
+                     f"setp.gt.f32 q, x{i}, c{i};\n\tselp.f32 r{i}, x{i}, m{i}, q;\n\t")
+    return ("{\n\t.reg .pred q, p;\n\t.reg .f32 x0, x1, m0, m1, c0, c1, r0, r1, t;\n\t"
+            "mov.f32 x0, $4;\n\tmov.f32 x1, $5;\n\tmov.f32 m0, $6;\n\tmov.f32 m1, $7;\n\t"
+            f"add.f32 c0, m0, {sl};\n\tadd.f32 c1, m1, {sl};\n\t"
+            "setp.gt.f32 q, x0, c0;\n\tsetp.gt.or.f32 q, x1, c1, q;\n\t"
+            "vote.sync.any.pred p, q, 0xffffffff;\n\tmov.f32 r0, m0;\n\tmov.f32 r1, m1;\n\t"
+            "@!p bra.uni DONE;\n\t" + row(0) + row(1) +
+            "DONE:\n\tmov.f32 $0, r0;\n\tmov.f32 $1, r1;\n\tselp.u32 $2, 1, 0, p;\n\tmov.u32 $3, $2;\n\t}")
+
+
 @functools.lru_cache(maxsize=None)
 def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: int = TILE, q_smem: bool = False):
     """The Gluon kernel, decorated on first use (never under the interpreter); :func:`launch`
@@ -178,6 +211,10 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     SUB = gl.constexpr(sub)
     N_SUB = gl.constexpr(bn // sub)
     BM = gl.constexpr(TILE)
+    RESCALE_SLACK = gl.constexpr(TUNED["rescale_slack"][0])  # log2 units (scores_step)
+    RESCALE_PACK = gl.constexpr(32)  # accumulator registers a rescale statement (:func:`rescale`; head dim 64 has 32)
+    RESCALE_PTX, RESCALE_CONSTRAINTS = (gl.constexpr(a) for a in rescale_asm(RESCALE_PACK.value))
+    LANE_REF_PTX = gl.constexpr(lane_ref_ptx(RESCALE_SLACK.value))
     @gluon.jit
     def ptx(asm: gl.constexpr):
         """One PTX statement with no operands (a dummy output, which inline asm needs)."""
@@ -288,14 +325,60 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
 
     @gluon.jit
     def scores_step(s, m_i, l_i, qk_scale, o_l: gl.constexpr, p_l: gl.constexpr, dtype: gl.constexpr):
-        """The softmax half of an unmasked online-softmax update of raw scores ``s``:
-        ``(m_new, l_new, p, alpha)`` with ``p`` in P @ V's operand layout and ``alpha`` (the
-        rescale of the accumulator) in its row layout; the caller issues the MMA and rescales."""
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        """The softmax half of an unmasked online-softmax update of raw scores ``s``, its row values
+        as lanes' (:func:`lane_fold`: [BM, 4], each of a row's four threads holding one): ``m_i``
+        the row's reference (the same in each lane), ``l_i`` the row sum's lane partials. Returns
+        ``(m_new, l_new, p, alpha, moved)``, ``p`` in P @ V's operand layout, ``alpha`` (the
+        accumulator's rescale) and ``moved`` (nonzero where the warp's references moved) in the
+        accumulator's layout. A reference moves only when the row's maximum passes it by more than
+        ``RESCALE_SLACK`` (log2 units); a warp in which no lane's own maximum does skips the quad's
+        shuffles for the row maximum (:func:`lane_ref`) and the rescale (:func:`rescale`)."""
+        m_new, moved = lane_ref(lane_fold(s, True) * qk_scale, m_i)
         alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        return m_new, l_i, gl.convert_layout(p.to(dtype), p_l), gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
+        p = gl.exp2(s * qk_scale - gl.convert_layout(lane_bcast(m_new, s.shape[1]), s.type.layout))
+        l_i = l_i * alpha + lane_fold(p, False)
+        D: gl.constexpr = o_l.instr_shape[1]
+        return (m_new, l_i, gl.convert_layout(p.to(dtype), p_l), gl.convert_layout(lane_bcast(alpha, D), o_l),
+                gl.convert_layout(lane_bcast(moved, D), o_l))
+
+    @gluon.jit
+    def lane_ref(x, m):
+        """Each row's new reference from its lanes' own maxima ``x`` and the reference ``m`` ([BM, 4],
+        lane values): the row maximum where it passes ``m`` by more than ``RESCALE_SLACK``, else ``m``;
+        and the warp's vote (1 where any of its rows moved). A warp in which no lane's ``x`` passes its
+        ``m + RESCALE_SLACK`` skips the quad's shuffles (a warp-uniform branch in PTX)."""
+        return gl.inline_asm_elementwise(LANE_REF_PTX, "=f,=f,=r,=r,f,f,f,f", [x, m], dtype=(gl.float32, gl.int32),
+                                         is_pure=True, pack=2)
+
+    @gluon.jit
+    def rescale(acc, alpha, moved):
+        """``acc * alpha`` (``alpha``, ``moved`` in ``acc``'s shape and layout), the multiplies skipped
+        by a warp whose ``moved`` is 0 (none of its rows' references moved, so each alpha is exp2(0)
+        = 1): one branch a statement."""
+        return gl.inline_asm_elementwise(RESCALE_PTX, RESCALE_CONSTRAINTS, [acc, alpha, moved],
+                                         dtype=gl.float32, is_pure=True, pack=RESCALE_PACK)
+
+    @gluon.jit
+    def lane_bcast(x, N: gl.constexpr):
+        """[BM, 4] lane values -> [BM, N] (N a power of two >= 8), each column the value of the lane
+        that holds it in an MMA accumulator's layout (:func:`lane_fold` run backwards; the caller
+        converts to that layout, which holds the same registers)."""
+        for _ in gl.static_range(N.bit_length() - 4):
+            x = gl.join(x, x).permute((0, 2, 1)).reshape([x.shape[0], x.shape[1] * 2])
+        return gl.join(x, x).reshape([x.shape[0], x.shape[1] * 2])
+
+    @gluon.jit
+    def lane_fold(x, MAX: gl.constexpr):
+        """``x`` [BM, BN] in the MMA accumulator layout (a thread holds columns ``8 g + 2 q + j``
+        of its rows, ``q`` its lane in the row's quad) -> [BM, 4]: each thread's own columns
+        added (``MAX``: their maximum), no shuffles (adjacent pairs, then columns ``c`` and ``c + n``
+        until 4 are left); ``gl.sum(.., 1)`` (``gl.max``) of it is the row's."""
+        a, b = x.reshape([x.shape[0], x.shape[1] // 2, 2]).split()
+        x = gl.maximum(a, b) if MAX else a + b
+        for _ in gl.static_range(x.shape[1].bit_length() - 3):
+            a, b = x.reshape([x.shape[0], 2, x.shape[1] // 2]).permute((0, 2, 1)).split()
+            x = gl.maximum(a, b) if MAX else a + b
+        return x
 
     @gluon.jit
     def edge_tile(f, it, e, keys):
@@ -426,8 +509,12 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 gl.thread_barrier()  # every warp's MMAs on the block are done: the buffers are free
                 fetch_private(f, it, 0, n_edge, kq, vq, keys, dims, edge0)
 
-        # Interior tiles from the producer's ring: no mask.
+        # Interior tiles from the producer's ring: no mask. The row sums as lane partials there.
         n_ring = mid_end - n_pre
+        l4 = lane_fold(gl.zeros([BM, BN], gl.float32, layout=s_l), False)
+        lane = gl.arange(0, 4, layout=gl.SliceLayout(0, l4.type.layout))
+        l_i = gl.where(lane[None, :] == 0, gl.convert_layout(l_i, gl.SliceLayout(1, l4.type.layout))[:, None], l4)
+        m_i = gl.convert_layout(m_i, gl.SliceLayout(1, l4.type.layout))[:, None] + l4  # the same in each lane
         if OVERLAP:
             # Tile i's P @ V and tile i + 1's Q K^T are in flight while tile i + 1's softmax runs.
             dt: gl.constexpr = v_bufs.dtype
@@ -437,8 +524,8 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 s = warpgroup_mma(q_s, k_bufs.index(g % NB).permute((1, 0)), gl.zeros([BM, BN], gl.float32, layout=s_l),
                                   use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
-                acc = acc * alpha[:, None]  # the block's keys may already be in it
+                m_i, l_i, p, alpha, moved = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
+                acc = acc * alpha  # the block's keys may already be in it
             for i in range(n_ring - 1):
                 idx = (g + i) % NB
                 nxt = (g + i + 1) % NB
@@ -449,10 +536,10 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                 acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
                 turn(OTHER, False, PP)
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
-                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
+                m_i, l_i, p, alpha, moved = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, dt)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
-                acc = acc * alpha[:, None]
+                acc = rescale(acc, alpha, moved)
             if n_ring > 0:
                 last = (g + n_ring - 1) % NB
                 acc = warpgroup_mma(p, v_bufs.index(last), acc, is_async=True)
@@ -468,14 +555,16 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
                                   gl.zeros([BM, BN], gl.float32, layout=s_l), use_acc=False, is_async=True)
                 turn(OTHER, False, PP)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                m_i, l_i, p, alpha = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, v_bufs.dtype)
-                acc = acc * alpha[:, None]
+                m_i, l_i, p, alpha, moved = scores_step(s, m_i, l_i, qk_scale, o_l, p_l, v_bufs.dtype)
+                acc = rescale(acc, alpha, moved)
                 turn(ME, True, PP)
                 acc = warpgroup_mma(p, v_bufs.index(idx), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(empty.index(idx), count=1)
             turn(OTHER, False, PP)
 
+        l_i = gl.convert_layout(gl.sum(l_i, 1), gl.SliceLayout(1, s_l))
+        m_i = gl.convert_layout(gl.max(m_i, 1), gl.SliceLayout(1, s_l))
         for e in range(n_edge):  # the edge tiles, after the ring
             async_copy.wait_group(0)
             fence_async_shared()

@@ -1,4 +1,5 @@
-"""``lab/variants/zero-pad-rows.patch`` (the padding rows' maximum starts at +1e30, so their P is 0)
+"""``lab/variants/zero-pad-rows.patch`` and ``zero-pad-rows-lm.patch`` (the padding rows' maximum starts
+at +1e30, so their P is 0)
 against the float64 oracle on an SM90 GPU: packed rows 112, 96 and 65 (two consumers, one to three
 padding-only warps), 28 (one consumer, two padding-only warps) and 64 (none), masks and splits; and the
 same patch on top of ``wide-block-narrow.patch`` (the wide build with shared private buffers and the
@@ -25,11 +26,12 @@ ROW_SHAPES = {"rows112": (7, 64, 4), "rows96": (16, 48, 8), "rows65": (5, 52, 4)
 @pytest.mark.parametrize("b,hq,hkv", list(ROW_SHAPES.values()), ids=list(ROW_SHAPES))
 @pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_gpu_padding_rows(b, hq, hkv, causal, window, splits, monkeypatch):
+@pytest.mark.parametrize("variant", ["zero-pad-rows.patch", "zero-pad-rows-lm.patch"])
+def test_gpu_padding_rows(variant, b, hq, hkv, causal, window, splits, monkeypatch):
     """The variant's launch (each consumer build at one split) against the float64 oracle, on
-    TensorRT-LLM's 32-token pages; outputs NaN until written."""
+    TensorRT-LLM's 32-token pages; outputs NaN until written (``-lm``: on the lane-max ring's kernel)."""
     t, case, mask, scale = sm90_case(CTX, b, hq, hkv, causal, window, splits, 32)
-    k = variant_module(VARIANTS / "zero-pad-rows.patch")
+    k = variant_module(VARIANTS / variant)
     assert_launches(t, k, case, mask, scale, causal, window, splits, monkeypatch)
 
 
