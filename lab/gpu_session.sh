@@ -44,8 +44,10 @@ use_fa4() {  # FA4 installed into /tmp/fa4site from the parts the stage step put
     tail -2 "$OUT/fa4_install.txt"; fi
 }
 variant_copy() {  # $1 <- VARIANT=lab/variants/X.patch applied after the variants its header names it on top of,
-  # on the kernel its Kernel: line names (lab/.kernels/, carried, where that is not today's); sets chain (what it is)
-  chain=$(python3 lab/timed_kernel.py --variant "${VARIANT:?VARIANT=lab/variants/X.patch}" --write "$1") || return 1
+  # on the kernel its Kernel: line names (lab/.kernels/, carried, where that is not today's); sets chain (the patches,
+  # first first)
+  python3 lab/timed_kernel.py --variant "${VARIANT:?VARIANT=lab/variants/X.patch}" --write "$1" || return 1
+  chain=$(python3 -c 'import sys, timed_kernel; print(*timed_kernel.chain(sys.argv[1]))' "$VARIANT") || return 1
 }
 ncu_both() {  # Nsight Compute on the first launch of ours and of FA4, each in its own lab/gluon_ab.py run at kind $1,
   # batch $2 (--fa4, 32-token pages): $3 the output files' tag ($OUT/<tag>_<ours|fa4>_<kind>_<batch>.txt), $4 ncu's
@@ -151,7 +153,7 @@ for step in "$@"; do
       done
       echo "=== kinds-ab done after $(( $(date +%s) - t0 )) s" ;;
     variant-copy) # DEST (default /tmp/ab_variant.py): VARIANT after its chain, on the kernel it names (variant_copy), for AGAINST
-      variant_copy "${DEST:=/tmp/ab_variant.py}" || exit 1; echo "$chain" ;;
+      variant_copy "${DEST:=/tmp/ab_variant.py}" || exit 1 ;;
     variant-ab) # a kernel variant (VARIANT=lab/variants/X.patch) against today's kernel: the kinds-ab step (FA4 beside
       # where staged), then the variant's phases under the timer at PHASES_KINDS' batch 16
       variant_copy /tmp/ab_variant.py || exit 1
