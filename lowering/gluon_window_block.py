@@ -39,6 +39,7 @@ times are in ``docs/benchmarks.md``, how they were found in ``lab/log.md``.
 from __future__ import annotations
 
 import functools
+import struct
 from collections import namedtuple
 from typing import Optional
 
@@ -173,8 +174,6 @@ def lane_ref_ptx(slack: float) -> str:
     """PTX for :func:`lane_ref` over a thread's two rows: $0, $1 the new references, $2, $3 the
     warp's vote; $4, $5 the lane's own maxima, $6, $7 the references. Every input is read into a
     local before any output is written (outputs may share registers with inputs)."""
-    import struct
-
     sl = "0f%08X" % struct.unpack("<I", struct.pack("<f", slack))[0]  # PTX's hex float
     row = lambda i: (f"shfl.sync.bfly.b32 t, x{i}, 1, 0x1f, 0xffffffff;\n\tmax.f32 x{i}, x{i}, t;\n\t"
                      f"shfl.sync.bfly.b32 t, x{i}, 2, 0x1f, 0xffffffff;\n\tmax.f32 x{i}, x{i}, t;\n\t"
@@ -215,6 +214,7 @@ def _kernel(overlap: bool = False, sub: int = TILE, pingpong: bool = False, bn: 
     RESCALE_PACK = gl.constexpr(32)  # accumulator registers a rescale statement (:func:`rescale`; head dim 64 has 32)
     RESCALE_PTX, RESCALE_CONSTRAINTS = (gl.constexpr(a) for a in rescale_asm(RESCALE_PACK.value))
     LANE_REF_PTX = gl.constexpr(lane_ref_ptx(RESCALE_SLACK.value))
+
     @gluon.jit
     def ptx(asm: gl.constexpr):
         """One PTX statement with no operands (a dummy output, which inline asm needs)."""
