@@ -121,26 +121,35 @@ def kernel_blob(blob: str) -> str:
     return shown.stdout
 
 
+def header_value(variant, key: str) -> str | None:
+    """The first word after ``key: `` on a line of variant ``variant``'s header (the text before
+    its diff), or None."""
+    for line in Path(variant).read_text().split("\n--- ", 1)[0].splitlines():
+        if line.startswith(f"{key}: "):
+            return line.removeprefix(f"{key}: ").split()[0]
+    return None
+
+
 def kernel_of(variant) -> str:
     """The blob id on variant ``variant``'s ``Kernel: <blob id>`` header line: the product kernel
     it (after its chain) applies to."""
-    for line in Path(variant).read_text().split("\n--- ", 1)[0].splitlines():
-        if line.startswith("Kernel: "):
-            return line.split()[1]
-    raise PatchError(f"{Path(variant).name}: no 'Kernel: <git blob id of {KERNEL}>' header line")
+    blob = header_value(variant, "Kernel")
+    if blob is None:
+        raise PatchError(f"{Path(variant).name}: no 'Kernel: <git blob id of {KERNEL}>' header line")
+    return blob
 
 
 def chain(variant) -> list[Path]:
     """Variant ``variant`` (a ``lab/variants/*.patch`` path) after the variants it applies on top
     of, first first (each header's ``On top of: <name>.patch`` line)."""
     variant = Path(variant)
-    for line in variant.read_text().split("\n--- ", 1)[0].splitlines():
-        if line.startswith("On top of: "):
-            base = variant.parent / line.removeprefix("On top of: ").strip()
-            if not base.is_file():
-                raise PatchError(f"{variant.name}: {line!r} names no variant")
-            return [*chain(base), variant]
-    return [variant]
+    name = header_value(variant, "On top of")
+    if name is None:
+        return [variant]
+    base = variant.parent / name
+    if not base.is_file():
+        raise PatchError(f"{variant.name}: 'On top of: {name}' names no variant")
+    return [*chain(base), variant]
 
 
 def variant_source(variants=(), rev: str | None = None) -> tuple[str, str]:
@@ -192,7 +201,11 @@ def _load(variants: tuple, switches: tuple = ()):
 
 
 def refresh(edited: Path) -> str:
-    """The patch that turns today's kernel into ``edited``."""
+    """The patch that turns today's kernel into ``edited``; refused while ``edited`` holds a merge's
+    conflict markers (a three-way merge of the timed build onto a new kernel leaves them)."""
+    marked = [l for l in edited.read_text().splitlines() if l.startswith(("<<<<<<< ", ">>>>>>> "))]
+    if marked:
+        raise PatchError(f"{edited}: a merge conflict is left in it ({marked[0][:40]!r})")
     return "".join(difflib.unified_diff(kernel_text().splitlines(keepends=True),
                                         edited.read_text().splitlines(keepends=True),
                                         fromfile=f"a/{KERNEL}", tofile=f"b/{KERNEL}", n=3))

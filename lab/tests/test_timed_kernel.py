@@ -172,3 +172,13 @@ def test_switches_are_set_in_the_timed_build():
     assert timed_kernel.load([str(wide)]).WIDE_KV is False
     with pytest.raises(ValueError, match="WIDE_NOTHING"):
         timed_kernel.load([str(wide)], ["WIDE_NOTHING"])
+
+
+def test_refresh_refuses_a_file_with_merge_conflict_markers(tmp_path):
+    """A three-way merge of the timed build onto a new kernel can leave conflict markers; refreshing
+    from such a file would write them into the patch."""
+    edited = tmp_path / "merged.py"
+    edited.write_text(PRODUCT.replace("TILE = ", "<<<<<<< ours\n=======\n>>>>>>> theirs\nTILE = ", 1))
+    with pytest.raises(timed_kernel.PatchError) as e:
+        timed_kernel.refresh(edited)
+    assert "conflict" in str(e.value) and "\n" not in str(e.value)
