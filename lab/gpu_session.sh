@@ -14,7 +14,7 @@
 # kinds-ab (AGAINST: kernel files, NUM_BUFS, KINDS, BATCHES, PAGE_ORDER=shared: K/V in L2, NO_FA4=1: without FA4); variant-copy (VARIANT, DEST: a variant on the kernel it names); variant-ab (VARIANT: a lab/variants patch, KINDS,
 # BATCHES, ROUNDS, PHASES_KINDS (" ": none): kinds-ab against it, then its phases); ncu-ab (KIND, BATCH: Nsight
 # Compute on today's kernel and FA4, clocks left alone); ncu-stalls (KINDS, BATCH, AGAINST: stall reasons with K/V in L2); ncu-source (KIND, BATCH, AGAINST: per-SASS-instruction stall samples); windows-ab (AGAINST, KINDS, BATCHES, WINDOWS: a cost a 64 keys and a program, lab/window_split.py); wide-copy (WIDE, WIDE_CHAIN: /tmp/ab_wide.py, the wide build on); power (KINDS, BATCHES, AGAINST: lab/power_clock.py beside FA4); require-h200 (exit 3 on any
-# other card, so that the steps after it only run on an H200) (env SMI=1: sample clocks/power into smi.csv)
+# other card, so that the steps after it only run on an H200); pack (last: $OUT's files but smi.csv in one out.tar.xz) (env SMI=1: sample clocks/power into smi.csv)
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -212,6 +212,10 @@ for step in "$@"; do
     require-h200) # stop here (exit 3) unless the card is an H200: the steps after it are H200 measurements
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "card: $name"
       case $name in *H200*) ;; *) echo "not an H200: the later steps are not run"; exit 3 ;; esac ;;
+    pack) # every file under $OUT into $OUT/out.tar.xz (the device returns at most 8 files a call): put it last
+      (cd "$OUT" && find . -type f ! -name out.tar.xz ! -name smi.csv | sed 's|^\./||' > /tmp/pack.list \
+        && tar -cJf out.tar.xz -T /tmp/pack.list && xargs -a /tmp/pack.list rm -f && find . -mindepth 1 -type d -empty -delete)
+      echo "packed $(wc -l < /tmp/pack.list) files into out.tar.xz" ;;
     fa4-stage) mkdir -p /tmp/fa4w; find .whl -type f -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null; ls /tmp/fa4w ;;
     tp-shapes) # issue 35 item 4: per-rank shapes, correct and timed beside FA4, in one call
       t0=$(date +%s); budget=${TP_BUDGET:-530}; shards=${SHARDS:-5}
