@@ -18,7 +18,9 @@
 set -u
 OUT=${1:?out dir}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$OUT"
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+# The record that this session found $OUT empty: only then may pack archive and remove its files.
+[ -z "$(ls -A "$OUT")" ] && echo "lab/gpu_session.sh found this folder empty" > "$OUT/.gpu_session_out"
 export PYTHONPATH="$ROOT:$ROOT/tests:$ROOT/bench:$ROOT/lab${PYTHONPATH:+:$PYTHONPATH}"
 cd "$ROOT"
 if [ -n "${SMI:-}" ]; then  # sample SM clock, power and temperature every 100 ms into $OUT/smi.csv
@@ -212,10 +214,14 @@ for step in "$@"; do
     require-h200) # stop here (exit 3) unless the card is an H200: the steps after it are H200 measurements
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "card: $name"
       case $name in *H200*) ;; *) echo "not an H200: the later steps are not run"; exit 3 ;; esac ;;
-    pack) # every file under $OUT into $OUT/out.tar.xz (the device returns at most 8 files a call): put it last
-      (cd "$OUT" && find . -type f ! -name out.tar.xz ! -name smi.csv | sed 's|^\./||' > /tmp/pack.list \
-        && tar -cJf out.tar.xz -T /tmp/pack.list && xargs -a /tmp/pack.list rm -f && find . -mindepth 1 -type d -empty -delete)
-      echo "packed $(wc -l < /tmp/pack.list) files into out.tar.xz" ;;
+    pack) # every file under $OUT into $OUT/out.tar.xz (the device returns at most 8 files a call), put last;
+      # only where this session found $OUT empty (its record), never a folder that held other files
+      if [ ! -f "$OUT/.gpu_session_out" ]; then echo "pack: $OUT held files before this session: not packed"; continue; fi
+      list=$(mktemp)
+      (cd "$OUT" && find . -type f ! -name out.tar.xz ! -name smi.csv ! -name .gpu_session_out | sed 's|^\./||' > "$list" \
+        && tar -cJf out.tar.xz -T "$list" && xargs -d '\n' -a "$list" rm -f -- && rm -f .gpu_session_out \
+        && find . -mindepth 1 -type d -empty -delete)
+      echo "packed $(wc -l < "$list") files into out.tar.xz"; rm -f "$list" ;;
     fa4-stage) mkdir -p /tmp/fa4w; find .whl -type f -exec cp -n {} /tmp/fa4w/ \; 2>/dev/null; ls /tmp/fa4w ;;
     tp-shapes) # issue 35 item 4: per-rank shapes, correct and timed beside FA4, in one call
       t0=$(date +%s); budget=${TP_BUDGET:-530}; shards=${SHARDS:-5}
