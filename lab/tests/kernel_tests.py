@@ -27,6 +27,13 @@ def kernel_tests():
 #: window's edge, a partial last tile
 CTX = [5003, 1000, 299, 130, 64, 0, 4160, 777]
 
+#: ``(B, Hq, Hkv)`` by id: packed rows 112, 96 and 65 (two consumers, one to three padding-only warps), 28 (one
+#: consumer, two padding-only warps) and 64 (none)
+ROW_SHAPES = {"rows112": (7, 64, 4), "rows96": (16, 48, 8), "rows65": (5, 52, 4), "rows28": (7, 32, 8),
+              "rows64": (16, 32, 8)}
+#: ``(causal, window)`` of a variant's GPU cases: a window shorter than a ring, causal, the kinds' window
+MASKS = [(False, 300), (True, None), (False, 4096)]
+
 Span = namedtuple("Span", "start lo n_tiles n_full n_pre")
 
 

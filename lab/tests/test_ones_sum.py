@@ -7,17 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import CTX, assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, MASKS, ROW_SHAPES, assert_launches, sm90_case, variant_module
 
 VARIANT = Path(__file__).resolve().parents[2] / "lab" / "variants" / "ones-sum.patch"
-#: ``(B, Hq, Hkv)`` by id: packed rows 112, 96 and 65 (two consumers), 28 and 64 (one)
-ROW_SHAPES = {"rows112": (7, 64, 4), "rows96": (16, 48, 8), "rows65": (5, 52, 4), "rows28": (7, 32, 8),
-              "rows64": (16, 32, 8)}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("b,hq,hkv", list(ROW_SHAPES.values()), ids=list(ROW_SHAPES))
-@pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
+@pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("splits", [1, 3])
 def test_gpu_ones_sum(b, hq, hkv, causal, window, splits, monkeypatch):
     """The variant's launch (each consumer build at one split) against the float64 oracle, on

@@ -11,20 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import CTX, assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, MASKS, ROW_SHAPES, assert_launches, sm90_case, variant_module
 
 VARIANTS = Path(__file__).resolve().parents[2] / "lab" / "variants"
 #: the switches of the wide build under ``wide-block-narrow.patch``
 WIDE = ("WIDE_KV", "WIDE_Q_SMEM", "WIDE_SHARED_PRIVATE", "WIDE_BLOCK_NARROW")
-#: ``(B, Hq, Hkv)`` by id: packed rows 112, 96 and 65 (two consumers, one to three padding-only warps),
-#: 28 (one consumer, two padding-only warps) and 64 (none)
-ROW_SHAPES = {"rows112": (7, 64, 4), "rows96": (16, 48, 8), "rows65": (5, 52, 4), "rows28": (7, 32, 8),
-              "rows64": (16, 32, 8)}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("b,hq,hkv", list(ROW_SHAPES.values()), ids=list(ROW_SHAPES))
-@pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
+@pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("variant", ["zero-pad-rows.patch", "zero-pad-rows-lm.patch"])
 def test_gpu_padding_rows(variant, b, hq, hkv, causal, window, splits, monkeypatch):
@@ -41,7 +37,7 @@ TWO_CONSUMERS = {k: v for k, v in ROW_SHAPES.items() if v[0] * (v[1] // v[2]) > 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("b,hq,hkv", list(TWO_CONSUMERS.values()), ids=list(TWO_CONSUMERS))
-@pytest.mark.parametrize("causal,window", [(False, 300), (True, None), (False, 4096)])
+@pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("splits", [1, 3])
 def test_gpu_padding_rows_wide(b, hq, hkv, causal, window, splits, monkeypatch):
     """``launch(wide=True)`` of the two stacked against the float64 oracle, as above."""
