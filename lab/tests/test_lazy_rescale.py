@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from kernel_tests import CTX, MASKS, assert_launches, sm90_case, variant_module
+from kernel_tests import CTX, MASKS, ROW_SHAPES, assert_launches, sm90_case, variant_module
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAPES = [(7, 64, 4), (16, 48, 8), (16, 32, 8)]  # rows 112, 96, 64
+SHAPES = ("rows112", "rows96", "rows64")  # of ROW_SHAPES
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["lazy-rescale", "warp-rescale", "lane-max"])
 @pytest.mark.parametrize("k_scale", [1.0, 24.0])
-@pytest.mark.parametrize("b,hq,hkv", SHAPES, ids=["rows112", "rows96", "rows64"])
+@pytest.mark.parametrize("b,hq,hkv", [ROW_SHAPES[k] for k in SHAPES], ids=SHAPES)
 @pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("splits", [1, 2])
 def test_gpu_lazy_rescale(variant, k_scale, b, hq, hkv, causal, window, splits, monkeypatch):
