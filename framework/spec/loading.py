@@ -28,13 +28,12 @@ from pydantic import BaseModel, ValidationError
 from ...adapters import ADAPTER_DIR
 from ..errors import UserError
 from .schema import AdapterSpec
-from .override_args import INSTANTIATION_KEYS, check_composed, key_path, split_argument
+from .override_args import check_composed, data_problems, key_path, split_argument
 from .overrides import _steps, apply_overrides, resolve_steps
 from .yaml_lines import line_of, load_yaml
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-#: the opening of an OmegaConf interpolation; a spec and command-line values never hold one
-INTERPOLATION = "${"
+
 
 def builtin_adapter_dir() -> Path:
     return ADAPTER_DIR
@@ -55,41 +54,15 @@ def adapter_files(adapter_dir: str | Path | None = None) -> dict[str, Path]:
     return files
 
 
-def _walk(data: Any, path: tuple = ()):
-    yield path, data
-    if isinstance(data, dict):
-        for k, v in data.items():
-            yield path + (k,), k
-            yield from _walk(v, path + (k,))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            yield from _walk(v, path + (i,))
-
-
 def _where(file: Path, lines: dict, path: tuple) -> str:
     line = line_of(lines, path)
     return f"{file}:{line}" if line else str(file)
 
 
 def check_data_only(data: Any, file: Path, lines: dict) -> None:
-    """Refuse anything in a spec that could make a loader run code."""
-    problems = []
-    for path, value in _walk(data):
-        if isinstance(value, str) and value in INSTANTIATION_KEYS:
-            problems.append(f"{_where(file, lines, path)}: {key_path(path)}: `{value}` is refused (a spec is data)")
-        elif isinstance(value, str) and INTERPOLATION in value:
-            problems.append(f"{_where(file, lines, path)}: {key_path(path)}: {INTERPOLATION_REFUSED}")
-    if problems:
-        raise UserError(*problems)
-
-
-INTERPOLATION_REFUSED = "`${` is refused (no interpolation: a spec and command-line values are data)"
-
-
-def check_no_interpolation(data: Any, where: str) -> None:
-    """Refuse any ``${`` in a composed tree's keys or string values (after overrides)."""
-    problems = [f"{where}: {key_path(path)}: {INTERPOLATION_REFUSED}"
-                for path, value in _walk(data) if isinstance(value, str) and INTERPOLATION in value]
+    """Refuse, one line each naming file, line and key, anything in a spec file that a spec cannot
+    hold or that could make a loader run code (:func:`.override_args.data_problems`)."""
+    problems = [f"{_where(file, lines, path)}: {key_path(path)}: {msg}" for path, msg in data_problems(data)]
     if problems:
         raise UserError(*problems)
 

@@ -11,6 +11,7 @@ and refuses, in one line naming the argument:
   name; an index past the list's end (``+`` may add exactly one item, at the end);
 - an instantiation key (:data:`INSTANTIATION_KEYS`) or ``${`` anywhere in the key.
 
+:func:`data_problems` is the one list of what a spec, a config or an override value cannot hold;
 :func:`check_value` refuses a parsed value a spec cannot hold (a date, a set, bytes, a non-finite
 float, an integer past :data:`MAX_INT`) and instantiation keys or ``${`` inside it (a mapping,
 a list item). :func:`check_composed` runs the same checks on the final composed tree and names
@@ -66,7 +67,7 @@ def split_argument(arg: str) -> tuple[str, str, bool, str]:
     return sigil, key, bool(eq), value
 
 
-def _problems(value: Any, path: tuple = ()) -> Iterable[tuple[tuple, str]]:
+def data_problems(value: Any, path: tuple = ()) -> Iterable[tuple[tuple, str]]:
     """(key path, problem) for everything in ``value`` a spec cannot hold or must refuse."""
     stack = [(path, value)]
     while stack:
@@ -105,7 +106,7 @@ def _problems(value: Any, path: tuple = ()) -> Iterable[tuple[tuple, str]]:
 
 def check_value(value: Any, where: str) -> None:
     """Refuse an override's parsed ``value`` that a spec cannot hold, in one line per problem."""
-    problems = [f"{where}: {'value' if not p else 'value ' + key_path(p)}: {msg}" for p, msg in _problems(value)]
+    problems = [f"{where}: {'value' if not p else 'value ' + key_path(p)}: {msg}" for p, msg in data_problems(value)]
     if problems:
         raise UserError(*problems)
 
@@ -114,7 +115,7 @@ def check_composed(tree: Any, overrides: list[str], steps_of, origin: str = "com
     """The final composed tree holds nothing refused; each problem names the argument whose path
     reaches it (``steps_of(arg)``: the argument's resolved key path), else ``origin``."""
     problems = []
-    for p, msg in _problems(tree):
+    for p, msg in data_problems(tree):
         arg = next((o for o in overrides if not o.startswith("~") and _overlaps(steps_of(o), p)), None)
         who = f"{origin}: {short(arg)}" if arg is not None else origin
         problems.append(f"{who}: {key_path(p)}: {msg}")

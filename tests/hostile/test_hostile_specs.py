@@ -244,6 +244,23 @@ def test_wrong_types(data, source):
     record("specs", "wrong type at a random schema-typed key", "exit 2, names file and key path")
 
 
+#: YAML values a spec cannot hold, each in a mapping the schema leaves free (a transform's params)
+UNHOLDABLE = {"integer past 2**63 - 1": "9223372036854775808", "negative integer past it": "-9223372036854775808",
+              "infinity": ".inf", "not a number": ".nan", "date": "2024-01-01",
+              "bytes": "!!binary aGVsbG8=", "set": "!!set {a: null}"}
+
+
+@pytest.mark.parametrize("kind", sorted(UNHOLDABLE))
+def test_values_no_spec_holds_are_refused_in_the_file(kind, source):
+    """Refused by the file's own check, naming file, line and key, before any override is applied."""
+    name, d = fresh_name(), fresh_dir()
+    text = base_text(name).replace("params: {mode: keep}", f"params: {{mode: {{deep: {UNHOLDABLE[kind]}}}}}")
+    assert text != base_text(name)
+    f = write_spec(d, name, text=text)
+    expect_refused(inspect_args(name, d, source), f, key="weights.transforms[2].params.mode.deep", line=True)
+    record("specs", f"a value no spec holds in the file: {kind}", "exit 2, names file, line and key path")
+
+
 # ----------------------------------------------------------------------------- 3. unknown keys
 MODELS = {(): S.AdapterSpec, ("match",): S.MatchSpec, ("config",): S.ConfigSpec,
           ("weights",): S.WeightsSpec, ("attention",): S.AttentionSpec, ("docs",): S.DocsSpec,
