@@ -11,7 +11,8 @@ and refuses, in one line naming the argument:
   name; an index past the list's end (``+`` may add exactly one item, at the end);
 - an instantiation key (:data:`INSTANTIATION_KEYS`) or ``${`` anywhere in the key.
 
-:func:`data_problems` is the one list of what a spec, a config or an override value cannot hold;
+:func:`data_problems` is the one list of what a spec cannot hold, run on a spec file as read
+(``loading.check_data_only``), on each override's value and on the composed tree;
 :func:`check_value` refuses a parsed value a spec cannot hold (a date, a set, bytes, a non-finite
 float, an integer past :data:`MAX_INT`) and instantiation keys or ``${`` inside it (a mapping,
 a list item). :func:`check_composed` runs the same checks on the final composed tree and names
